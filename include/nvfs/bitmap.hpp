@@ -1,0 +1,35 @@
+// Bit operations on the on-media bitmaps: bit i lives in byte i / 8 at bit
+// position i % 8 (little-endian bit order), as format.hpp defines them.
+#pragma once
+
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+namespace nvfs {
+
+inline bool TestBit(const std::byte* bitmap, uint64_t bit) {
+  return ((std::to_integer<unsigned>(bitmap[bit / 8]) >> (bit % 8)) & 1u) != 0;
+}
+
+inline void SetBitsInBuffer(std::byte* bitmap, uint64_t first, uint64_t count) {
+  for (uint64_t bit = first; bit < first + count; ++bit) {
+    bitmap[bit / 8] |= static_cast<std::byte>(1u << (bit % 8));
+  }
+}
+
+// Set bits among the first `bits` bits.
+inline uint64_t CountSetBits(const std::byte* bitmap, uint64_t bits) {
+  uint64_t n = 0;
+  uint64_t i = 0;
+  for (; i + 64 <= bits; i += 64) {
+    uint64_t word;
+    std::memcpy(&word, bitmap + i / 8, 8);
+    n += static_cast<uint64_t>(std::popcount(word));
+  }
+  for (; i < bits; ++i) n += TestBit(bitmap, i) ? 1 : 0;
+  return n;
+}
+
+}  // namespace nvfs

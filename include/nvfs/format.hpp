@@ -1,0 +1,341 @@
+// The nvfs on-media format: every structure that lives on the persistent-memory
+// namespace, and nothing else. doc/format.md describes the same layout in prose;
+// the two must agree.
+//
+// Conventions (checked below at compile time):
+//  - all integers are little-endian, fixed width, naturally aligned;
+//  - every struct is trivially copyable and standard-layout, with its size and
+//    key offsets pinned by static_assert;
+//  - reserved fields must be zero when written and are ignored when read, unless
+//    a feature bit gives them a meaning;
+//  - a block number of 0 means "none" (block 0 holds the superblock and is never
+//    pointed to), an inode number of 0 means "none".
+#pragma once
+
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+namespace nvfs::format {
+
+static_assert(std::endian::native == std::endian::little,
+              "nvfs stores integers little-endian and maps them in place");
+
+// ---------------------------------------------------------------------------
+// Limits
+// ---------------------------------------------------------------------------
+inline constexpr uint32_t kMinBlockSize = 4096;      // at least the page size
+inline constexpr uint32_t kMaxBlockSize = 1u << 20;  // 1 MiB
+inline constexpr uint32_t kInodeSize = 256;
+inline constexpr uint32_t kNameMax = 255;            // bytes in one name
+inline constexpr uint32_t kSymlinkMax = 4095;        // bytes in a symlink target
+inline constexpr uint32_t kInlineSymlinkMax = 128;   // targets up to this live in the inode
+inline constexpr uint32_t kDirectPointers = 11;
+inline constexpr uint32_t kIndirectPointers = 5;     // depths 1..5
+inline constexpr uint64_t kRootIno = 1;              // also FUSE_ROOT_ID
+inline constexpr uint64_t kFirstIno = 1;             // inode 0 is reserved in group 0
+// Block numbers must fit the 56-bit field of a directory node pointer.
+inline constexpr uint64_t kMaxBlockCount = uint64_t{1} << 56;
+
+// ---------------------------------------------------------------------------
+// Superblock: block 0, bytes 0..4095, in two 2048-byte halves.
+// ---------------------------------------------------------------------------
+inline constexpr uint64_t kSuperStaticOffset = 0;
+inline constexpr uint64_t kSuperDynamicOffset = 2048;
+inline constexpr uint32_t kSuperHalfSize = 2048;
+inline constexpr char kSuperStaticMagic[8] = {'n', 'v', 'f', 's', '-', 'p', 'm', '\0'};
+inline constexpr char kSuperDynamicMagic[8] = {'n', 'v', 'f', 's', '-', 'd', 'y', 'n'};
+inline constexpr uint32_t kVersionMajor = 1;  // a different major is refused
+inline constexpr uint32_t kVersionMinor = 0;  // informational
+
+// Feature masks. A set bit the code does not know:
+//  - in incompat: refuse to open at all;
+//  - in ro_compat: open read-only only;
+//  - in compat: ignore.
+// Version 1 defines no feature bits yet.
+inline constexpr uint64_t kCompatKnown = 0;
+inline constexpr uint64_t kIncompatKnown = 0;
+inline constexpr uint64_t kRoCompatKnown = 0;
+
+// The static half: written by mkfs (and by a future grow), never by the running
+// filesystem. Copied verbatim to the last 2048 bytes of the last block.
+struct SuperStatic {
+  char magic[8];               // kSuperStaticMagic
+  uint32_t version_major;      // kVersionMajor
+  uint32_t version_minor;      // kVersionMinor
+  uint64_t feature_compat;
+  uint64_t feature_incompat;
+  uint64_t feature_ro_compat;
+  uint32_t block_size;         // bytes, power of two, kMinBlockSize..kMaxBlockSize
+  uint32_t block_shift;        // log2(block_size)
+  uint64_t block_count;        // blocks in the filesystem, including the backup block
+  uint32_t blocks_per_group;   // block_size * 8: one bitmap block per group
+  uint32_t inodes_per_group;   // multiple of block_size / kInodeSize, <= blocks_per_group
+  uint32_t group_count;        // ceil(block_count / blocks_per_group)
+  uint32_t inode_size;         // kInodeSize
+  uint64_t inode_count;        // group_count * inodes_per_group
+  uint32_t itable_blocks;      // inode-table blocks per group
+  uint32_t journal_slots;      // number of journal slots
+  uint64_t journal_block;      // first block of the journal area (in group 0)
+  uint32_t journal_slot_size;  // bytes per slot, multiple of 64
+  uint32_t journal_blocks;     // blocks of the journal area
+  uint64_t root_ino;           // kRootIno
+  uint8_t uuid[16];
+  char label[64];              // NUL-padded, not necessarily NUL-terminated
+  uint64_t hash_seed;          // seeds the directory name hash
+  int64_t mkfs_time;           // seconds since the epoch
+  uint8_t reserved[1836];      // must be zero
+  uint32_t checksum;           // CRC32C of bytes 0..2043
+};
+
+enum class FsState : uint32_t {
+  kClean = 1,    // unmounted cleanly; counters in the group descriptors are exact
+  kMounted = 2,  // in use, or the last user did not unmount
+};
+
+// The dynamic half: written by the running filesystem.
+struct SuperDynamic {
+  char magic[8];           // kSuperDynamicMagic
+  uint32_t state;          // FsState
+  uint32_t errors;         // nonzero: an error was detected; fsck should run
+  uint64_t mount_count;    // mounts since mkfs
+  int64_t mount_time;      // seconds, last mount
+  int64_t write_time;      // seconds, last update of this half
+  uint64_t free_blocks;    // exact when state == kClean
+  uint64_t free_inodes;    // exact when state == kClean
+  uint64_t orphan_head;    // first inode of the orphan list (unlinked, still open); 0 none
+  uint64_t next_generation;  // inode generations are handed out from here
+  int64_t check_time;      // seconds, last fsck
+  uint8_t reserved[1964];  // must be zero
+  uint32_t checksum;       // CRC32C of bytes 0..2043 of this half
+};
+
+// ---------------------------------------------------------------------------
+// Groups. Group g covers blocks [g * blocks_per_group, (g+1) * blocks_per_group),
+// the last group possibly fewer. In order, each group holds:
+//   (group 0 only) the superblock block,
+//   the free-block bitmap (1 block; bit i = block g*bpg+i is in use),
+//   the group descriptor block (counters),
+//   the free-inode bitmap (1 block; bit i = inode g*ipg+i is in use),
+//   the inode table (itable_blocks blocks),
+//   (group 0 only) the journal area,
+//   data blocks.
+// Bits past the end of the last group, inode 0 and the backup superblock block
+// are marked in use.
+// ---------------------------------------------------------------------------
+inline constexpr uint32_t kGroupDescMagic = 0x44475653;  // "SVGD"
+
+struct GroupDesc {
+  uint32_t magic;         // kGroupDescMagic
+  uint32_t group;         // this group's number
+  uint32_t free_blocks;   // exact when the superblock state is kClean
+  uint32_t free_inodes;   // exact when the superblock state is kClean
+  uint32_t used_dirs;     // directories, exact when kClean
+  uint32_t flags;         // must be zero
+  uint8_t reserved[36];   // must be zero
+  uint32_t checksum;      // CRC32C of bytes 0..59
+};
+
+// ---------------------------------------------------------------------------
+// Inodes: kInodeSize bytes each, in the inode tables. Inode number n lives in
+// group n / inodes_per_group at index n % inodes_per_group. An inode is live iff
+// its bit in the free-inode bitmap is set; the contents of a free inode are
+// undefined (mkfs does not clear inode tables).
+// ---------------------------------------------------------------------------
+
+// File mapping ("bmap"): kDirectPointers direct blocks, then indirect[d-1] is the
+// root of a tree of depth d (d = 1..5) of pointer blocks, each holding
+// block_size / 8 block numbers. 0 is a hole.
+struct InodeFileMap {
+  uint64_t direct[kDirectPointers];
+  uint64_t indirect[kIndirectPointers];
+};
+
+// Directories: a radix tree over the name hash; see DirNodePtr below.
+struct InodeDirMap {
+  uint64_t root;          // DirNodePtr of the root node; 0 for an empty directory
+  uint64_t entries;       // live entries, excluding "." and ".."
+  uint64_t reserved[14];  // must be zero
+};
+
+struct Inode {
+  uint16_t mode;          // S_IFMT type bits and permission bits
+  uint16_t reserved0;     // must be zero
+  uint32_t nlink;
+  uint32_t uid;
+  uint32_t gid;
+  uint64_t size;          // bytes (directories: block_size * nodes)
+  uint64_t blocks;        // blocks held by this inode: data, pointer, directory, xattr
+  int64_t atime_sec;
+  int64_t mtime_sec;
+  int64_t ctime_sec;
+  int64_t btime_sec;      // creation time
+  uint32_t atime_nsec;
+  uint32_t mtime_nsec;
+  uint32_t ctime_nsec;
+  uint32_t btime_nsec;
+  uint32_t generation;    // with the inode number: a stable NFS file handle
+  uint32_t flags;         // kInodeFlag*
+  uint64_t parent;        // directories: the parent's inode number (root: itself)
+  uint64_t rdev;          // character and block devices
+  uint64_t xattr_block;   // block holding the extended attributes; 0 none
+  uint64_t orphan_next;   // next inode on the orphan list; 0 at its end
+  uint64_t reserved1;     // must be zero
+  union {
+    InodeFileMap file;    // regular files, and symlinks longer than kInlineSymlinkMax
+    InodeDirMap dir;      // directories
+    char symlink[kInlineSymlinkMax];  // symlinks up to kInlineSymlinkMax bytes (size)
+  } map;
+};
+
+inline constexpr uint32_t kInodeFlagOrphan = 1u << 0;  // on the orphan list
+inline constexpr uint32_t kInodeFlagsKnown = kInodeFlagOrphan;
+
+// ---------------------------------------------------------------------------
+// Directories.
+//
+// Every name gets a 62-bit key: the top 56 bits of NameHash(hash_seed, name)
+// shifted left by 6, plus a 6-bit sequence number that tells apart names whose
+// 56-bit hashes collide in one directory. The key is also the readdir cookie,
+// so a cookie stays valid however the directory changes.
+//
+// The tree: a DirNodePtr names either an index node or a leaf. An index node is
+// a whole block of block_size / 8 DirNodePtrs, selected by the next
+// log2(block_size / 8) bits of the 56-bit hash, most significant first; a null
+// slot means no entry has that prefix. A leaf holds the entries whose hashes
+// start with its prefix; leaves that cannot be split further (the hash bits are
+// used up) chain through `next`.
+// ---------------------------------------------------------------------------
+inline constexpr uint64_t kDirNodeIndexBit = uint64_t{1} << 63;
+inline constexpr uint64_t kDirNodeBlockMask = kMaxBlockCount - 1;
+inline constexpr uint32_t kDirHashBits = 56;
+inline constexpr uint32_t kDirSeqBits = 6;
+inline constexpr uint64_t kDirKeyMax = (uint64_t{1} << (kDirHashBits + kDirSeqBits)) - 1;
+
+inline constexpr uint32_t kDirLeafMagic = 0x4C445653;  // "SVDL"
+
+struct DirLeafHeader {
+  uint32_t magic;         // kDirLeafMagic
+  uint16_t prefix_bits;   // how many leading bits of the 56-bit hash this leaf covers
+  uint16_t reserved0;     // must be zero
+  uint64_t prefix;        // those bits, right-aligned
+  uint64_t next;          // overflow leaf block, only at the deepest level; else 0
+  uint64_t reserved1;     // must be zero
+};
+
+// Records fill the leaf after the header, back to back, each rec_len bytes
+// (a multiple of 8). A record with ino == 0 is free space.
+struct DirEntry {
+  uint64_t ino;           // 0: free record
+  uint64_t key;           // readdir cookie, <= kDirKeyMax
+  uint32_t rec_len;       // bytes of this record, >= sizeof(DirEntry), multiple of 8
+  uint8_t name_len;       // 1..kNameMax
+  uint8_t file_type;      // DT_* value of the target
+  uint16_t reserved;      // must be zero
+  // char name[name_len] follows, not NUL-terminated
+};
+
+inline constexpr uint32_t DirRecordLength(uint32_t name_len) {
+  return (static_cast<uint32_t>(sizeof(DirEntry)) + name_len + 7u) & ~7u;
+}
+
+// ---------------------------------------------------------------------------
+// Extended attributes: one block per inode, replaced whole (copy on write).
+// ---------------------------------------------------------------------------
+inline constexpr uint32_t kXattrMagic = 0x41585653;  // "SVXA"
+
+struct XattrHeader {
+  uint32_t magic;         // kXattrMagic
+  uint32_t count;         // entries
+  uint32_t used;          // bytes of entries after the header
+  uint32_t reserved;      // must be zero
+};
+
+struct XattrEntry {
+  uint8_t name_len;       // 1..255, full name including its namespace prefix
+  uint8_t reserved0;      // must be zero
+  uint16_t reserved1;     // must be zero
+  uint32_t value_len;     // bytes
+  // char name[name_len], then the value; the entry is padded to 8 bytes
+};
+
+// ---------------------------------------------------------------------------
+// Journal: journal_slots slots of journal_slot_size bytes each, starting at
+// journal_block. A slot is an undo log for one operation at a time.
+// ---------------------------------------------------------------------------
+inline constexpr char kJournalMagic[8] = {'n', 'v', 'f', 's', '-', 'j', 'n', 'l'};
+
+enum class JournalState : uint32_t {
+  kIdle = 0,       // nothing to do at recovery
+  kActive = 1,     // operation in progress: recovery undoes its records
+  kCommitted = 2,  // operation done: recovery applies its deferred frees
+};
+
+struct JournalSlotHeader {
+  char magic[8];          // kJournalMagic
+  uint32_t state;         // JournalState
+  uint32_t slot;          // this slot's index
+  uint64_t tx_seq;        // sequence number of the current or last operation
+  uint8_t reserved[40];   // must be zero
+};
+
+enum class JournalRecordType : uint16_t {
+  kUndo = 1,          // `length` bytes that stood at byte offset `target`
+  kBitmapSet = 2,     // bits set by this operation: target = first, length = count
+                      // (block bitmap); undone by clearing them
+  kInodeSet = 3,      // the same for the inode bitmap
+  kDeferredFree = 4,  // blocks to free once committed: target = first, length = count
+};
+
+// Records follow the slot header back to back; each is valid only if its
+// tx_seq equals the header's and its checksum matches.
+struct JournalRecord {
+  uint64_t tx_seq;
+  uint64_t target;
+  uint32_t length;
+  uint16_t type;          // JournalRecordType
+  uint16_t reserved0;     // must be zero
+  uint32_t checksum;      // CRC32C of this header (checksum = 0) and the payload
+  uint32_t reserved1;     // must be zero
+  // kUndo: `length` payload bytes, padded to 8
+};
+
+// ---------------------------------------------------------------------------
+// Compile-time checks of the layout.
+// ---------------------------------------------------------------------------
+template <class T>
+inline constexpr bool kIsMediaStruct =
+    std::is_trivially_copyable_v<T> && std::is_standard_layout_v<T>;
+
+static_assert(kIsMediaStruct<SuperStatic> && sizeof(SuperStatic) == kSuperHalfSize);
+static_assert(kIsMediaStruct<SuperDynamic> && sizeof(SuperDynamic) == kSuperHalfSize);
+static_assert(offsetof(SuperStatic, block_size) == 40);
+static_assert(offsetof(SuperStatic, block_count) == 48);
+static_assert(offsetof(SuperStatic, inode_count) == 72);
+static_assert(offsetof(SuperStatic, journal_block) == 88);
+static_assert(offsetof(SuperStatic, uuid) == 112);
+static_assert(offsetof(SuperStatic, label) == 128);
+static_assert(offsetof(SuperStatic, hash_seed) == 192);
+static_assert(offsetof(SuperStatic, checksum) == 2044);
+static_assert(offsetof(SuperDynamic, orphan_head) == 56);
+static_assert(offsetof(SuperDynamic, checksum) == 2044);
+static_assert(kIsMediaStruct<GroupDesc> && sizeof(GroupDesc) == 64);
+static_assert(offsetof(GroupDesc, checksum) == 60);
+static_assert(kIsMediaStruct<Inode> && sizeof(Inode) == kInodeSize);
+static_assert(offsetof(Inode, size) == 16);
+static_assert(offsetof(Inode, generation) == 80);
+static_assert(offsetof(Inode, parent) == 88);
+static_assert(offsetof(Inode, orphan_next) == 112);
+static_assert(offsetof(Inode, map) == 128);
+static_assert(sizeof(InodeFileMap) == 128 && sizeof(InodeDirMap) == 128);
+static_assert(kIsMediaStruct<DirLeafHeader> && sizeof(DirLeafHeader) == 32);
+static_assert(kIsMediaStruct<DirEntry> && sizeof(DirEntry) == 24);
+static_assert(offsetof(DirEntry, rec_len) == 16);
+static_assert(kIsMediaStruct<XattrHeader> && sizeof(XattrHeader) == 16);
+static_assert(kIsMediaStruct<XattrEntry> && sizeof(XattrEntry) == 8);
+static_assert(kIsMediaStruct<JournalSlotHeader> && sizeof(JournalSlotHeader) == 64);
+static_assert(kIsMediaStruct<JournalRecord> && sizeof(JournalRecord) == 32);
+static_assert(DirRecordLength(kNameMax) == 280);
+
+}  // namespace nvfs::format

@@ -1,0 +1,115 @@
+// Geometry: where every region of an nvfs namespace lies, derived from the
+// static superblock (or, for mkfs, from the namespace size and options).
+// DRAM only; the on-media fields are in format.hpp.
+#pragma once
+
+#include <cstdint>
+
+#include "nvfs/format.hpp"
+#include "nvfs/result.hpp"
+
+namespace nvfs {
+
+// What mkfs asks for. Zero means "choose the default".
+struct GeometryRequest {
+  uint64_t namespace_size = 0;     // bytes available
+  uint32_t block_size = 4096;
+  uint64_t inode_count = 0;        // -N: total inodes wanted (rounded up)
+  uint64_t bytes_per_inode = 0;    // -i: one inode per this many bytes (default 16 KiB)
+  uint32_t journal_slots = 0;      // default kDefaultJournalSlots
+  uint32_t journal_slot_size = 0;  // default kDefaultJournalSlotSize
+};
+
+inline constexpr uint64_t kDefaultBytesPerInode = 16384;
+inline constexpr uint32_t kDefaultJournalSlots = 16;
+inline constexpr uint32_t kDefaultJournalSlotSize = 64 * 1024;
+inline constexpr uint32_t kMaxJournalSlots = 1024;
+// Group 0 must hold, besides its metadata and the journal, the root directory,
+// lost+found and some room to work: this many data blocks at least.
+inline constexpr uint32_t kMinGroup0DataBlocks = 16;
+
+class Geometry {
+ public:
+  // The layout mkfs would write. Fails with EINVAL for bad options and ENOSPC
+  // (message names the minimum) when the namespace is too small.
+  static Result<Geometry> Compute(const GeometryRequest& request);
+
+  // The layout an existing static superblock describes, after checking that
+  // every region it implies lies inside a namespace of `namespace_size` bytes
+  // and that the fields agree with each other. Magic and checksum are checked
+  // by the caller (superblock.hpp). Fails with EUCLEAN and a message.
+  static Result<Geometry> FromSuper(const format::SuperStatic& sb, uint64_t namespace_size);
+
+  // Smallest namespace mkfs accepts for this block size with default options.
+  static uint64_t MinNamespaceSize(uint32_t block_size);
+
+  // Writes the geometry fields of `sb` (leaves identity fields alone).
+  void FillSuper(format::SuperStatic* sb) const;
+
+  uint32_t block_size() const { return block_size_; }
+  uint32_t block_shift() const { return block_shift_; }
+  uint64_t block_count() const { return block_count_; }
+  uint64_t bytes() const { return block_count_ << block_shift_; }
+  uint32_t blocks_per_group() const { return blocks_per_group_; }
+  uint32_t inodes_per_group() const { return inodes_per_group_; }
+  uint32_t group_count() const { return group_count_; }
+  uint64_t inode_count() const { return uint64_t{group_count_} * inodes_per_group_; }
+  uint32_t itable_blocks() const { return itable_blocks_; }
+  uint32_t journal_slots() const { return journal_slots_; }
+  uint32_t journal_slot_size() const { return journal_slot_size_; }
+  uint64_t journal_block() const { return journal_block_; }
+  uint32_t journal_blocks() const { return journal_blocks_; }
+  uint32_t pointers_per_block() const { return block_size_ / 8; }
+
+  uint64_t BlockOffset(uint64_t block_no) const { return block_no << block_shift_; }
+  uint64_t GroupFirstBlock(uint32_t group) const {
+    return uint64_t{group} * blocks_per_group_;
+  }
+  // Blocks in `group` (the last group may be short).
+  uint64_t GroupBlocks(uint32_t group) const;
+  // Metadata blocks at the start of `group`, superblock and journal included.
+  uint64_t GroupMetaBlocks(uint32_t group) const;
+  uint64_t BlockBitmapBlock(uint32_t group) const { return MetaStart(group); }
+  uint64_t GroupDescBlock(uint32_t group) const { return MetaStart(group) + 1; }
+  uint64_t InodeBitmapBlock(uint32_t group) const { return MetaStart(group) + 2; }
+  uint64_t InodeTableBlock(uint32_t group) const { return MetaStart(group) + 3; }
+  uint64_t FirstDataBlock(uint32_t group) const {
+    return GroupFirstBlock(group) + GroupMetaBlocks(group);
+  }
+  // The last block of the namespace; its last 2048 bytes hold the static
+  // superblock copy.
+  uint64_t BackupBlock() const { return block_count_ - 1; }
+  uint64_t BackupSuperOffset() const { return bytes() - format::kSuperHalfSize; }
+
+  uint32_t InodeGroup(uint64_t ino) const {
+    return static_cast<uint32_t>(ino / inodes_per_group_);
+  }
+  uint64_t InodeOffset(uint64_t ino) const {
+    const uint32_t group = InodeGroup(ino);
+    return BlockOffset(InodeTableBlock(group)) +
+           (ino % inodes_per_group_) * uint64_t{format::kInodeSize};
+  }
+  uint64_t JournalSlotOffset(uint32_t slot) const {
+    return BlockOffset(journal_block_) + uint64_t{slot} * journal_slot_size_;
+  }
+
+ private:
+  uint64_t MetaStart(uint32_t group) const {
+    return GroupFirstBlock(group) + (group == 0 ? 1 : 0);
+  }
+  Status Check() const;  // every region inside block_count, groups big enough
+
+  uint32_t block_size_ = 0;
+  uint32_t block_shift_ = 0;
+  uint64_t block_count_ = 0;
+  uint32_t blocks_per_group_ = 0;
+  uint32_t inodes_per_group_ = 0;
+  uint32_t group_count_ = 0;
+  uint32_t itable_blocks_ = 0;
+  uint32_t journal_slots_ = 0;
+  uint32_t journal_slot_size_ = 0;
+  uint64_t journal_block_ = 0;
+  uint32_t journal_blocks_ = 0;
+};
+
+}  // namespace nvfs

@@ -1,0 +1,92 @@
+// fsck.nvfs: checks (and with -p or -y repairs) an nvfs namespace.
+#include <getopt.h>
+
+#include <cinttypes>
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "nvfs/cli.hpp"
+#include "nvfs/fsck.hpp"
+#include "nvfs/media.hpp"
+
+namespace {
+
+constexpr const char* kUsage =
+    "Usage: fsck.nvfs [-n | -p | -a | -y] [-f] [-v] [-V] DEVICE\n"
+    "Checks the nvfs filesystem on DEVICE.\n"
+    "\n"
+    "  -n             check only: open read-only, change nothing\n"
+    "  -p, -a         repair automatically what is safe to repair\n"
+    "  -y             answer yes to every repair\n"
+    "  -f             check even if the filesystem seems clean (always done)\n"
+    "  -v             verbose\n"
+    "  -V, --version  print the version and exit\n"
+    "  -h, --help     print this help and exit\n"
+    "\n"
+    "Exit status: 0 clean, 1 errors corrected, 4 errors left uncorrected,\n"
+    "8 operational error, 16 usage error.\n";
+
+int Usage(const char* message) {
+  std::fprintf(stderr, "fsck.nvfs: %s\n%s", message, kUsage);
+  return nvfs::kFsckUsage;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int modes = 0;
+  nvfs::RepairMode mode = nvfs::RepairMode::kNone;
+  bool verbose = false;
+  static const option kLong[] = {{"help", no_argument, nullptr, 'h'},
+                                 {"version", no_argument, nullptr, 'V'},
+                                 {nullptr, 0, nullptr, 0}};
+  int opt;
+  while ((opt = getopt_long(argc, argv, "npayfvVh", kLong, nullptr)) != -1) {
+    switch (opt) {
+      case 'n': mode = nvfs::RepairMode::kNone; ++modes; break;
+      case 'p':
+      case 'a': mode = nvfs::RepairMode::kPreen; ++modes; break;
+      case 'y': mode = nvfs::RepairMode::kYes; ++modes; break;
+      case 'f': break;
+      case 'v': verbose = true; break;
+      case 'V': std::printf("fsck.nvfs %s\n", NVFS_VERSION); return 0;
+      case 'h': std::fputs(kUsage, stdout); return 0;
+      default: std::fputs(kUsage, stderr); return nvfs::kFsckUsage;
+    }
+  }
+  if (modes > 1) return Usage("only one of -n, -p/-a and -y may be given");
+  if (optind + 1 != argc) return Usage(optind >= argc ? "no DEVICE given" : "too many arguments");
+  const std::string device = argv[optind];
+
+  nvfs::MediaOptions options;
+  options.read_only = mode == nvfs::RepairMode::kNone;
+  auto media = nvfs::OpenMedia(device, options);
+  if (!media.ok()) {
+    std::fprintf(stderr, "fsck.nvfs: %s\n", media.error().message.c_str());
+    return nvfs::kFsckOperational;
+  }
+  std::unique_ptr<nvfs::Progress> progress;  // made once the group count is known
+  const nvfs::FsckReport report = nvfs::CheckNamespace(
+      **media, mode,
+      [&](const std::string& line) { std::printf("%s\n", line.c_str()); },
+      [&](uint64_t done, uint64_t total) {
+        if (!progress) progress = std::make_unique<nvfs::Progress>("checking groups", total, false);
+        progress->Update(done);
+      });
+  progress.reset();
+  if (report.block_count != 0) {
+    std::printf("%s: %s, %" PRIu64 "/%" PRIu64 " inodes, %" PRIu64 "/%" PRIu64 " blocks\n",
+                device.c_str(),
+                report.exit_code == nvfs::kFsckClean ? "clean"
+                : report.exit_code == nvfs::kFsckCorrected ? "errors corrected"
+                : report.exit_code == nvfs::kFsckUncorrected ? "ERRORS LEFT UNCORRECTED"
+                                                             : "check failed",
+                report.inodes_used, report.inode_count, report.blocks_used, report.block_count);
+    if (verbose) {
+      std::printf("  %" PRIu64 " problems found, %" PRIu64 " corrected\n", report.problems,
+                  report.corrected);
+    }
+  }
+  return report.exit_code;
+}

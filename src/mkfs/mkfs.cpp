@@ -1,0 +1,227 @@
+#include "nvfs/mkfs.hpp"
+
+#include <dirent.h>
+#include <sys/stat.h>
+
+#include <bit>
+#include <cstring>
+#include <ctime>
+#include <vector>
+
+#include "nvfs/bitmap.hpp"
+#include "nvfs/dir_block.hpp"
+#include "nvfs/name_hash.hpp"
+#include "nvfs/superblock.hpp"
+
+namespace nvfs {
+
+namespace {
+
+using format::GroupDesc;
+using format::Inode;
+using format::SuperDynamic;
+using format::SuperStatic;
+
+constexpr uint64_t kLostFoundIno = 2;
+constexpr const char* kLostFoundName = "lost+found";
+
+// Blocks of group 0 that mkfs fills beyond the metadata.
+uint64_t RootLeafBlock(const Geometry& g) { return g.FirstDataBlock(0); }
+uint64_t LostFoundLeafBlock(const Geometry& g) { return g.FirstDataBlock(0) + 1; }
+
+void SetBits(std::vector<std::byte>& bitmap, uint64_t first, uint64_t count) {
+  SetBitsInBuffer(bitmap.data(), first, count);
+}
+
+uint64_t CountBits(const std::vector<std::byte>& bitmap, uint64_t bits) {
+  return CountSetBits(bitmap.data(), bits);
+}
+
+// The in-use bits of group `group`'s block bitmap: its metadata, bits past the
+// end of a short last group, the backup superblock block, and in group 0 the
+// two directory leaves.
+void BuildBlockBitmap(const Geometry& g, uint32_t group, std::vector<std::byte>& bitmap) {
+  std::fill(bitmap.begin(), bitmap.end(), std::byte{0});
+  SetBits(bitmap, 0, g.GroupMetaBlocks(group));
+  const uint64_t blocks = g.GroupBlocks(group);
+  if (blocks < g.blocks_per_group()) SetBits(bitmap, blocks, g.blocks_per_group() - blocks);
+  if (group == 0) {
+    SetBits(bitmap, RootLeafBlock(g), 1);
+    SetBits(bitmap, LostFoundLeafBlock(g), 1);
+  }
+  if (group == g.group_count() - 1) {
+    SetBits(bitmap, g.BackupBlock() - g.GroupFirstBlock(group), 1);
+  }
+}
+
+// Inode bits: inode 0 (reserved), root and lost+found in group 0; bits past
+// inodes_per_group in every group.
+void BuildInodeBitmap(const Geometry& g, uint32_t group, std::vector<std::byte>& bitmap) {
+  std::fill(bitmap.begin(), bitmap.end(), std::byte{0});
+  SetBits(bitmap, g.inodes_per_group(), g.blocks_per_group() - g.inodes_per_group());
+  if (group == 0) SetBits(bitmap, 0, kLostFoundIno + 1);
+}
+
+Inode MakeDirInode(uint16_t perm, uint32_t nlink, const MkfsPlan& plan, int64_t now,
+                   uint32_t generation, uint64_t leaf_block, uint64_t entries,
+                   uint32_t block_size) {
+  Inode inode{};
+  inode.mode = static_cast<uint16_t>(S_IFDIR | perm);
+  inode.nlink = nlink;
+  inode.uid = plan.root_uid;
+  inode.gid = plan.root_gid;
+  inode.size = block_size;
+  inode.blocks = 1;
+  inode.atime_sec = inode.mtime_sec = inode.ctime_sec = inode.btime_sec = now;
+  inode.generation = generation;
+  inode.parent = format::kRootIno;
+  inode.map.dir.root = leaf_block;  // a leaf: the index bit is clear
+  inode.map.dir.entries = entries;
+  return inode;
+}
+
+}  // namespace
+
+Result<MkfsPlan> PlanMkfs(uint64_t namespace_size, const MkfsOptions& options) {
+  GeometryRequest request;
+  request.namespace_size = namespace_size;
+  request.block_size = options.block_size;
+  request.inode_count = options.inode_count;
+  request.bytes_per_inode = options.bytes_per_inode;
+  request.journal_slots = options.journal_slots;
+  request.journal_slot_size = options.journal_slot_size;
+  Result<Geometry> geometry = Geometry::Compute(request);
+  if (!geometry.ok()) return geometry.take_error();
+  if (options.label.size() >= sizeof(SuperStatic::label)) {
+    return MakeError(EINVAL, "label too long: %zu bytes, at most %zu", options.label.size(),
+                     sizeof(SuperStatic::label) - 1);
+  }
+
+  MkfsPlan plan;
+  plan.geometry = geometry.value();
+  const Geometry& g = plan.geometry;
+  SuperStatic& sb = plan.super;
+  std::memcpy(sb.magic, format::kSuperStaticMagic, sizeof sb.magic);
+  sb.version_major = format::kVersionMajor;
+  sb.version_minor = format::kVersionMinor;
+  g.FillSuper(&sb);
+  const Uuid uuid = options.uuid ? *options.uuid : RandomUuid();
+  std::memcpy(sb.uuid, uuid.data(), sizeof sb.uuid);
+  std::memcpy(sb.label, options.label.data(), options.label.size());
+  sb.hash_seed = options.hash_seed ? options.hash_seed : RandomU64();
+  sb.mkfs_time = options.now ? options.now : static_cast<int64_t>(std::time(nullptr));
+  sb.checksum = SuperStaticChecksum(sb);
+  plan.first_generation = static_cast<uint32_t>(RandomU64());
+  plan.root_uid = options.root_uid;
+  plan.root_gid = options.root_gid;
+
+  std::vector<std::byte> bitmap(g.block_size());
+  for (uint32_t group = 0; group < g.group_count(); ++group) {
+    BuildBlockBitmap(g, group, bitmap);
+    plan.free_blocks += g.GroupBlocks(group) - CountBits(bitmap, g.GroupBlocks(group));
+  }
+  plan.free_inodes = g.inode_count() - (kLostFoundIno + 1);
+  return plan;
+}
+
+Status WriteMkfs(Media& media, const MkfsPlan& plan,
+                 const std::function<void(uint64_t, uint64_t)>& progress) {
+  const Geometry& g = plan.geometry;
+  if (g.bytes() > media.size()) {
+    return MakeError(ENOSPC, "%s: namespace shrank under mkfs", media.path().c_str());
+  }
+  const SuperStatic& sb = plan.super;
+  const int64_t now = sb.mkfs_time;
+  const uint64_t bs = g.block_size();
+
+  // (1) Nothing may look like a filesystem while we work.
+  for (const Signature& sig : DetectSignatures(media.base(), media.size())) {
+    media.Fill(sig.offset, 0, sig.length);
+    media.Flush(sig.offset, sig.length);
+  }
+  media.Drain();
+
+  // (2) Group metadata. Inode tables are not cleared: an inode is defined only
+  // while its bitmap bit is set, and allocation initialises it whole.
+  std::vector<std::byte> block(bs);
+  const uint64_t total = g.group_count();
+  for (uint32_t group = 0; group < g.group_count(); ++group) {
+    BuildBlockBitmap(g, group, block);
+    const uint64_t used_blocks = CountBits(block, g.GroupBlocks(group));
+    media.Store(g.BlockOffset(g.BlockBitmapBlock(group)), block.data(), bs);
+    media.Flush(g.BlockOffset(g.BlockBitmapBlock(group)), bs);
+
+    BuildInodeBitmap(g, group, block);
+    const uint64_t used_inodes = CountBits(block, g.inodes_per_group());
+    media.Store(g.BlockOffset(g.InodeBitmapBlock(group)), block.data(), bs);
+    media.Flush(g.BlockOffset(g.InodeBitmapBlock(group)), bs);
+
+    std::fill(block.begin(), block.end(), std::byte{0});
+    GroupDesc desc{};
+    desc.magic = format::kGroupDescMagic;
+    desc.group = group;
+    desc.free_blocks = static_cast<uint32_t>(g.GroupBlocks(group) - used_blocks);
+    desc.free_inodes = static_cast<uint32_t>(g.inodes_per_group() - used_inodes);
+    desc.used_dirs = group == 0 ? 2 : 0;
+    desc.checksum = GroupDescChecksum(desc);
+    std::memcpy(block.data(), &desc, sizeof desc);
+    media.Store(g.BlockOffset(g.GroupDescBlock(group)), block.data(), bs);
+    media.Flush(g.BlockOffset(g.GroupDescBlock(group)), bs);
+    if (progress) progress(group + 1, total);
+  }
+
+  // The journal: every slot idle, record areas cleared so no stale record can
+  // ever pass for a current one.
+  const uint64_t journal = g.BlockOffset(g.journal_block());
+  const uint64_t journal_bytes = uint64_t{g.journal_blocks()} * bs;
+  media.Fill(journal, 0, journal_bytes);
+  for (uint32_t slot = 0; slot < g.journal_slots(); ++slot) {
+    format::JournalSlotHeader header{};
+    std::memcpy(header.magic, format::kJournalMagic, sizeof header.magic);
+    header.state = static_cast<uint32_t>(format::JournalState::kIdle);
+    header.slot = slot;
+    media.Store(g.JournalSlotOffset(slot), &header, sizeof header);
+  }
+  media.Flush(journal, journal_bytes);
+
+  // Root and lost+found.
+  DirLeafBuilder root_leaf(block, 0, 0);
+  const uint64_t key = DirKey(DirHash56(NameHash(sb.hash_seed, kLostFoundName)), 0);
+  root_leaf.Add(kLostFoundIno, key, DT_DIR, kLostFoundName);
+  media.Store(g.BlockOffset(RootLeafBlock(g)), block.data(), bs);
+  media.Flush(g.BlockOffset(RootLeafBlock(g)), bs);
+  DirLeafBuilder lost_found_leaf(block, 0, 0);
+  media.Store(g.BlockOffset(LostFoundLeafBlock(g)), block.data(), bs);
+  media.Flush(g.BlockOffset(LostFoundLeafBlock(g)), bs);
+
+  const Inode root = MakeDirInode(0755, 3, plan, now, plan.first_generation, RootLeafBlock(g), 1,
+                                  g.block_size());
+  const Inode lost_found = MakeDirInode(0700, 2, plan, now, plan.first_generation + 1,
+                                        LostFoundLeafBlock(g), 0, g.block_size());
+  media.Store(g.InodeOffset(format::kRootIno), &root, sizeof root);
+  media.Store(g.InodeOffset(kLostFoundIno), &lost_found, sizeof lost_found);
+  media.Flush(g.InodeOffset(format::kRootIno), 2 * sizeof(Inode));
+  media.Drain();
+
+  // (3) Dynamic half and the backup copy of the static half.
+  SuperDynamic dyn{};
+  std::memcpy(dyn.magic, format::kSuperDynamicMagic, sizeof dyn.magic);
+  dyn.state = static_cast<uint32_t>(format::FsState::kClean);
+  dyn.write_time = now;
+  dyn.free_blocks = plan.free_blocks;
+  dyn.free_inodes = plan.free_inodes;
+  dyn.next_generation = uint64_t{plan.first_generation} + 2;
+  dyn.checksum = SuperDynamicChecksum(dyn);
+  media.Store(format::kSuperDynamicOffset, &dyn, sizeof dyn);
+  media.Flush(format::kSuperDynamicOffset, sizeof dyn);
+  media.Store(g.BackupSuperOffset(), &sb, sizeof sb);
+  media.Flush(g.BackupSuperOffset(), sizeof sb);
+  media.Drain();
+
+  // (4) The primary static half makes it an nvfs namespace.
+  media.Store(format::kSuperStaticOffset, &sb, sizeof sb);
+  media.Persist(format::kSuperStaticOffset, sizeof sb);
+  return Status::Ok();
+}
+
+}  // namespace nvfs
