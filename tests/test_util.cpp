@@ -1,14 +1,17 @@
 #include "test_util.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <stdexcept>
+
+#include "nvfs/crc32c.hpp"
 
 namespace nvfs::test {
 
@@ -19,7 +22,9 @@ TempPath::TempPath(const std::string& tag) {
   unlink(path_.c_str());
 }
 
-TempPath::~TempPath() { unlink(path_.c_str()); }
+TempPath::~TempPath() {
+  if (unlink(path_.c_str()) != 0 && errno == EISDIR) rmdir(path_.c_str());
+}
 
 void MakeFile(const std::string& path, uint64_t size, char fill) {
   const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0644);
@@ -37,18 +42,83 @@ void MakeFile(const std::string& path, uint64_t size, char fill) {
   close(fd);
 }
 
+namespace {
+
+// Calls `fn` on each chunk of the file, in order.
+void ForEachChunk(const std::string& path,
+                  const std::function<void(const char*, size_t)>& fn) {
+  const int fd = open(path.c_str(), O_RDONLY);
+  if (fd < 0) throw std::runtime_error("cannot open " + path);
+  std::vector<char> buf(1 << 20);
+  for (;;) {
+    const ssize_t n = read(fd, buf.data(), buf.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      close(fd);
+      throw std::runtime_error("read " + path);
+    }
+    if (n == 0) break;
+    fn(buf.data(), static_cast<size_t>(n));
+  }
+  close(fd);
+}
+
+}  // namespace
+
 std::vector<char> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::vector<char>(std::istreambuf_iterator<char>(in), {});
+  std::vector<char> bytes;
+  ForEachChunk(path, [&](const char* p, size_t n) { bytes.insert(bytes.end(), p, p + n); });
+  return bytes;
 }
 
 void WriteAt(const std::string& path, uint64_t offset, const void* data, size_t len) {
   const int fd = open(path.c_str(), O_RDWR);
   if (fd < 0) throw std::runtime_error("cannot open " + path);
   if (pwrite(fd, data, len, static_cast<off_t>(offset)) != static_cast<ssize_t>(len)) {
+    close(fd);
     throw std::runtime_error("pwrite");
   }
   close(fd);
+}
+
+std::vector<char> ReadAt(const std::string& path, uint64_t offset, size_t len) {
+  const int fd = open(path.c_str(), O_RDONLY);
+  if (fd < 0) throw std::runtime_error("cannot open " + path);
+  std::vector<char> bytes(len);
+  const ssize_t n = pread(fd, bytes.data(), len, static_cast<off_t>(offset));
+  close(fd);
+  if (n != static_cast<ssize_t>(len)) throw std::runtime_error("short pread of " + path);
+  return bytes;
+}
+
+void FlipByte(const std::string& path, uint64_t offset, uint8_t mask) {
+  std::vector<char> byte = ReadAt(path, offset, 1);
+  byte[0] = static_cast<char>(static_cast<uint8_t>(byte[0]) ^ mask);
+  WriteAt(path, offset, byte.data(), 1);
+}
+
+bool PathExists(const std::string& path) {
+  struct stat st;
+  return lstat(path.c_str(), &st) == 0;
+}
+
+uint64_t FileSize(const std::string& path) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) throw std::runtime_error("cannot stat " + path);
+  return static_cast<uint64_t>(st.st_size);
+}
+
+FileDigest DigestFile(const std::string& path) {
+  FileDigest digest;
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) return digest;
+  digest.exists = true;
+  if (!S_ISREG(st.st_mode)) return digest;
+  ForEachChunk(path, [&](const char* p, size_t n) {
+    digest.crc = Crc32c(digest.crc, p, n);
+    digest.size += n;
+  });
+  return digest;
 }
 
 RunResult Run(const char* program_env, const std::vector<std::string>& args) {
@@ -56,7 +126,7 @@ RunResult Run(const char* program_env, const std::vector<std::string>& args) {
   if (program == nullptr) throw std::runtime_error(std::string(program_env) + " is not set");
   std::string command = program;
   for (const auto& a : args) command += " '" + a + "'";
-  command += " 2>&1";
+  command += " 2>&1 </dev/null";
   RunResult result;
   FILE* pipe = popen(command.c_str(), "r");
   if (pipe == nullptr) throw std::runtime_error("popen");
@@ -66,6 +136,38 @@ RunResult Run(const char* program_env, const std::vector<std::string>& args) {
   const int status = pclose(pipe);
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return result;
+}
+
+std::vector<std::string> Lines(const std::string& text) {
+  std::vector<std::string> lines;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    if (end > start) lines.push_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+  return lines;
+}
+
+int RunInChild(const std::function<int()>& body, unsigned timeout_seconds) {
+  std::fflush(nullptr);
+  const pid_t pid = fork();
+  if (pid < 0) throw std::runtime_error("fork");
+  if (pid == 0) {
+    alarm(timeout_seconds);
+    int code = 254;  // the body threw
+    try {
+      code = body();
+    } catch (...) {
+    }
+    _exit(code);
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) throw std::runtime_error("waitpid");
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 1000 + WTERMSIG(status);
 }
 
 }  // namespace nvfs::test

@@ -1,15 +1,16 @@
 // Helpers shared by the tests: scratch images under /dev/shm that remove
-// themselves, and running the programs.
+// themselves, reading and damaging them, and running the programs.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
 namespace nvfs::test {
 
 // A file path under /dev/shm, unique per process and call, removed by the
-// destructor.
+// destructor (an empty directory made at the path is removed too).
 class TempPath {
  public:
   explicit TempPath(const std::string& tag);
@@ -26,6 +27,21 @@ class TempPath {
 void MakeFile(const std::string& path, uint64_t size, char fill = 0);
 std::vector<char> ReadFile(const std::string& path);
 void WriteAt(const std::string& path, uint64_t offset, const void* data, size_t len);
+std::vector<char> ReadAt(const std::string& path, uint64_t offset, size_t len);
+// XORs the byte at `offset` with `mask` (nonzero), so it surely changes.
+void FlipByte(const std::string& path, uint64_t offset, uint8_t mask = 0xFF);
+bool PathExists(const std::string& path);
+uint64_t FileSize(const std::string& path);
+
+// What a file holds, cheaply comparable: existence, size and a checksum of
+// every byte. Used to assert that a refused command wrote nothing.
+struct FileDigest {
+  bool exists = false;
+  uint64_t size = 0;
+  uint32_t crc = 0;
+  bool operator==(const FileDigest&) const = default;
+};
+FileDigest DigestFile(const std::string& path);
 
 struct RunResult {
   int exit_code = -1;
@@ -34,5 +50,12 @@ struct RunResult {
 // Runs argv[0] with the arguments; `program_env` names the environment
 // variable holding the program's path (set by meson).
 RunResult Run(const char* program_env, const std::vector<std::string>& args);
+
+// Non-empty lines of `text`.
+std::vector<std::string> Lines(const std::string& text);
+
+// Runs `body` in a forked child, killed by SIGALRM after `timeout_seconds`.
+// Returns its exit status (0..255), or 1000 + the signal that ended it.
+int RunInChild(const std::function<int()>& body, unsigned timeout_seconds = 10);
 
 }  // namespace nvfs::test

@@ -286,6 +286,7 @@ enum class JournalRecordType : uint16_t {
                       // (block bitmap); undone by clearing them
   kInodeSet = 3,      // the same for the inode bitmap
   kDeferredFree = 4,  // blocks to free once committed: target = first, length = count
+  kInodeFree = 5,     // the same for inodes
 };
 
 // Records follow the slot header back to back; each is valid only if its

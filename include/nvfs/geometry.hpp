@@ -24,6 +24,7 @@ inline constexpr uint64_t kDefaultBytesPerInode = 16384;
 inline constexpr uint32_t kDefaultJournalSlots = 16;
 inline constexpr uint32_t kDefaultJournalSlotSize = 64 * 1024;
 inline constexpr uint32_t kMaxJournalSlots = 1024;
+inline constexpr uint32_t kMaxJournalSlotSize = 64u << 20;  // FromSuper refuses more
 // Group 0 must hold, besides its metadata and the journal, the root directory,
 // lost+found and some room to work: this many data blocks at least.
 inline constexpr uint32_t kMinGroup0DataBlocks = 16;

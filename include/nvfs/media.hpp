@@ -13,6 +13,7 @@
 // concurrency.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -81,7 +82,7 @@ class Media {
   virtual void EndOp() {}
 
   // Bytes stored since the media was opened (all kinds of store).
-  uint64_t bytes_stored() const { return bytes_stored_; }
+  uint64_t bytes_stored() const { return bytes_stored_.load(std::memory_order_relaxed); }
 
  protected:
   Media() = default;
@@ -93,7 +94,10 @@ class Media {
   bool read_only_ = true;
   Granularity granularity_ = Granularity::kPage;
   std::string path_;
-  uint64_t bytes_stored_ = 0;
+  void CountStored(size_t len) { bytes_stored_.fetch_add(len, std::memory_order_relaxed); }
+
+ private:
+  std::atomic<uint64_t> bytes_stored_{0};
 };
 
 // Opens and maps the namespace at `path`: a DAX character device or a regular

@@ -41,10 +41,22 @@ uint64_t Geometry::GroupMetaBlocks(uint32_t group) const {
 
 uint64_t Geometry::MinNamespaceSize(uint32_t block_size) {
   const uint64_t bs = std::max<uint32_t>(block_size, format::kMinBlockSize);
-  const uint64_t meta = 1 + 3 + 1 +
-                        JournalBlocks(kDefaultJournalSlots, kDefaultJournalSlotSize,
-                                      static_cast<uint32_t>(bs));
-  return (meta + kMinGroup0DataBlocks) * bs;
+  const uint64_t per_block = bs / kInodeSize;
+  const uint64_t fixed = 1 + 3 +
+                         JournalBlocks(kDefaultJournalSlots, kDefaultJournalSlotSize,
+                                       static_cast<uint32_t>(bs)) +
+                         kMinGroup0DataBlocks;
+  // The inode table grows with the namespace (one inode per
+  // kDefaultBytesPerInode), so the minimum is the smallest size whose own
+  // inode table fits: iterate from one table block up to the fixed point.
+  uint64_t itable_blocks = 1;
+  for (;;) {
+    const uint64_t size = (fixed + itable_blocks) * bs;
+    const uint64_t inodes = std::max<uint64_t>(size / kDefaultBytesPerInode, 16);
+    const uint64_t need = DivRoundUp(inodes, per_block);
+    if (need <= itable_blocks) return size;
+    itable_blocks = need;
+  }
 }
 
 Result<Geometry> Geometry::Compute(const GeometryRequest& request) {
@@ -66,7 +78,7 @@ Result<Geometry> Geometry::Compute(const GeometryRequest& request) {
   g.journal_slot_size_ =
       request.journal_slot_size ? request.journal_slot_size : kDefaultJournalSlotSize;
   if (g.journal_slots_ > kMaxJournalSlots || g.journal_slot_size_ % 64 != 0 ||
-      g.journal_slot_size_ < 4096) {
+      g.journal_slot_size_ < 4096 || g.journal_slot_size_ > kMaxJournalSlotSize) {
     return MakeError(EINVAL, "invalid journal geometry: %u slots of %u bytes",
                      g.journal_slots_, g.journal_slot_size_);
   }
@@ -181,7 +193,7 @@ Result<Geometry> Geometry::FromSuper(const format::SuperStatic& sb, uint64_t nam
   g.itable_blocks_ = sb.itable_blocks;
   if (sb.journal_slots == 0 || sb.journal_slots > kMaxJournalSlots ||
       sb.journal_slot_size % 64 != 0 || sb.journal_slot_size < 4096 ||
-      sb.journal_slot_size > (64u << 20)) {
+      sb.journal_slot_size > kMaxJournalSlotSize) {
     return bad("journal slots");
   }
   g.journal_slots_ = sb.journal_slots;

@@ -50,7 +50,7 @@ class Pmem2Media final : public Media {
   void Store(uint64_t offset, const void* src, size_t len) override {
     CheckWrite(offset, len);
     std::memcpy(base_ + offset, src, len);
-    bytes_stored_ += len;
+    CountStored(len);
   }
   void Store64(uint64_t offset, uint64_t value) override {
     CheckWrite(offset, 8);
@@ -59,12 +59,12 @@ class Pmem2Media final : public Media {
       std::abort();
     }
     __atomic_store_n(reinterpret_cast<uint64_t*>(base_ + offset), value, __ATOMIC_RELAXED);
-    bytes_stored_ += 8;
+    CountStored(8);
   }
   void Fill(uint64_t offset, int byte, size_t len) override {
     CheckWrite(offset, len);
     std::memset(base_ + offset, byte, len);
-    bytes_stored_ += len;
+    CountStored(len);
   }
   void Flush(uint64_t offset, size_t len) override {
     CheckWrite(offset, len);
@@ -74,7 +74,7 @@ class Pmem2Media final : public Media {
   void StoreFlush(uint64_t offset, const void* src, size_t len) override {
     CheckWrite(offset, len);
     memcpy_(base_ + offset, src, len, PMEM2_F_MEM_NODRAIN);
-    bytes_stored_ += len;
+    CountStored(len);
   }
 
  private:

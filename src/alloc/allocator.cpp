@@ -1,0 +1,251 @@
+#include "alloc/allocator.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+
+namespace nvfs {
+
+namespace {
+
+bool Bit(const std::vector<uint64_t>& map, uint64_t bit) {
+  return (map[bit / 64] >> (bit % 64)) & 1u;
+}
+
+void SetRange(std::vector<uint64_t>& map, uint64_t first, uint64_t count, bool value) {
+  for (uint64_t bit = first; bit < first + count; ++bit) {
+    if (value) {
+      map[bit / 64] |= uint64_t{1} << (bit % 64);
+    } else {
+      map[bit / 64] &= ~(uint64_t{1} << (bit % 64));
+    }
+  }
+}
+
+// First clear bit at or after `from`, below `limit`; `limit` if none.
+uint64_t FindClear(const std::vector<uint64_t>& map, uint64_t from, uint64_t limit) {
+  uint64_t bit = from;
+  while (bit < limit) {
+    const uint64_t word = ~map[bit / 64] >> (bit % 64);
+    if (word != 0) {
+      bit += static_cast<uint64_t>(std::countr_zero(word));
+      return std::min(bit, limit);
+    }
+    bit = (bit / 64 + 1) * 64;
+  }
+  return limit;
+}
+
+}  // namespace
+
+Allocator::Allocator(Media& media, const Geometry& geometry)
+    : media_(media), geometry_(geometry), groups_(new Group[geometry.group_count()]) {}
+
+uint64_t Allocator::PerGroup(BitmapKind kind) const {
+  return kind == BitmapKind::kBlocks ? geometry_.blocks_per_group()
+                                     : geometry_.inodes_per_group();
+}
+
+void Allocator::Load() {
+  const Geometry& g = geometry_;
+  uint64_t free_blocks = 0, free_inodes = 0;
+  const size_t words = g.blocks_per_group() / 64;
+  for (uint32_t index = 0; index < g.group_count(); ++index) {
+    Group& group = groups_[index];
+    std::lock_guard lock(group.mu);
+    group.blocks.resize(words);
+    group.inodes.resize(words);
+    std::memcpy(group.blocks.data(), media_.base() + g.BlockOffset(g.BlockBitmapBlock(index)),
+                words * 8);
+    std::memcpy(group.inodes.data(), media_.base() + g.BlockOffset(g.InodeBitmapBlock(index)),
+                words * 8);
+    // Never hand out what is not there, whatever the media bitmaps say.
+    const uint64_t blocks = g.GroupBlocks(index);
+    SetRange(group.blocks, blocks, g.blocks_per_group() - blocks, true);
+    SetRange(group.blocks, 0, g.GroupMetaBlocks(index), true);
+    SetRange(group.inodes, g.inodes_per_group(), g.blocks_per_group() - g.inodes_per_group(),
+             true);
+    if (index == 0) SetRange(group.inodes, 0, 1, true);
+    if (index == g.group_count() - 1) {
+      SetRange(group.blocks, g.BackupBlock() - g.GroupFirstBlock(index), 1, true);
+    }
+    uint64_t used_blocks = 0, used_inodes = 0;
+    for (size_t w = 0; w < words; ++w) {
+      used_blocks += static_cast<uint64_t>(std::popcount(group.blocks[w]));
+      used_inodes += static_cast<uint64_t>(std::popcount(group.inodes[w]));
+    }
+    group.free_blocks = static_cast<uint32_t>(g.blocks_per_group() - used_blocks);
+    group.free_inodes = static_cast<uint32_t>(g.blocks_per_group() - used_inodes);
+    free_blocks += group.free_blocks;
+    free_inodes += group.free_inodes;
+  }
+  free_blocks_ = free_blocks;
+  free_inodes_ = free_inodes;
+}
+
+uint32_t Allocator::group_free_blocks(uint32_t group) const {
+  std::lock_guard lock(groups_[group].mu);
+  return groups_[group].free_blocks;
+}
+
+uint32_t Allocator::group_free_inodes(uint32_t group) const {
+  std::lock_guard lock(groups_[group].mu);
+  return groups_[group].free_inodes;
+}
+
+bool Allocator::InUse(BitmapKind kind, uint64_t unit) const {
+  const uint64_t per = PerGroup(kind);
+  const Group& group = groups_[unit / per];
+  std::lock_guard lock(group.mu);
+  return Bit(kind == BitmapKind::kBlocks ? group.blocks : group.inodes, unit % per);
+}
+
+Extent Allocator::ReserveRun(Group& group, uint32_t index, BitmapKind kind, uint64_t from,
+                             uint64_t want) {
+  std::vector<uint64_t>& map = kind == BitmapKind::kBlocks ? group.blocks : group.inodes;
+  const uint64_t limit = PerGroup(kind);
+  uint64_t start = FindClear(map, from, limit);
+  if (start == limit && from != 0) start = FindClear(map, 0, from);
+  if (start >= limit) return {};
+  uint64_t end = start;
+  while (end < limit && end - start < want && !Bit(map, end)) ++end;
+  SetRange(map, start, end - start, true);
+  const uint32_t n = static_cast<uint32_t>(end - start);
+  if (kind == BitmapKind::kBlocks) {
+    group.free_blocks -= n;
+    free_blocks_ -= n;
+  } else {
+    group.free_inodes -= n;
+    free_inodes_ -= n;
+  }
+  return {uint64_t{index} * limit + start, end - start};
+}
+
+Result<Extent> Allocator::AllocateIn(Tx& tx, BitmapKind kind, uint32_t first_group,
+                                     uint64_t from, uint64_t want, bool spread) {
+  const uint32_t groups = geometry_.group_count();
+  const uint64_t total_free = kind == BitmapKind::kBlocks ? free_blocks() : free_inodes();
+  const uint64_t average = total_free / groups;
+  // First pass: the preferred group (or, when spreading, groups with at least
+  // the average free count); second pass: any group with room.
+  for (int pass = 0; pass < 2; ++pass) {
+    for (uint32_t i = 0; i < groups; ++i) {
+      const uint32_t index = (first_group + i) % groups;
+      Group& group = groups_[index];
+      std::lock_guard lock(group.mu);
+      const uint32_t free_here =
+          kind == BitmapKind::kBlocks ? group.free_blocks : group.free_inodes;
+      if (free_here == 0) continue;
+      if (pass == 0 && (spread ? free_here < average : i != 0)) continue;
+      const Extent run = ReserveRun(group, index, kind, i == 0 ? from : 0, want);
+      if (run.count == 0) continue;
+      if (!tx.LogAllocated(kind, run.first, run.count)) {
+        // The slot is full: give the run back untouched.
+        SetRange(kind == BitmapKind::kBlocks ? group.blocks : group.inodes,
+                 run.first - uint64_t{index} * PerGroup(kind), run.count, false);
+        if (kind == BitmapKind::kBlocks) {
+          group.free_blocks += static_cast<uint32_t>(run.count);
+          free_blocks_ += run.count;
+        } else {
+          group.free_inodes += static_cast<uint32_t>(run.count);
+          free_inodes_ += run.count;
+        }
+        return MakeError(ENOSPC, "journal slot full");
+      }
+      SetOnMedia(kind, run.first, run.count);
+      return run;
+    }
+  }
+  return Error(ENOSPC);
+}
+
+Result<Extent> Allocator::AllocateBlocks(Tx& tx, uint64_t goal, uint64_t want) {
+  if (goal >= geometry_.block_count()) goal = 0;
+  const uint32_t group = static_cast<uint32_t>(goal / geometry_.blocks_per_group());
+  return AllocateIn(tx, BitmapKind::kBlocks, group, goal % geometry_.blocks_per_group(),
+                    std::max<uint64_t>(want, 1), false);
+}
+
+Result<uint64_t> Allocator::AllocateInode(Tx& tx, uint64_t near_ino, bool directory) {
+  uint32_t group = static_cast<uint32_t>(near_ino / geometry_.inodes_per_group());
+  if (group >= geometry_.group_count()) group = 0;
+  if (directory) group = rotor_.fetch_add(1, std::memory_order_relaxed) % geometry_.group_count();
+  Result<Extent> run = AllocateIn(tx, BitmapKind::kInodes, group, 0, 1, directory);
+  if (!run.ok()) return run.take_error();
+  return run->first;
+}
+
+Status Allocator::FreeBlocks(Tx& tx, uint64_t first, uint64_t count) {
+  if (!tx.LogDeferredFree(BitmapKind::kBlocks, first, count)) {
+    return MakeError(ENOSPC, "journal slot full");
+  }
+  return Status::Ok();
+}
+
+Status Allocator::FreeInode(Tx& tx, uint64_t ino) {
+  if (!tx.LogDeferredFree(BitmapKind::kInodes, ino, 1)) {
+    return MakeError(ENOSPC, "journal slot full");
+  }
+  return Status::Ok();
+}
+
+void Allocator::SetOnMedia(BitmapKind kind, uint64_t first, uint64_t count) {
+  // REQUIRES: the group's mutex is held (AllocateIn), so no other store races
+  // on these bitmap words.
+  const Geometry& g = geometry_;
+  const uint64_t per = PerGroup(kind);
+  const uint32_t index = static_cast<uint32_t>(first / per);
+  const uint64_t bitmap = g.BlockOffset(kind == BitmapKind::kBlocks ? g.BlockBitmapBlock(index)
+                                                                    : g.InodeBitmapBlock(index));
+  uint64_t bit = first % per;
+  const uint64_t end = bit + count;
+  while (bit < end) {
+    const uint64_t n = std::min<uint64_t>(64 - bit % 64, end - bit);
+    const uint64_t mask = (n == 64 ? ~uint64_t{0} : ((uint64_t{1} << n) - 1)) << (bit % 64);
+    const uint64_t word_offset = bitmap + bit / 64 * 8;
+    uint64_t word;
+    std::memcpy(&word, media_.base() + word_offset, 8);
+    media_.Store64(word_offset, word | mask);
+    media_.Flush(word_offset, 8);
+    bit += n;
+  }
+}
+
+void Allocator::ClearOnMedia(BitmapKind kind, uint64_t first, uint64_t count) {
+  const uint64_t per = PerGroup(kind);
+  uint64_t unit = first;
+  while (unit < first + count) {
+    const uint32_t index = static_cast<uint32_t>(unit / per);
+    const uint64_t n = std::min(first + count - unit, (uint64_t{index} + 1) * per - unit);
+    std::lock_guard lock(groups_[index].mu);
+    ClearMediaBits(media_, geometry_, kind, unit, n);
+    unit += n;
+  }
+}
+
+void Allocator::Release(BitmapKind kind, uint64_t first, uint64_t count) {
+  const uint64_t per = PerGroup(kind);
+  uint64_t unit = first;
+  while (unit < first + count) {
+    const uint32_t index = static_cast<uint32_t>(unit / per);
+    const uint64_t n = std::min(first + count - unit, (uint64_t{index} + 1) * per - unit);
+    Group& group = groups_[index];
+    std::lock_guard lock(group.mu);
+    std::vector<uint64_t>& map = kind == BitmapKind::kBlocks ? group.blocks : group.inodes;
+    // Count only bits that were set, so a repeated release cannot inflate the
+    // free counts.
+    uint32_t released = 0;
+    for (uint64_t bit = unit % per; bit < unit % per + n; ++bit) released += Bit(map, bit);
+    SetRange(map, unit % per, n, false);
+    if (kind == BitmapKind::kBlocks) {
+      group.free_blocks += released;
+      free_blocks_ += released;
+    } else {
+      group.free_inodes += released;
+      free_inodes_ += released;
+    }
+    unit += n;
+  }
+}
+
+}  // namespace nvfs

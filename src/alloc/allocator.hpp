@@ -1,0 +1,85 @@
+// Block and inode allocation over the group bitmaps.
+//
+// DRAM keeps, per group, a copy of each bitmap that also marks units reserved
+// by transactions still in flight and units being freed but not yet
+// releasable; the media bitmaps are changed only through a Tx (set after a
+// logged "allocated" record, cleared after commit). The DRAM copies and free
+// counts are rebuilt from the media at mount (Load), in time proportional to
+// the number of groups, not to file sizes.
+//
+// Lock order: a group's mutex is a leaf lock (nothing else is taken while it is
+// held); callers may hold inode locks.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "journal/journal.hpp"
+#include "nvfs/geometry.hpp"
+#include "nvfs/media.hpp"
+#include "nvfs/result.hpp"
+
+namespace nvfs {
+
+class Allocator final : public AllocationSink {
+ public:
+  Allocator(Media& media, const Geometry& geometry);
+
+  // Copies the media bitmaps into DRAM and counts free units.
+  void Load();
+
+  // Allocates one run of 1..want contiguous blocks, searching from `goal`
+  // (a block number; 0 lets the allocator choose) forward, then other groups.
+  // Logs the run in `tx` and sets its bits on the media. ENOSPC when no block
+  // is free (or the journal slot is full).
+  Result<Extent> AllocateBlocks(Tx& tx, uint64_t goal, uint64_t want);
+  // Allocates one inode, near `near_ino`'s group for files; directories are
+  // spread over groups with more than the average free inodes.
+  Result<uint64_t> AllocateInode(Tx& tx, uint64_t near_ino, bool directory);
+
+  // Frees after `tx` commits (a deferred-free record).
+  Status FreeBlocks(Tx& tx, uint64_t first, uint64_t count);
+  Status FreeInode(Tx& tx, uint64_t ino);
+
+  uint64_t free_blocks() const { return free_blocks_.load(std::memory_order_relaxed); }
+  uint64_t free_inodes() const { return free_inodes_.load(std::memory_order_relaxed); }
+  // Per-group free counts (for the group descriptors at unmount).
+  uint32_t group_free_blocks(uint32_t group) const;
+  uint32_t group_free_inodes(uint32_t group) const;
+
+  // True if the unit's bit is set in DRAM (in use or reserved): for checks.
+  bool InUse(BitmapKind kind, uint64_t unit) const;
+
+  // AllocationSink.
+  void ClearOnMedia(BitmapKind kind, uint64_t first, uint64_t count) override;
+  void Release(BitmapKind kind, uint64_t first, uint64_t count) override;
+
+ private:
+  struct Group {
+    mutable std::mutex mu;
+    std::vector<uint64_t> blocks;  // protected by mu
+    std::vector<uint64_t> inodes;  // protected by mu
+    uint32_t free_blocks = 0;      // protected by mu
+    uint32_t free_inodes = 0;      // protected by mu
+  };
+
+  // Finds and reserves (DRAM) a run in `group` starting at or after `from`
+  // (bit index). REQUIRES: group.mu held.
+  Extent ReserveRun(Group& group, uint32_t index, BitmapKind kind, uint64_t from, uint64_t want);
+  Result<Extent> AllocateIn(Tx& tx, BitmapKind kind, uint32_t first_group, uint64_t from,
+                            uint64_t want, bool spread);
+  void SetOnMedia(BitmapKind kind, uint64_t first, uint64_t count);
+  uint64_t PerGroup(BitmapKind kind) const;
+
+  Media& media_;
+  const Geometry geometry_;
+  std::unique_ptr<Group[]> groups_;
+  std::atomic<uint64_t> free_blocks_{0};
+  std::atomic<uint64_t> free_inodes_{0};
+  std::atomic<uint32_t> rotor_{0};  // next group for spreading directories
+};
+
+}  // namespace nvfs

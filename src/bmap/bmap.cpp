@@ -1,0 +1,1 @@
+#include "bmap/bmap.hpp"

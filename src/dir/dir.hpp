@@ -1,0 +1,76 @@
+// Hashed directories (format.hpp and doc/format.md, "Directories"): a radix
+// tree over the 56-bit name hash, cut to the levels needed; leaves hold the
+// entries; the key (hash56 << 6 | seq) is also the readdir cookie.
+//
+// Contracts shared by every function here:
+//  - `dir` is a reference INTO THE MAPPING (ctx.InodeAt(ino)) of a directory
+//    inode; the caller holds its lock: shared for Lookup/ReadDir, exclusive for
+//    anything taking a Tx.
+//  - Nothing here trusts the media: node pointers outside the filesystem, bad
+//    magic, bad rec_len or name_len, trees deeper than the hash bits allow and
+//    overflow chains with cycles are corruption (EUCLEAN), never followed out
+//    of the mapping, never looped on forever.
+//  - Changes follow write-before-publish (doc/integrity.md): new entries are
+//    written into free space (fresh stores) and published by logged stores of
+//    the record header; new or rewritten nodes are built in fresh blocks and
+//    published by one logged store of the parent pointer; replaced blocks are
+//    freed through deferred-free records.
+//  - Each change keeps dir.map.dir.entries (live entries), dir.size
+//    (block_size * nodes) and dir.blocks (nodes) right, through the Tx.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string_view>
+
+#include "fs/context.hpp"
+#include "journal/journal.hpp"
+#include "nvfs/format.hpp"
+#include "nvfs/result.hpp"
+
+namespace nvfs {
+
+struct DirEntryRef {
+  uint64_t ino = 0;
+  uint8_t file_type = 0;   // DT_*
+  uint64_t key = 0;        // readdir cookie of this entry
+  std::string_view name;   // points into the mapping; valid while the lock is held
+};
+
+class Directory {
+ public:
+  explicit Directory(const FsContext& ctx);
+
+  // ENOENT if absent.
+  Result<DirEntryRef> Lookup(const format::Inode& dir, std::string_view name) const;
+
+  // Adds name -> ino. EEXIST if present; ENOSPC when no block is free.
+  // REQUIRES: 1 <= name.size() <= kNameMax, name has no '/' or NUL.
+  Status Insert(Tx& tx, const format::Inode& dir, std::string_view name, uint64_t ino,
+                uint8_t file_type);
+
+  // Removes name. ENOENT if absent.
+  Status Remove(Tx& tx, const format::Inode& dir, std::string_view name);
+
+  // Points an existing name at another inode (rename over an existing name):
+  // one logged change of the record. ENOENT if absent.
+  Status Replace(Tx& tx, const format::Inode& dir, std::string_view name, uint64_t ino,
+                 uint8_t file_type);
+
+  // Calls fn for every entry whose key >= from_key, in increasing key order,
+  // until fn returns false. An entry that exists during the whole listing is
+  // reported exactly once however the directory changes between calls that
+  // resume at (last key + 1).
+  Status ReadDir(const format::Inode& dir, uint64_t from_key,
+                 const std::function<bool(const DirEntryRef&)>& fn) const;
+
+  // Frees every node of the directory's tree (the directory must be empty or
+  // being deleted) and sets root to 0. Same early-stop contract as
+  // Bmap::Truncate: true when done.
+  Result<bool> FreeTree(Tx& tx, const format::Inode& dir);
+
+ private:
+  const FsContext& ctx_;
+};
+
+}  // namespace nvfs

@@ -1,0 +1,36 @@
+// What the filesystem's modules share: the media, the geometry, the
+// allocator, the journal and the directory hash seed. Owned by Filesystem.
+#pragma once
+
+#include <cstdint>
+
+#include "alloc/allocator.hpp"
+#include "journal/journal.hpp"
+#include "nvfs/format.hpp"
+#include "nvfs/geometry.hpp"
+#include "nvfs/media.hpp"
+
+namespace nvfs {
+
+struct FsContext {
+  Media& media;
+  const Geometry& geometry;
+  Allocator& alloc;
+  Journal& journal;
+  uint64_t hash_seed;
+
+  const std::byte* base() const { return media.base(); }
+  // Block `block_no` in the mapping. REQUIRES: block_no < block_count.
+  const std::byte* Block(uint64_t block_no) const {
+    return media.base() + geometry.BlockOffset(block_no);
+  }
+  // True if `block_no` may be followed: inside the filesystem and not 0.
+  bool ValidBlock(uint64_t block_no) const {
+    return block_no != 0 && block_no < geometry.block_count();
+  }
+  const format::Inode& InodeAt(uint64_t ino) const {
+    return *reinterpret_cast<const format::Inode*>(media.base() + geometry.InodeOffset(ino));
+  }
+};
+
+}  // namespace nvfs

@@ -1,0 +1,150 @@
+// The undo journal: every metadata operation runs as one transaction in one
+// journal slot (doc/integrity.md, section 3, gives the store order and the
+// argument; this header gives the contracts).
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <vector>
+
+#include "nvfs/format.hpp"
+#include "nvfs/geometry.hpp"
+#include "nvfs/media.hpp"
+#include "nvfs/result.hpp"
+
+namespace nvfs {
+
+enum class BitmapKind { kBlocks, kInodes };
+
+struct Extent {
+  uint64_t first = 0;
+  uint64_t count = 0;
+};
+
+// What a transaction asks of the allocators when it aborts or frees. The
+// allocators implement it; the journal never touches a bitmap itself at run
+// time (recovery, single-threaded, uses ClearMediaBits directly).
+class AllocationSink {
+ public:
+  virtual ~AllocationSink() = default;
+  // Clears the bits on the media and flushes them (no fence).
+  virtual void ClearOnMedia(BitmapKind kind, uint64_t first, uint64_t count) = 0;
+  // Makes the units allocatable again in DRAM. Called only once clearing them
+  // on the media can no longer be undone or repeated by recovery.
+  virtual void Release(BitmapKind kind, uint64_t first, uint64_t count) = 0;
+};
+
+// Clears bits [first, first + count) of the block or inode bitmaps on the
+// media and flushes them; no locking (recovery, mkfs-time tools).
+void ClearMediaBits(Media& media, const Geometry& geometry, BitmapKind kind, uint64_t first,
+                    uint64_t count);
+
+class Journal;
+
+// One operation's transaction. Driven by one thread. Until Commit or Abort the
+// caller holds the locks that protect every byte it stores through the Tx.
+class Tx {
+ public:
+  Tx(Journal& journal, const char* op_name);  // waits for a free slot
+  ~Tx();                                      // aborts if still open
+  Tx(const Tx&) = delete;
+  Tx& operator=(const Tx&) = delete;
+
+  // Logged in-place stores: the old bytes are made durable in the journal
+  // first. REQUIRES: the range is inside the filesystem.
+  void Store(uint64_t offset, const void* src, size_t len);
+  void Store64(uint64_t offset, uint64_t value);
+  // A field of an on-media struct, by its address in the mapping.
+  template <class T>
+  void Set(const T& field, const T& value) {
+    Store(OffsetOf(&field), &value, sizeof value);
+  }
+  uint64_t OffsetOf(const void* in_mapping) const;
+
+  // Unlogged stores to bytes nothing reachable points to yet (write before
+  // publish). Flushed at commit.
+  void StoreFresh(uint64_t offset, const void* src, size_t len);
+  void FillFresh(uint64_t offset, int byte, size_t len);
+
+  // Logical records. LogAllocated must be called, and return true, before the
+  // bits are set on the media; false means the slot is full (nothing logged).
+  bool LogAllocated(BitmapKind kind, uint64_t first, uint64_t count);
+  // Blocks or inodes to free once this transaction commits.
+  bool LogDeferredFree(BitmapKind kind, uint64_t first, uint64_t count);
+
+  // Bytes left in the slot for records.
+  size_t room() const;
+  // False once a record did not fit: later stores are skipped and Commit
+  // aborts and fails.
+  bool ok() const { return ok_; }
+
+  // Makes everything durable (section 3, step 4). Fails (after aborting) only
+  // when the slot overflowed.
+  Status Commit();
+  // Undoes everything stored through this Tx (section 3, step 5).
+  void Abort();
+
+  Media& media() const;
+
+ private:
+  bool AppendRecord(format::JournalRecordType type, uint64_t target, uint32_t length,
+                    const void* payload);
+  void NoteDirty(uint64_t offset, size_t len);
+  void CheckRange(uint64_t offset, size_t len) const;  // aborts the process on a bug
+  void FlushDirty();
+  void SetState(format::JournalState state);
+  void Finish();
+
+  Journal& journal_;
+  uint32_t slot_ = 0;
+  uint64_t slot_offset_ = 0;
+  uint64_t seq_ = 0;
+  uint32_t used_ = 0;  // bytes of records after the slot header
+  bool ok_ = true;
+  bool open_ = true;
+  std::vector<Extent> dirty_;  // byte ranges stored since begin
+  struct Allocation {
+    BitmapKind kind;
+    Extent extent;
+  };
+  std::vector<Allocation> allocated_;  // undone by Abort
+  std::vector<Allocation> frees_;      // done after Commit
+};
+
+class Journal {
+ public:
+  Journal(Media& media, const Geometry& geometry);
+
+  struct RecoveryStats {
+    uint32_t undone = 0;     // active operations rolled back
+    uint32_t completed = 0;  // committed operations whose frees were finished
+    uint64_t records = 0;    // records applied
+  };
+  // Brings every slot to idle (section 3, "Recovery"). Single-threaded, at
+  // mount, before anything else writes. Never reads or writes outside the
+  // mapping whatever the slots hold; a damaged slot header fails with EUCLEAN.
+  Result<RecoveryStats> Recover();
+
+  void set_sink(AllocationSink* sink) { sink_ = sink; }
+  Media& media() const { return media_; }
+  const Geometry& geometry() const { return geometry_; }
+
+ private:
+  friend class Tx;
+  uint32_t AcquireSlot();
+  void ReleaseSlot(uint32_t slot);
+  // Validity of a record's target, shared by recovery and its tests.
+  bool ValidRecord(const format::JournalRecord& record) const;
+
+  Media& media_;
+  const Geometry geometry_;
+  AllocationSink* sink_ = nullptr;
+
+  std::mutex mu_;
+  std::condition_variable slot_freed_;
+  std::vector<uint32_t> free_slots_;  // protected by mu_
+  uint64_t next_seq_ = 1;             // protected by mu_
+};
+
+}  // namespace nvfs

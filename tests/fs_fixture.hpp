@@ -1,0 +1,86 @@
+// A freshly formatted namespace opened the way mount opens it, for tests of
+// the modules below the filesystem core (journal, allocator, bmap, dir).
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "alloc/allocator.hpp"
+#include "fs/context.hpp"
+#include "journal/journal.hpp"
+#include "nvfs/media.hpp"
+#include "nvfs/mkfs.hpp"
+#include "nvfs/superblock.hpp"
+#include "test_util.hpp"
+
+namespace nvfs::test {
+
+class FsFixture {
+ public:
+  // Formats a `size`-byte image with `block_size` blocks and opens it.
+  explicit FsFixture(uint64_t size = 64ull << 20, uint32_t block_size = 4096,
+                     uint64_t inodes = 0)
+      : path_("fixture") {
+    MkfsOptions options;
+    options.block_size = block_size;
+    options.inode_count = inodes;
+    options.hash_seed = 0x1234567;
+    MakeFile(path_.path(), size);
+    Reopen([&](Media& media) {
+      auto plan = PlanMkfs(media.size(), options);
+      if (!plan.ok()) throw std::runtime_error(plan.error().message);
+      if (!WriteMkfs(media, *plan).ok()) throw std::runtime_error("mkfs failed");
+    });
+  }
+
+  // Drops the DRAM state and opens the namespace again, running journal
+  // recovery (as a mount after a crash would). `before` runs on the media
+  // first, if given.
+  template <class Fn>
+  void Reopen(Fn&& before) {
+    ctx_.reset();
+    alloc_.reset();
+    journal_.reset();
+    media_.reset();
+    auto media = OpenMedia(path_.path(), MediaOptions{});
+    if (!media.ok()) throw std::runtime_error(media.error().message);
+    media_ = std::move(media.value());
+    before(*media_);
+    auto found = FindSuper(media_->base(), media_->size());
+    if (!found.ok()) throw std::runtime_error(found.error().message);
+    geometry_ = found->geometry;
+    hash_seed_ = found->sb.hash_seed;
+    journal_ = std::make_unique<Journal>(*media_, *geometry_);
+    auto recovered = journal_->Recover();
+    if (!recovered.ok()) throw std::runtime_error(recovered.error().message);
+    last_recovery_ = recovered.value();
+    alloc_ = std::make_unique<Allocator>(*media_, *geometry_);
+    alloc_->Load();
+    journal_->set_sink(alloc_.get());
+    ctx_.emplace(FsContext{*media_, *geometry_, *alloc_, *journal_, hash_seed_});
+  }
+  void Reopen() {
+    Reopen([](Media&) {});
+  }
+
+  FsContext& ctx() { return *ctx_; }
+  Media& media() { return *media_; }
+  const Geometry& geometry() { return *geometry_; }
+  Allocator& alloc() { return *alloc_; }
+  Journal& journal() { return *journal_; }
+  const Journal::RecoveryStats& last_recovery() const { return last_recovery_; }
+  const std::string& path() const { return path_.path(); }
+
+ private:
+  TempPath path_;
+  std::unique_ptr<Media> media_;
+  std::optional<Geometry> geometry_;
+  uint64_t hash_seed_ = 0;
+  std::unique_ptr<Journal> journal_;
+  std::unique_ptr<Allocator> alloc_;
+  std::optional<FsContext> ctx_;
+  Journal::RecoveryStats last_recovery_;
+};
+
+}  // namespace nvfs::test

@@ -1,0 +1,44 @@
+#!/usr/bin/env python3
+"""Sums Catch2 test-case counts over every test in a meson testlog.json.
+
+A test whose output has no Catch2 summary (it crashed, timed out, or is not a
+Catch2 binary) counts as one case, passed or failed by its meson result.
+Prints "N passed, N failed" last and exits 1 if anything failed.
+"""
+import json
+import re
+import sys
+
+ALL_PASSED = re.compile(r"All tests passed \((\d+) assertions? in (\d+) test cases?\)")
+SUMMARY = re.compile(r"test cases:\s*(\d+)\s*\|\s*(\d+) passed\s*\|\s*(\d+) failed")
+ONLY_FAILED = re.compile(r"test cases:\s*(\d+)\s*\|\s*(\d+) failed")
+
+passed = failed = 0
+with open(sys.argv[1]) as log:
+    for line in log:
+        test = json.loads(line)
+        out = test.get("stdout", "") or ""
+        ok = test.get("result") in ("OK", "EXPECTEDFAIL", "SKIP")
+        m = ALL_PASSED.search(out)
+        if m and ok:
+            passed += int(m.group(2))
+            continue
+        m = SUMMARY.search(out)
+        if m:
+            passed += int(m.group(2))
+            failed += int(m.group(3))
+            if not ok and int(m.group(3)) == 0:
+                failed += 1
+            continue
+        m = ONLY_FAILED.search(out)
+        if m:
+            failed += int(m.group(2))
+            continue
+        if ok:
+            passed += 1
+        else:
+            failed += 1
+            print(f"{test.get('name')}: {test.get('result')} with no Catch2 summary",
+                  file=sys.stderr)
+print(f"{passed} passed, {failed} failed")
+sys.exit(1 if failed else 0)
