@@ -22,6 +22,7 @@
 #include "nvfs/geometry.hpp"
 #include "nvfs/name_hash.hpp"
 #include "nvfs/superblock.hpp"
+#include "test_util.hpp"
 
 namespace nvfs {
 namespace {
@@ -733,38 +734,10 @@ TEST_CASE("ParseUuid rejects malformed text", "[cli]") {
 // Directory leaves
 // ---------------------------------------------------------------------------
 
-struct ParsedEntry {
-  uint32_t offset;
-  format::DirEntry entry;
-  std::string name;
-};
+using ParsedEntry = test::LeafRecord;
 
-// Walks the rec_len chain of a leaf; requires that it ends exactly at the end
-// of the block, and returns every record (free ones included).
 std::vector<ParsedEntry> WalkLeaf(const std::vector<std::byte>& block) {
-  std::vector<ParsedEntry> records;
-  uint32_t offset = sizeof(format::DirLeafHeader);
-  while (offset < block.size()) {
-    ParsedEntry p;
-    p.offset = offset;
-    REQUIRE(offset + sizeof(format::DirEntry) <= block.size());
-    std::memcpy(&p.entry, block.data() + offset, sizeof p.entry);
-    REQUIRE(p.entry.rec_len >= sizeof(format::DirEntry));
-    REQUIRE(p.entry.rec_len % 8 == 0);
-    REQUIRE(offset + p.entry.rec_len <= block.size());
-    REQUIRE(p.entry.reserved == 0);
-    if (p.entry.ino != 0) {
-      REQUIRE(p.entry.name_len >= 1);
-      REQUIRE(format::DirRecordLength(p.entry.name_len) <= p.entry.rec_len);
-      p.name.assign(reinterpret_cast<const char*>(block.data()) + offset +
-                        sizeof(format::DirEntry),
-                    p.entry.name_len);
-    }
-    records.push_back(p);
-    offset += p.entry.rec_len;
-  }
-  REQUIRE(offset == block.size());
-  return records;
+  return test::ParseDirLeaf(block.data(), block.size());
 }
 
 TEST_CASE("DirRecordLength rounds header plus name up to 8 bytes", "[dir_block]") {

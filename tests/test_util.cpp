@@ -6,9 +6,11 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <csignal>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 
 #include "nvfs/crc32c.hpp"
@@ -121,14 +123,9 @@ FileDigest DigestFile(const std::string& path) {
   return digest;
 }
 
-RunResult Run(const char* program_env, const std::vector<std::string>& args) {
-  const char* program = std::getenv(program_env);
-  if (program == nullptr) throw std::runtime_error(std::string(program_env) + " is not set");
-  std::string command = program;
-  for (const auto& a : args) command += " '" + a + "'";
-  command += " 2>&1 </dev/null";
+RunResult RunShell(const std::string& command) {
   RunResult result;
-  FILE* pipe = popen(command.c_str(), "r");
+  FILE* pipe = popen((command + " 2>&1 </dev/null").c_str(), "r");
   if (pipe == nullptr) throw std::runtime_error("popen");
   char buf[4096];
   size_t n;
@@ -136,6 +133,14 @@ RunResult Run(const char* program_env, const std::vector<std::string>& args) {
   const int status = pclose(pipe);
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return result;
+}
+
+RunResult Run(const char* program_env, const std::vector<std::string>& args) {
+  const char* program = std::getenv(program_env);
+  if (program == nullptr) throw std::runtime_error(std::string(program_env) + " is not set");
+  std::string command = program;
+  for (const auto& a : args) command += " '" + a + "'";
+  return RunShell(command);
 }
 
 std::vector<std::string> Lines(const std::string& text) {
@@ -155,6 +160,9 @@ int RunInChild(const std::function<int()>& body, unsigned timeout_seconds) {
   const pid_t pid = fork();
   if (pid < 0) throw std::runtime_error("fork");
   if (pid == 0) {
+    // Catch's handlers would report the child's death as a test failure of
+    // its own; the parent judges how the child ended.
+    for (int sig : {SIGABRT, SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGALRM}) signal(sig, SIG_DFL);
     alarm(timeout_seconds);
     int code = 254;  // the body threw
     try {
@@ -168,6 +176,41 @@ int RunInChild(const std::function<int()>& body, unsigned timeout_seconds) {
     if (errno != EINTR) throw std::runtime_error("waitpid");
   }
   return WIFEXITED(status) ? WEXITSTATUS(status) : 1000 + WTERMSIG(status);
+}
+
+}  // namespace nvfs::test
+
+namespace nvfs::test {
+
+std::vector<LeafRecord> ParseDirLeaf(const std::byte* block, size_t size) {
+  auto fail = [](const std::string& what, uint32_t offset) {
+    throw std::runtime_error("directory leaf: " + what + " at offset " +
+                             std::to_string(offset));
+  };
+  std::vector<LeafRecord> records;
+  uint32_t offset = sizeof(format::DirLeafHeader);
+  while (offset < size) {
+    LeafRecord r;
+    r.offset = offset;
+    if (offset + sizeof(format::DirEntry) > size) fail("record header past the end", offset);
+    std::memcpy(&r.entry, block + offset, sizeof r.entry);
+    if (r.entry.rec_len < sizeof(format::DirEntry)) fail("rec_len too short", offset);
+    if (r.entry.rec_len % 8 != 0) fail("rec_len not a multiple of 8", offset);
+    if (offset + r.entry.rec_len > size) fail("record past the end", offset);
+    if (r.entry.reserved != 0) fail("reserved field set", offset);
+    if (r.entry.ino != 0) {
+      if (r.entry.name_len == 0) fail("empty name", offset);
+      if (format::DirRecordLength(r.entry.name_len) > r.entry.rec_len) {
+        fail("name longer than the record", offset);
+      }
+      r.name.assign(reinterpret_cast<const char*>(block) + offset + sizeof(format::DirEntry),
+                    r.entry.name_len);
+    }
+    records.push_back(r);
+    offset += r.entry.rec_len;
+  }
+  if (offset != size) fail("chain does not end at the block end", offset);
+  return records;
 }
 
 }  // namespace nvfs::test

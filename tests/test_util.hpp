@@ -2,10 +2,13 @@
 // themselves, reading and damaging them, and running the programs.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
+
+#include "nvfs/format.hpp"
 
 namespace nvfs::test {
 
@@ -51,11 +54,25 @@ struct RunResult {
 // variable holding the program's path (set by meson).
 RunResult Run(const char* program_env, const std::vector<std::string>& args);
 
+// Runs a shell command line, stdout and stderr together.
+RunResult RunShell(const std::string& command);
+
 // Non-empty lines of `text`.
 std::vector<std::string> Lines(const std::string& text);
 
 // Runs `body` in a forked child, killed by SIGALRM after `timeout_seconds`.
 // Returns its exit status (0..255), or 1000 + the signal that ended it.
 int RunInChild(const std::function<int()>& body, unsigned timeout_seconds = 10);
+
+// One record of a directory leaf.
+struct LeafRecord {
+  uint32_t offset = 0;
+  format::DirEntry entry{};
+  std::string name;  // empty for a free record
+};
+// Walks the rec_len chain of a directory leaf from just after its header.
+// Throws std::runtime_error (a test failure) unless every record is well formed
+// and the chain ends exactly at the end of the block.
+std::vector<LeafRecord> ParseDirLeaf(const std::byte* block, size_t size);
 
 }  // namespace nvfs::test

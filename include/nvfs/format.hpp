@@ -105,7 +105,7 @@ struct SuperDynamic {
   uint64_t free_blocks;    // exact when state == kClean
   uint64_t free_inodes;    // exact when state == kClean
   uint64_t orphan_head;    // first inode of the orphan list (unlinked, still open); 0 none
-  uint64_t next_generation;  // inode generations are handed out from here
+  uint64_t next_generation;  // reserved: v1 draws inode generations at random
   int64_t check_time;      // seconds, last fsck
   uint8_t reserved[1964];  // must be zero
   uint32_t checksum;       // CRC32C of bytes 0..2043 of this half
@@ -131,7 +131,7 @@ struct GroupDesc {
   uint32_t group;         // this group's number
   uint32_t free_blocks;   // exact when the superblock state is kClean
   uint32_t free_inodes;   // exact when the superblock state is kClean
-  uint32_t used_dirs;     // directories, exact when kClean
+  uint32_t used_dirs;     // directories as mkfs made them; advisory
   uint32_t flags;         // must be zero
   uint8_t reserved[36];   // must be zero
   uint32_t checksum;      // CRC32C of bytes 0..59

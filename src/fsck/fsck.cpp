@@ -31,6 +31,8 @@ class Checker {
   void Say(const char* fmt, ...) __attribute__((format(printf, 2, 3)));
   // Records a problem; returns true if the caller should repair it.
   bool Problem(const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+  // Records a problem this version cannot repair in any mode.
+  void Unrepairable(const char* fmt, ...) __attribute__((format(printf, 2, 3)));
   void Fixed() { ++report_.corrected; }
   bool CanWrite() const { return mode_ != RepairMode::kNone; }
 
@@ -71,6 +73,16 @@ bool Checker::Problem(const char* fmt, ...) {
   ++report_.problems;
   if (say_) say_(std::string(buf) + (CanWrite() ? ": fixing" : ": not fixed (-n)"));
   return CanWrite();
+}
+
+void Checker::Unrepairable(const char* fmt, ...) {
+  char buf[512];
+  va_list ap;
+  va_start(ap, fmt);
+  std::vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  ++report_.problems;
+  if (say_) say_(std::string(buf) + ": not fixed (needs the full check)");
 }
 
 FsckReport Checker::Run() {
@@ -167,7 +179,7 @@ void Checker::CheckDynamic() {
     if (!report_.clean_state) {
       Say("filesystem was not cleanly unmounted; the next mount recovers it");
     }
-    if (dynamic_.errors != 0) Problem("superblock records earlier errors");
+    if (dynamic_.errors != 0) Unrepairable("superblock records earlier errors");
     return;
   }
   // Rebuilt by Run() once the groups are counted.
@@ -197,7 +209,7 @@ void Checker::CheckGroup(uint32_t group) {
   }
   if (group == 0) missing += !TestBit(inode_bitmap, 0);
   if (missing != 0) {
-    Problem("group %u: %" PRIu64 " reserved bitmap bits are clear", group, missing);
+    Unrepairable("group %u: %" PRIu64 " reserved bitmap bits are clear", group, missing);
     // Setting them needs the reachability check of the full fsck (a block
     // marked free may have been handed out); left for it.
   }
@@ -237,13 +249,13 @@ void Checker::CheckJournal() {
     std::memcpy(&header, media_.base() + g.JournalSlotOffset(slot), sizeof header);
     if (std::memcmp(header.magic, format::kJournalMagic, sizeof header.magic) != 0 ||
         header.slot != slot || header.state > 2) {
-      Problem("journal slot %u: header damaged", slot);
+      Unrepairable("journal slot %u: header damaged", slot);
       continue;
     }
     if (header.state != static_cast<uint32_t>(format::JournalState::kIdle)) {
       if (report_.clean_state) {
-        Problem("journal slot %u holds an unfinished operation on a cleanly unmounted "
-                "filesystem", slot);
+        Unrepairable("journal slot %u holds an unfinished operation on a cleanly unmounted "
+                     "filesystem", slot);
       } else {
         Say("journal slot %u holds an unfinished operation; the next mount recovers it", slot);
       }
@@ -255,12 +267,12 @@ void Checker::CheckRoot() {
   const Geometry& g = geometry_;
   const std::byte* inode_bitmap = media_.base() + g.BlockOffset(g.InodeBitmapBlock(0));
   if (!TestBit(inode_bitmap, format::kRootIno)) {
-    Problem("root inode is not allocated");
+    Unrepairable("root inode is not allocated");
     return;
   }
   format::Inode root;
   std::memcpy(&root, media_.base() + g.InodeOffset(format::kRootIno), sizeof root);
-  if (!S_ISDIR(root.mode)) Problem("root inode is not a directory (mode 0%o)", root.mode);
+  if (!S_ISDIR(root.mode)) Unrepairable("root inode is not a directory (mode 0%o)", root.mode);
 }
 
 }  // namespace

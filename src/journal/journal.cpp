@@ -359,6 +359,7 @@ void Tx::Finish() {
 }
 
 Status Tx::Commit() {
+  if (!open_) return Status::Ok();
   if (!ok_) {
     Abort();
     return MakeError(ENOSPC, "operation too large for one journal slot");

@@ -80,7 +80,7 @@ class Tx {
   bool ok() const { return ok_; }
 
   // Makes everything durable (section 3, step 4). Fails (after aborting) only
-  // when the slot overflowed.
+  // when the slot overflowed. A no-op on a transaction already finished.
   Status Commit();
   // Undoes everything stored through this Tx (section 3, step 5).
   void Abort();

@@ -173,7 +173,12 @@ Result<std::unique_ptr<Media>> Pmem2Media::Open(const std::string& path,
   ret = pmem2_source_alignment(media->source_, &alignment);
   if (ret != 0) return Pmem2Error(path, "cannot read alignment", ret);
   size_t usable = alignment ? size / alignment * alignment : size;
-  if (usable < options.min_size || usable == 0) {
+  if (usable == 0 && options.min_size == 0) {
+    // No minimum was asked for: say what the mapping needs, not "at least 0".
+    return MakeError(ENOSPC, "%s: too small: %zu bytes; a mapping needs at least %zu bytes", p,
+                     size, alignment ? alignment : size_t{1});
+  }
+  if (usable < options.min_size) {
     return MakeError(ENOSPC, "%s: too small: %zu bytes; nvfs needs at least %" PRIu64 " bytes",
                      p, size, options.min_size);
   }

@@ -1,5 +1,6 @@
 // Recognising what a namespace already holds, so mkfs never formats over a
 // filesystem by accident.
+#include <algorithm>
 #include <cstring>
 #include <string_view>
 
@@ -41,8 +42,13 @@ std::vector<Signature> DetectSignatures(const std::byte* base, uint64_t size) {
   std::vector<Signature> found;
   const std::string_view nvfs_magic(format::kSuperStaticMagic, sizeof format::kSuperStaticMagic);
   if (HasBytes(base, size, 0, nvfs_magic)) found.push_back({"nvfs", 0, 8});
+  // Block sizes that divide the size name the same candidate; report it once.
   ForEachBackupCandidate(size, [&](uint64_t offset, uint32_t) {
-    if (HasBytes(base, size, offset, nvfs_magic)) found.push_back({"nvfs (backup)", offset, 8});
+    const bool seen = std::any_of(found.begin(), found.end(),
+                                  [&](const Signature& s) { return s.offset == offset; });
+    if (!seen && HasBytes(base, size, offset, nvfs_magic)) {
+      found.push_back({"nvfs (backup)", offset, 8});
+    }
   });
   for (const Magic& m : kMagics) {
     if (HasBytes(base, size, m.offset, m.bytes)) {

@@ -1,0 +1,243 @@
+// The nvfs filesystem core: every POSIX operation as an errno-returning C++
+// API, thread-safe, usable in process (tools, tests) or behind the FUSE
+// adapter. It never sees a fuse_req_t.
+//
+// Inode references follow the FUSE model: Lookup, Create, Mknod, Mkdir,
+// Symlink, Link and LookupInode each add one reference to the inode they
+// return; Forget(ino, n) drops n. An inode whose link count reaches zero is
+// freed when its last reference and its last open file are gone (and, after
+// a crash, at the next mount).
+//
+// Every metadata operation is atomic and durable when it returns; data passed
+// to Write is durable when Write returns (doc/integrity.md).
+//
+// Locking (the order, outermost first):
+//   1. tree_mu_: taken exclusively by every operation that changes a
+//      directory (create, mknod, mkdir, symlink, link, unlink, rmdir, rename)
+//      and by inode reclaim; such an operation may then lock several inodes.
+//      Every other operation locks at most one inode and takes no tree_mu_.
+//   2. inode locks (CachedInode::lock), shared for reads, exclusive for
+//      changes. Under tree_mu_ in any order (one writer at a time); otherwise
+//      one at a time.
+//   3. orphan_mu_ (the orphan list and the dynamic superblock).
+//   4. leaf locks: the inode cache's mutex, the allocator's group mutexes, the
+//      journal's slot mutex.
+#pragma once
+
+#include <sys/types.h>
+#include <sys/uio.h>
+#include <time.h>
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+#include <string_view>
+
+#include "nvfs/result.hpp"
+
+namespace nvfs {
+
+class Media;
+class Geometry;
+class Journal;
+class Allocator;
+class Bmap;
+class Directory;
+class InodeCache;
+struct CachedInode;
+struct FsContext;
+
+struct Attr {
+  uint64_t ino = 0;
+  uint32_t mode = 0;
+  uint32_t nlink = 0;
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+  uint64_t rdev = 0;
+  uint64_t size = 0;
+  uint64_t blocks = 0;      // 512-byte units, as st_blocks
+  uint32_t blksize = 0;     // preferred I/O size
+  uint32_t generation = 0;
+  timespec atime{}, mtime{}, ctime{}, btime{};
+};
+
+struct Cred {
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+};
+
+// Which fields SetAttr changes (bits may be combined).
+enum SetAttrBits : uint32_t {
+  kSetMode = 1u << 0,
+  kSetUid = 1u << 1,
+  kSetGid = 1u << 2,
+  kSetSize = 1u << 3,
+  kSetAtime = 1u << 4,      // to .atime
+  kSetMtime = 1u << 5,      // to .mtime
+  kSetAtimeNow = 1u << 6,
+  kSetMtimeNow = 1u << 7,
+  kSetCtime = 1u << 8,      // to .ctime (otherwise ctime becomes now)
+};
+
+struct SetAttrRequest {
+  uint32_t valid = 0;  // SetAttrBits
+  uint32_t mode = 0;   // permission bits (07777) only
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+  uint64_t size = 0;
+  timespec atime{}, mtime{}, ctime{};
+};
+
+struct StatFs {
+  uint32_t block_size = 0;
+  uint64_t blocks = 0;
+  uint64_t blocks_free = 0;
+  uint64_t inodes = 0;
+  uint64_t inodes_free = 0;
+  uint32_t name_max = 0;
+};
+
+// One piece of a mapped read (the `map` read path): bytes inside the mapping,
+// or, for holes, inside a shared page of zeros.
+struct ReadRun {
+  const void* data;
+  size_t len;
+};
+
+struct MountOptions {
+  bool read_only = false;
+};
+
+// An open file: what Open returns and Read/Write take, so the data path needs
+// no inode-number lookup.
+struct OpenFile;
+using FileHandle = OpenFile*;
+
+class Filesystem {
+ public:
+  // Maps the namespace at `path`, recovers it if needed (journal, orphans) and
+  // returns the mounted filesystem. Clear one-line errors for every refusal.
+  static Result<std::unique_ptr<Filesystem>> Mount(const std::string& path,
+                                                   const MountOptions& options);
+  ~Filesystem();  // unmounts cleanly if Unmount was not called
+  Filesystem(const Filesystem&) = delete;
+  Filesystem& operator=(const Filesystem&) = delete;
+
+  // Writes exact counters and marks the filesystem clean. Nothing may run
+  // concurrently; no call may follow but the destructor.
+  Status Unmount();
+
+  // --- Names -------------------------------------------------------------
+  Result<Attr> Lookup(uint64_t parent, std::string_view name);
+  // A reference to an inode known by number (readdirplus, NFS handles).
+  Result<Attr> LookupInode(uint64_t ino);
+  void Forget(uint64_t ino, uint64_t count);
+
+  Result<Attr> Mknod(uint64_t parent, std::string_view name, uint32_t mode, uint64_t rdev,
+                     const Cred& cred);
+  Result<Attr> Mkdir(uint64_t parent, std::string_view name, uint32_t mode, const Cred& cred);
+  Result<Attr> Symlink(uint64_t parent, std::string_view name, std::string_view target,
+                       const Cred& cred);
+  Result<Attr> Link(uint64_t ino, uint64_t new_parent, std::string_view new_name);
+  Status Unlink(uint64_t parent, std::string_view name);
+  Status Rmdir(uint64_t parent, std::string_view name);
+  // flags: 0, RENAME_NOREPLACE or RENAME_EXCHANGE.
+  Status Rename(uint64_t parent, std::string_view name, uint64_t new_parent,
+                std::string_view new_name, unsigned flags);
+  Result<std::string> Readlink(uint64_t ino);
+
+  // Lists `dir` from `cookie` (0 to start): ".", "..", then the entries.
+  // fn gets each entry and the cookie that resumes after it; it returns false
+  // to stop (that entry is then not consumed).
+  struct DirEntry {
+    std::string_view name;
+    uint64_t ino;
+    uint32_t type;  // DT_*
+  };
+  Status ReadDir(uint64_t dir, uint64_t cookie,
+                 const std::function<bool(const DirEntry& entry, uint64_t next_cookie)>& fn);
+
+  // --- Attributes ----------------------------------------------------------
+  Result<Attr> GetAttr(uint64_t ino);
+  Result<Attr> SetAttr(uint64_t ino, const SetAttrRequest& request);
+  Result<StatFs> GetStatFs();
+
+  // --- Files -----------------------------------------------------------------
+  // Opens a regular file (O_TRUNC truncates, as one atomic operation); the
+  // handle holds the inode until Release.
+  Result<FileHandle> Open(uint64_t ino, int flags);
+  // Creates and opens: EEXIST if the name exists.
+  Result<FileHandle> Create(uint64_t parent, std::string_view name, uint32_t mode, int flags,
+                            const Cred& cred, Attr* attr);
+  void Release(FileHandle file);
+
+  // The three read paths; all return the same bytes: past EOF nothing, holes
+  // zeros.
+  // read: one contiguous copy (nvfs ->read).
+  Result<size_t> Read(FileHandle file, uint64_t offset, void* buf, size_t len);
+  // read_iter: copy into a scatter list (nvfs ->read_iter).
+  Result<size_t> ReadIter(FileHandle file, uint64_t offset, const iovec* iov, int iovcnt);
+  // map: no copy; fills up to max_runs runs covering [offset, offset + len)
+  // (clipped at EOF) and returns the bytes covered. The runs stay valid until
+  // the file is written, truncated or released: the caller consumes them at once.
+  Result<size_t> Map(FileHandle file, uint64_t offset, size_t len, ReadRun* runs,
+                     size_t max_runs, size_t* run_count);
+
+  // Writes at `offset` (O_APPEND handles: at the end). Durable on return.
+  Result<size_t> Write(FileHandle file, uint64_t offset, const void* buf, size_t len);
+  Result<size_t> WriteIter(FileHandle file, uint64_t offset, const iovec* iov, int iovcnt);
+  // Everything is durable already; checks the handle.
+  Status Fsync(FileHandle file);
+  // mode: 0, FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE.
+  Status Fallocate(FileHandle file, int mode, uint64_t offset, uint64_t len);
+  // SEEK_DATA / SEEK_HOLE (and SEEK_SET/SEEK_CUR/SEEK_END for completeness).
+  Result<uint64_t> Lseek(FileHandle file, uint64_t offset, int whence);
+  uint64_t HandleIno(FileHandle file) const;
+
+  // --- Extended attributes ------------------------------------------------------
+  // flags: 0, XATTR_CREATE or XATTR_REPLACE.
+  Status SetXattr(uint64_t ino, std::string_view name, const void* value, size_t size,
+                  int flags);
+  // With size 0 returns the value's size; ERANGE if it does not fit.
+  Result<size_t> GetXattr(uint64_t ino, std::string_view name, void* value, size_t size);
+  // NUL-separated names; with size 0 returns the size needed.
+  Result<size_t> ListXattr(uint64_t ino, char* list, size_t size);
+  Status RemoveXattr(uint64_t ino, std::string_view name);
+
+  // --- Information ----------------------------------------------------------------
+  uint32_t block_size() const;
+  bool read_only() const { return read_only_; }
+  const Geometry& geometry() const;
+  Media& media() const { return *media_; }
+  // Inodes on the orphan list and cached inodes (tests).
+  size_t cached_inodes() const;
+
+ private:
+  Filesystem();
+  Status MountInternal(const MountOptions& options);
+  friend struct FsOps;  // the implementation's helpers (src/fs/)
+
+  std::unique_ptr<Media> media_;
+  std::unique_ptr<Geometry> geometry_;
+  std::unique_ptr<Journal> journal_;
+  std::unique_ptr<Allocator> alloc_;
+  std::unique_ptr<FsContext> ctx_;
+  std::unique_ptr<Bmap> bmap_;
+  std::unique_ptr<Directory> dir_;
+  std::unique_ptr<InodeCache> cache_;
+  bool read_only_ = false;
+  bool mounted_ = false;
+  uint64_t hash_seed_ = 0;
+
+  std::shared_mutex tree_mu_;  // see the lock order above
+  // Protects the orphan list (SuperDynamic::orphan_head, Inode::orphan_next,
+  // Inode::flags) and the rest of the dynamic superblock.
+  std::mutex orphan_mu_;
+  std::atomic<uint64_t> generation_state_{0};  // PRNG for inode generations
+};
+
+}  // namespace nvfs

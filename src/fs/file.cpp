@@ -1,0 +1,404 @@
+// The data path: the three read paths, write, fallocate and lseek.
+//
+// Reads take the inode's lock shared (so a concurrent truncate cannot free a
+// block under the copy) and walk the file in physical runs: one bmap lookup
+// per run, one copy per run. read and read_iter share one copy loop; a
+// one-segment iovec list is a plain buffer, so read_iter costs what read
+// costs without a special case.
+//
+// Writes: data goes straight to the media with non-temporal stores
+// (Media::StoreFlush); blocks that were holes are allocated, and filled aside
+// (write before publish) before the transaction that links them, the new size
+// and the times commits. Overwrites in place are not atomic (as on every POSIX
+// filesystem); everything is durable when Write returns.
+#include <fcntl.h>
+#include <linux/falloc.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <optional>
+
+#include "fs/fs_impl.hpp"
+
+namespace nvfs {
+
+using format::Inode;
+
+namespace {
+
+// Holes in the `map` path point here.
+alignas(4096) const std::byte kZeros[1 << 20] = {};
+
+struct BufferSink {
+  std::byte* out;
+  size_t Copy(const std::byte* src, size_t n) {
+    std::memcpy(out, src, n);
+    out += n;
+    return n;
+  }
+  size_t Zero(size_t n) {
+    std::memset(out, 0, n);
+    out += n;
+    return n;
+  }
+};
+
+// A scatter list of two or more segments.
+struct IovecSink {
+  const iovec* iov;
+  const iovec* end;
+  size_t used = 0;  // bytes of *iov filled
+
+  template <class Fill>
+  size_t Put(size_t n, Fill&& fill) {
+    size_t done = 0;
+    while (done < n && iov != end) {
+      const size_t k = std::min(n - done, iov->iov_len - used);
+      fill(static_cast<std::byte*>(iov->iov_base) + used, done, k);
+      done += k;
+      used += k;
+      if (used == iov->iov_len) {
+        ++iov;
+        used = 0;
+      }
+    }
+    return done;
+  }
+  size_t Copy(const std::byte* src, size_t n) {
+    return Put(n, [&](std::byte* dst, size_t at, size_t k) { std::memcpy(dst, src + at, k); });
+  }
+  size_t Zero(size_t n) {
+    return Put(n, [](std::byte* dst, size_t, size_t k) { std::memset(dst, 0, k); });
+  }
+};
+
+struct RunSink {
+  ReadRun* runs;
+  size_t max_runs;
+  size_t count = 0;
+  size_t Copy(const std::byte* src, size_t n) {
+    if (count == max_runs) return 0;
+    runs[count++] = {src, n};
+    return n;
+  }
+  size_t Zero(size_t n) {
+    size_t done = 0;
+    while (done < n && count < max_runs) {
+      const size_t k = std::min(n - done, sizeof kZeros);
+      runs[count++] = {kZeros, k};
+      done += k;
+    }
+    return done;
+  }
+};
+
+size_t IovecTotal(const iovec* iov, int iovcnt) {
+  size_t total = 0;
+  for (int i = 0; i < iovcnt; ++i) total += iov[i].iov_len;
+  return total;
+}
+
+}  // namespace
+
+// The one copy loop behind all three read paths. REQUIRES: inode lock held
+// (shared), [offset, offset + len) inside the file.
+template <class Sink>
+static Result<size_t> CopyOut(Filesystem& fs, const Inode& inode, uint64_t offset, size_t len,
+                              Sink& sink) {
+  const FsContext& ctx = FsOps::Ctx(fs);
+  const Bmap& bmap = FsOps::BmapOf(fs);
+  const uint32_t shift = ctx.geometry.block_shift();
+  const uint64_t mask = ctx.geometry.block_size() - 1;
+  size_t done = 0;
+  while (done < len) {
+    const uint64_t pos = offset + done;
+    const uint64_t in_block = pos & mask;
+    const uint64_t blocks = (in_block + (len - done) + mask) >> shift;
+    uint64_t run;
+    const uint64_t phys = bmap.Lookup(inode, pos >> shift, blocks, &run);
+    if (phys == Bmap::kCorrupt) {
+      if (done != 0) return done;
+      return Error(EIO);
+    }
+    const size_t n = static_cast<size_t>(std::min<uint64_t>((run << shift) - in_block, len - done));
+    const size_t put = phys != 0 ? sink.Copy(ctx.Block(phys) + in_block, n) : sink.Zero(n);
+    done += put;
+    if (put < n) break;
+  }
+  return done;
+}
+
+// Clips a read to the file; returns false when nothing is to be read.
+static Result<size_t> ReadableBytes(const Inode& inode, uint64_t offset, size_t len) {
+  if (S_ISDIR(inode.mode)) return Error(EISDIR);
+  if (!S_ISREG(inode.mode)) return Error(EINVAL);
+  if (offset >= inode.size) return size_t{0};
+  return static_cast<size_t>(std::min<uint64_t>(len, inode.size - offset));
+}
+
+Result<size_t> Filesystem::Read(FileHandle file, uint64_t offset, void* buf, size_t len) {
+  CachedInode* ci = file->inode;
+  std::shared_lock lock(ci->lock);
+  Result<size_t> n = ReadableBytes(*ci->media, offset, len);
+  if (!n.ok() || *n == 0) return n;
+  BufferSink sink{static_cast<std::byte*>(buf)};
+  return CopyOut(*this, *ci->media, offset, *n, sink);
+}
+
+Result<size_t> Filesystem::ReadIter(FileHandle file, uint64_t offset, const iovec* iov,
+                                    int iovcnt) {
+  if (iovcnt == 1) return Read(file, offset, iov[0].iov_base, iov[0].iov_len);
+  CachedInode* ci = file->inode;
+  std::shared_lock lock(ci->lock);
+  Result<size_t> n = ReadableBytes(*ci->media, offset, IovecTotal(iov, iovcnt));
+  if (!n.ok() || *n == 0) return n;
+  IovecSink sink{iov, iov + iovcnt};
+  return CopyOut(*this, *ci->media, offset, *n, sink);
+}
+
+Result<size_t> Filesystem::Map(FileHandle file, uint64_t offset, size_t len, ReadRun* runs,
+                               size_t max_runs, size_t* run_count) {
+  CachedInode* ci = file->inode;
+  std::shared_lock lock(ci->lock);
+  *run_count = 0;
+  Result<size_t> n = ReadableBytes(*ci->media, offset, len);
+  if (!n.ok() || *n == 0) return n;
+  RunSink sink{runs, max_runs};
+  Result<size_t> mapped = CopyOut(*this, *ci->media, offset, *n, sink);
+  *run_count = sink.count;
+  return mapped;
+}
+
+namespace {
+
+// Where Write takes its bytes from.
+struct Source {
+  const iovec* iov;
+  const iovec* end;
+  size_t used = 0;
+
+  // Stores the next n bytes at `offset` on the media, flushed, not drained.
+  void StoreTo(Media& media, uint64_t offset, size_t n) {
+    while (n > 0 && iov != end) {
+      const size_t k = std::min(n, iov->iov_len - used);
+      media.StoreFlush(offset, static_cast<const std::byte*>(iov->iov_base) + used, k);
+      offset += k;
+      n -= k;
+      used += k;
+      if (used == iov->iov_len) {
+        ++iov;
+        used = 0;
+      }
+    }
+  }
+};
+
+}  // namespace
+
+static Result<size_t> WriteCore(Filesystem& fs, FileHandle file, uint64_t offset, Source& src,
+                                size_t len) {
+  if (fs.read_only()) return Error(EROFS);
+  if ((file->flags & O_ACCMODE) == O_RDONLY) return Error(EBADF);
+  CachedInode* ci = file->inode;
+  std::unique_lock lock(ci->lock);
+  const Inode& inode = *ci->media;
+  if (S_ISDIR(inode.mode)) return Error(EISDIR);
+  if (!S_ISREG(inode.mode)) return Error(EINVAL);
+  if (file->flags & O_APPEND) offset = inode.size;
+  const Geometry& g = FsOps::Geo(fs);
+  const uint32_t shift = g.block_shift();
+  const uint64_t mask = g.block_size() - 1;
+  const uint64_t max_bytes = FsOps::BmapOf(fs).max_blocks() << shift;
+  if (len == 0) return size_t{0};
+  if (offset >= max_bytes) return Error(EFBIG);
+  len = static_cast<size_t>(std::min<uint64_t>(len, max_bytes - offset));
+
+  Media& media = fs.media();
+  Bmap& bmap = FsOps::BmapOf(fs);
+  std::optional<Tx> tx;
+  tx.emplace(FsOps::Jnl(fs), "write");
+  const timespec now = FsOps::Now();
+  // Past the end: the bytes between the old end and the write, inside the old
+  // last block, must read as zeros.
+  NVFS_TRY(FsOps::Resize(fs, ci->ino, std::max<uint64_t>(inode.size, offset), &*tx));
+
+  size_t done = 0;
+  Error failure;
+  bool failed = false;
+  while (done < len) {
+    const uint64_t pos = offset + done;
+    const uint64_t index = pos >> shift;
+    const uint64_t in_block = pos & mask;
+    const size_t remaining = len - done;
+    const uint64_t blocks = (in_block + remaining + mask) >> shift;
+    uint64_t run;
+    uint64_t phys = bmap.Lookup(inode, index, blocks, &run);
+    if (phys == Bmap::kCorrupt) {
+      failure = Error(EIO);
+      failed = true;
+      break;
+    }
+    if (phys == 0) {
+      // A hole: allocate. Blocks only partly written are zero-filled first.
+      const uint64_t full = (in_block == 0) ? (remaining >> shift) : 0;
+      const uint64_t want = full == 0 ? 1 : std::min(run, full);
+      Result<Extent> mapped = bmap.MapForWrite(*tx, inode, index, want, full == 0);
+      if (!mapped.ok()) {
+        failure = mapped.take_error();
+        failed = true;
+        break;
+      }
+      phys = mapped->first;
+      run = mapped->count;
+    }
+    const size_t n = static_cast<size_t>(std::min<uint64_t>((run << shift) - in_block, remaining));
+    src.StoreTo(media, g.BlockOffset(phys) + in_block, n);
+    done += n;
+    if (tx->room() < 8192 && done < len) {
+      // Long writes commit as they go: write() is not atomic, only durable.
+      if (offset + done > inode.size) tx->Set(inode.size, offset + done);
+      NVFS_TRY(tx->Commit());
+      tx.emplace(FsOps::Jnl(fs), "write");
+    }
+  }
+  if (done == 0 && failed) return failure;  // the Tx aborts: nothing happened
+  if (offset + done > inode.size) tx->Set(inode.size, offset + done);
+  FsOps::Touch(*tx, inode, true, true, now);
+  NVFS_TRY(tx->Commit());
+  return done;
+}
+
+Result<size_t> Filesystem::Write(FileHandle file, uint64_t offset, const void* buf, size_t len) {
+  iovec iov{const_cast<void*>(buf), len};
+  Source src{&iov, &iov + 1};
+  return WriteCore(*this, file, offset, src, len);
+}
+
+Result<size_t> Filesystem::WriteIter(FileHandle file, uint64_t offset, const iovec* iov,
+                                     int iovcnt) {
+  Source src{iov, iov + iovcnt};
+  return WriteCore(*this, file, offset, src, IovecTotal(iov, iovcnt));
+}
+
+Status Filesystem::Fsync(FileHandle file) {
+  (void)file;  // every operation was durable when it returned
+  return Status::Ok();
+}
+
+Status Filesystem::Fallocate(FileHandle file, int mode, uint64_t offset, uint64_t len) {
+  if (read_only_) return Error(EROFS);
+  if ((file->flags & O_ACCMODE) == O_RDONLY) return Error(EBADF);
+  if (len == 0) return Error(EINVAL);
+  const bool punch = mode & FALLOC_FL_PUNCH_HOLE;
+  if (mode & ~(FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE)) return Error(EOPNOTSUPP);
+  if (punch && !(mode & FALLOC_FL_KEEP_SIZE)) return Error(EOPNOTSUPP);
+  CachedInode* ci = file->inode;
+  std::unique_lock lock(ci->lock);
+  const Inode& inode = *ci->media;
+  if (S_ISDIR(inode.mode)) return Error(EISDIR);
+  if (!S_ISREG(inode.mode)) return Error(ENODEV);
+  const Geometry& g = *geometry_;
+  const uint32_t shift = g.block_shift();
+  const uint64_t bs = g.block_size();
+  const uint64_t max_bytes = bmap_->max_blocks() << shift;
+  if (offset >= max_bytes || len > max_bytes - offset) return Error(EFBIG);
+  const uint64_t end = offset + len;
+  const timespec now = FsOps::Now();
+
+  if (punch) {
+    const uint64_t size = inode.size;
+    const uint64_t zero_end = std::min(end, size);
+    if (offset >= zero_end) return Status::Ok();
+    const uint64_t first_full = (offset + bs - 1) >> shift;
+    const uint64_t end_full = zero_end == size ? (zero_end + bs - 1) >> shift : zero_end >> shift;
+    std::optional<Tx> tx;
+    tx.emplace(*journal_, "punch");
+    // Partial blocks at the edges: zeroed in place, logged (they are visible).
+    auto zero_range = [&](uint64_t from, uint64_t to) -> Status {
+      while (from < to) {
+        uint64_t run;
+        const uint64_t phys = bmap_->Lookup(inode, from >> shift, 1, &run);
+        if (phys == Bmap::kCorrupt) return Error(EIO);
+        const uint64_t block_end = ((from >> shift) + 1) << shift;
+        const uint64_t n = std::min(to, block_end) - from;
+        if (phys != 0) {
+          std::vector<std::byte> zeros(n);
+          tx->Store(g.BlockOffset(phys) + (from & (bs - 1)), zeros.data(), n);
+        }
+        from += n;
+      }
+      return Status::Ok();
+    };
+    if (first_full >= end_full) {
+      NVFS_TRY(zero_range(offset, zero_end));
+    } else {
+      NVFS_TRY(zero_range(offset, first_full << shift));
+      if ((end_full << shift) < zero_end) NVFS_TRY(zero_range(end_full << shift, zero_end));
+      for (;;) {
+        Result<bool> done = bmap_->Punch(*tx, inode, first_full, end_full - first_full);
+        if (!done.ok()) return done.take_error();
+        if (*done) break;
+        NVFS_TRY(tx->Commit());
+        tx.emplace(*journal_, "punch");
+      }
+    }
+    FsOps::Touch(*tx, inode, true, true, now);
+    return tx->Commit();
+  }
+
+  // Allocation: every hole in the range gets zeroed blocks.
+  std::optional<Tx> tx;
+  tx.emplace(*journal_, "fallocate");
+  uint64_t index = offset >> shift;
+  const uint64_t end_index = (end + bs - 1) >> shift;
+  while (index < end_index) {
+    uint64_t run;
+    const uint64_t phys = bmap_->Lookup(inode, index, end_index - index, &run);
+    if (phys == Bmap::kCorrupt) return Error(EIO);
+    if (phys == 0) {
+      Result<Extent> mapped = bmap_->MapForWrite(*tx, inode, index, run, true);
+      if (!mapped.ok()) return mapped.take_error();  // aborts this transaction's part
+      run = mapped->count;
+    }
+    index += run;
+    if (tx->room() < 8192 && index < end_index) {
+      NVFS_TRY(tx->Commit());
+      tx.emplace(*journal_, "fallocate");
+    }
+  }
+  if (!(mode & FALLOC_FL_KEEP_SIZE) && end > inode.size) {
+    NVFS_TRY(FsOps::Resize(*this, ci->ino, end, &*tx));
+  }
+  FsOps::Touch(*tx, inode, false, true, now);
+  return tx->Commit();
+}
+
+Result<uint64_t> Filesystem::Lseek(FileHandle file, uint64_t offset, int whence) {
+  CachedInode* ci = file->inode;
+  std::shared_lock lock(ci->lock);
+  const Inode& inode = *ci->media;
+  const uint64_t size = inode.size;
+  switch (whence) {
+    case SEEK_SET: return offset;
+    case SEEK_END: return size + offset;
+    case SEEK_DATA:
+    case SEEK_HOLE: break;
+    default: return Error(EINVAL);
+  }
+  if (offset >= size) return Error(ENXIO);
+  if (!S_ISREG(inode.mode)) return whence == SEEK_DATA ? offset : size;
+  const uint32_t shift = geometry_->block_shift();
+  const uint64_t limit = (size + geometry_->block_size() - 1) >> shift;
+  const uint64_t index = offset >> shift;
+  if (whence == SEEK_DATA) {
+    const uint64_t found = bmap_->NextMapped(inode, index, limit);
+    if (found >= limit) return Error(ENXIO);
+    return std::max(offset, found << shift);
+  }
+  const uint64_t found = bmap_->NextHole(inode, index, limit);
+  return std::max(offset, std::min(size, found << shift));
+}
+
+}  // namespace nvfs

@@ -1,0 +1,153 @@
+// Shared by the files of the filesystem core (src/fs/*.cpp): helpers with
+// access to Filesystem's private state, and the RAII pin on a cached inode.
+#pragma once
+
+#include <sys/stat.h>
+
+#include <cstdint>
+#include <mutex>
+#include <utility>
+
+#include "alloc/allocator.hpp"
+#include "bmap/bmap.hpp"
+#include "dir/dir.hpp"
+#include "fs/context.hpp"
+#include "fs/inode_cache.hpp"
+#include "journal/journal.hpp"
+#include "nvfs/format.hpp"
+#include "nvfs/fs.hpp"
+#include "nvfs/geometry.hpp"
+#include "nvfs/superblock.hpp"
+
+namespace nvfs {
+
+inline constexpr uint32_t kLinkMax = 65000;
+
+struct OpenFile {
+  CachedInode* inode;
+  int flags;  // open(2) flags
+};
+
+class InodeRef;
+
+struct FsOps {
+  // Current time for timestamps.
+  static timespec Now();
+
+  // Checks an inode number from outside or from the media: in range,
+  // allocated, with a known file type. ESTALE when it is not in use.
+  static Status CheckIno(const Filesystem& fs, uint64_t ino);
+  // Pins the inode (after CheckIno).
+  static Result<InodeRef> Get(Filesystem& fs, uint64_t ino);
+  static Attr MakeAttr(const Filesystem& fs, uint64_t ino, const format::Inode& inode);
+
+  // Sets mtime and/or ctime to `now`, logged. REQUIRES: inode lock held.
+  static void Touch(Tx& tx, const format::Inode& inode, bool mtime, bool ctime, timespec now);
+  // Logs and stores the bytes where `updated` differs from the on-media inode,
+  // as one record.
+  static void StoreInodeDiff(Tx& tx, const format::Inode& on_media,
+                             const format::Inode& updated);
+
+  // Allocates an inode near `parent` and writes it whole (fresh).
+  static Result<uint64_t> NewInode(Filesystem& fs, Tx& tx, const format::Inode& parent_inode,
+                                   uint64_t parent, uint32_t mode, uint64_t rdev,
+                                   const Cred& cred, timespec now);
+
+  // Orphan list, logged in `tx`. REQUIRES: orphan_mu_ held until tx commits.
+  static void OrphanAdd(Filesystem& fs, Tx& tx, uint64_t ino);
+  static Status OrphanRemove(Filesystem& fs, Tx& tx, uint64_t ino);
+  // Stores fields of the dynamic superblock with its checksum, logged.
+  // REQUIRES: orphan_mu_ held until tx commits.
+  template <class Fn>
+  static void UpdateDynamic(Filesystem& fs, Tx& tx, Fn&& change);
+
+  // Frees the blocks of `ino` from file block `from` on, in as many
+  // transactions as it takes; the inode must be on the orphan list if more
+  // than one is needed (the caller arranges it). REQUIRES: inode lock held
+  // exclusively.
+  static Status FreeBlocksFrom(Filesystem& fs, uint64_t ino, uint64_t from);
+  // Changes the size of a regular file (truncate up or down), atomically as
+  // seen after a crash. REQUIRES: inode lock held exclusively.
+  static Status Resize(Filesystem& fs, uint64_t ino, uint64_t new_size, Tx* first_tx);
+
+  // Frees an unlinked inode and everything it holds, and takes it off the
+  // orphan list. REQUIRES: no one else references it.
+  static Status Reclaim(Filesystem& fs, uint64_t ino);
+  // Called when a cached inode has no pins, lookups or opens left.
+  static void OnIdle(Filesystem& fs, CachedInode* inode);
+  // Finishes every inode on the orphan list (mount).
+  static Status ProcessOrphans(Filesystem& fs);
+
+  // Drops one pin.
+  static void Unpin(Filesystem& fs, CachedInode* inode) {
+    if (fs.cache_->Unpin(inode)) OnIdle(fs, inode);
+  }
+
+  static const format::Inode& InodeAt(const Filesystem& fs, uint64_t ino) {
+    return fs.ctx_->InodeAt(ino);
+  }
+  static FsContext& Ctx(Filesystem& fs) { return *fs.ctx_; }
+  static Journal& Jnl(Filesystem& fs) { return *fs.journal_; }
+  static Allocator& Alloc(Filesystem& fs) { return *fs.alloc_; }
+  static Bmap& BmapOf(Filesystem& fs) { return *fs.bmap_; }
+  static Directory& DirOf(Filesystem& fs) { return *fs.dir_; }
+  static InodeCache& Cache(Filesystem& fs) { return *fs.cache_; }
+  static std::shared_mutex& TreeMu(Filesystem& fs) { return fs.tree_mu_; }
+  static std::mutex& OrphanMu(Filesystem& fs) { return fs.orphan_mu_; }
+  static const Geometry& Geo(const Filesystem& fs) { return *fs.geometry_; }
+  static uint64_t NextGeneration(Filesystem& fs);
+};
+
+// A pinned cached inode; unpins on destruction. Declare it before any lock
+// on the inode so the lock is released first.
+class InodeRef {
+ public:
+  InodeRef() = default;
+  InodeRef(Filesystem& fs, CachedInode* inode) : fs_(&fs), inode_(inode) {}
+  InodeRef(InodeRef&& other) noexcept
+      : fs_(other.fs_), inode_(std::exchange(other.inode_, nullptr)) {}
+  InodeRef& operator=(InodeRef&& other) noexcept {
+    Reset();
+    fs_ = other.fs_;
+    inode_ = std::exchange(other.inode_, nullptr);
+    return *this;
+  }
+  ~InodeRef() { Reset(); }
+  void Reset() {
+    if (inode_ != nullptr) FsOps::Unpin(*fs_, std::exchange(inode_, nullptr));
+  }
+  // Gives up the pin without unpinning (it now belongs to the caller).
+  CachedInode* Release() { return std::exchange(inode_, nullptr); }
+
+  CachedInode* get() const { return inode_; }
+  CachedInode* operator->() const { return inode_; }
+  const format::Inode& media() const { return *inode_->media; }
+  uint64_t ino() const { return inode_->ino; }
+
+ private:
+  Filesystem* fs_ = nullptr;
+  CachedInode* inode_ = nullptr;
+};
+
+template <class Fn>
+void FsOps::UpdateDynamic(Filesystem& fs, Tx& tx, Fn&& change) {
+  const auto& current = *reinterpret_cast<const format::SuperDynamic*>(
+      fs.media_->base() + format::kSuperDynamicOffset);
+  format::SuperDynamic updated = current;
+  change(updated);
+  updated.checksum = SuperDynamicChecksum(updated);
+  // Only the fields before the reserved area and the checksum can change.
+  tx.Store(format::kSuperDynamicOffset, &updated, offsetof(format::SuperDynamic, reserved));
+  tx.Set(current.checksum, updated.checksum);
+}
+
+inline uint8_t DirType(uint32_t mode) { return static_cast<uint8_t>((mode & S_IFMT) >> 12); }
+
+inline timespec ToTimespec(int64_t sec, uint32_t nsec) {
+  timespec ts;
+  ts.tv_sec = static_cast<time_t>(sec);
+  ts.tv_nsec = static_cast<long>(nsec);
+  return ts;
+}
+
+}  // namespace nvfs

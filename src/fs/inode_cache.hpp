@@ -1,0 +1,75 @@
+// The DRAM side of inodes: one CachedInode per inode in use, holding its lock
+// and reference counts beside a pointer into the mapping. The on-media fields
+// are never copied into DRAM, so a transaction that aborts leaves nothing
+// stale behind.
+#pragma once
+
+#include <boost/intrusive/set.hpp>
+
+#include <cstdint>
+#include <mutex>
+#include <shared_mutex>
+
+#include "nvfs/format.hpp"
+
+namespace nvfs {
+
+struct CachedInode : public boost::intrusive::set_base_hook<> {
+  CachedInode(uint64_t number, const format::Inode* on_media) : ino(number), media(on_media) {}
+
+  const uint64_t ino;
+  const format::Inode* const media;  // in the mapping
+
+  // Protects the on-media inode and everything reached through it (the file
+  // mapping, the directory tree, the xattr block).
+  std::shared_mutex lock;
+
+  // Protected by the cache's mutex.
+  uint64_t lookups = 0;  // FUSE references
+  uint32_t opens = 0;    // open files
+  uint32_t pins = 0;     // operations in progress
+  bool reclaiming = false;  // being freed: no new references
+
+  bool Idle() const { return lookups == 0 && opens == 0 && pins == 0; }
+};
+
+struct CachedInodeKey {
+  using type = uint64_t;
+  uint64_t operator()(const CachedInode& inode) const { return inode.ino; }
+};
+
+// The set of cached inodes. Thread-safe; its mutex is a leaf lock.
+class InodeCache {
+ public:
+  using Set = boost::intrusive::set<CachedInode, boost::intrusive::key_of_value<CachedInodeKey>>;
+
+  InodeCache() = default;
+  ~InodeCache();
+
+  // The inode's entry, created if absent, with one more pin; nullptr if it is
+  // being reclaimed.
+  CachedInode* Pin(uint64_t ino, const format::Inode* on_media);
+  // Adjusts the counts under the cache mutex. Each returns true when the
+  // inode became idle (no pins, lookups or opens): the caller then calls
+  // Retire or starts reclaiming it.
+  bool Unpin(CachedInode* inode);
+  void AddLookups(CachedInode* inode, uint64_t n);
+  void AddOpen(CachedInode* inode);
+  bool ForgetLookups(uint64_t ino, uint64_t n, CachedInode** inode);
+  bool CloseOpen(CachedInode* inode);
+
+  // If the inode is still idle, either removes and deletes it (reclaim false)
+  // or marks it reclaiming and pins it for the caller (reclaim true). Returns
+  // false if someone took a new reference meanwhile.
+  bool Retire(CachedInode* inode, bool reclaim);
+  // Removes and deletes an inode the caller reclaimed.
+  void Erase(CachedInode* inode);
+
+  size_t size() const;
+
+ private:
+  mutable std::mutex mu_;
+  Set set_;  // protected by mu_
+};
+
+}  // namespace nvfs

@@ -1,0 +1,473 @@
+// Names: lookup, create, link, unlink, rename, readdir.
+//
+// Every operation here that changes a directory holds tree_mu_ exclusively
+// and the exclusive locks of the inodes it changes until its transaction has
+// committed; see the lock order in include/nvfs/fs.hpp. Within a transaction
+// the order of the logged stores does not matter for crash safety (the undo
+// journal makes the whole operation atomic); doc/integrity.md section 6 lists
+// what each one stores.
+#include <dirent.h>
+#include <fcntl.h>
+#include <linux/fs.h>
+#include <sys/stat.h>
+
+#include <cstring>
+#include <vector>
+
+#include "fs/fs_impl.hpp"
+
+namespace nvfs {
+
+using format::Inode;
+
+namespace {
+
+bool IsDotOrDotDot(std::string_view name) { return name == "." || name == ".."; }
+
+// ENOENT for an empty name, ENAMETOOLONG past 255 bytes, EINVAL for '/' or NUL.
+Status CheckName(std::string_view name) {
+  if (name.empty()) return Error(ENOENT);
+  if (name.size() > format::kNameMax) return Error(ENAMETOOLONG);
+  if (name.find('/') != std::string_view::npos || name.find('\0') != std::string_view::npos) {
+    return Error(EINVAL);
+  }
+  return Status::Ok();
+}
+
+// A directory that can take a new entry: a live directory.
+Status CheckParent(const Inode& dir) {
+  if (!S_ISDIR(dir.mode)) return Error(ENOTDIR);
+  if (dir.nlink == 0) return Error(ENOENT);
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<Attr> Filesystem::Lookup(uint64_t parent, std::string_view name) {
+  uint64_t ino = 0;
+  {
+    Result<InodeRef> dir = FsOps::Get(*this, parent);
+    if (!dir.ok()) return dir.take_error();
+    std::shared_lock lock(dir.value()->lock);
+    const Inode& d = dir->media();
+    if (!S_ISDIR(d.mode)) return Error(ENOTDIR);
+    if (name == ".") {
+      ino = parent;
+    } else if (name == "..") {
+      ino = d.parent;
+    } else {
+      NVFS_TRY(CheckName(name));
+      Result<DirEntryRef> entry = dir_->Lookup(d, name);
+      if (!entry.ok()) return entry.error().code == EUCLEAN ? Error(EIO) : entry.take_error();
+      ino = entry->ino;
+    }
+  }
+  Result<InodeRef> child = FsOps::Get(*this, ino);
+  if (!child.ok()) return child.error().code == ESTALE ? Error(EIO) : child.take_error();
+  std::shared_lock lock(child.value()->lock);
+  cache_->AddLookups(child->get(), 1);
+  return FsOps::MakeAttr(*this, ino, child->media());
+}
+
+Result<Attr> Filesystem::LookupInode(uint64_t ino) {
+  Result<InodeRef> inode = FsOps::Get(*this, ino);
+  if (!inode.ok()) return inode.take_error();
+  std::shared_lock lock(inode.value()->lock);
+  cache_->AddLookups(inode->get(), 1);
+  return FsOps::MakeAttr(*this, ino, inode->media());
+}
+
+void Filesystem::Forget(uint64_t ino, uint64_t count) {
+  CachedInode* inode = nullptr;
+  if (cache_->ForgetLookups(ino, count, &inode)) FsOps::OnIdle(*this, inode);
+}
+
+namespace {
+
+struct NewEntry {
+  uint32_t mode;
+  uint64_t rdev = 0;
+  std::string_view symlink_target;
+};
+
+}  // namespace
+
+// Shared by mknod, mkdir, symlink and create: allocates and writes the inode
+// (fresh), inserts the name, adjusts the parent, all in one transaction.
+static Result<Attr> CreateEntry(Filesystem& fs, uint64_t parent, std::string_view name,
+                                const NewEntry& entry, const Cred& cred, InodeRef* out) {
+  if (fs.read_only()) return Error(EROFS);
+  if (IsDotOrDotDot(name)) return Error(EEXIST);
+  NVFS_TRY(CheckName(name));
+  std::unique_lock tree(FsOps::TreeMu(fs));
+  Result<InodeRef> dir = FsOps::Get(fs, parent);
+  if (!dir.ok()) return dir.take_error();
+  std::unique_lock dir_lock(dir.value()->lock);
+  const Inode& d = dir->media();
+  NVFS_TRY(CheckParent(d));
+  Result<DirEntryRef> existing = FsOps::DirOf(fs).Lookup(d, name);
+  if (existing.ok()) return Error(EEXIST);
+  if (existing.error().code != ENOENT) return Error(EIO);
+  const bool is_dir = S_ISDIR(entry.mode);
+  if (is_dir && d.nlink >= kLinkMax) return Error(EMLINK);
+
+  const timespec now = FsOps::Now();
+  Tx tx(FsOps::Jnl(fs), S_ISDIR(entry.mode) ? "mkdir" : S_ISLNK(entry.mode) ? "symlink"
+                                                                            : "create");
+  Result<uint64_t> ino = FsOps::NewInode(fs, tx, d, parent, entry.mode, entry.rdev, cred, now);
+  if (!ino.ok()) return ino.take_error();
+  const Inode& inode = FsOps::InodeAt(fs, *ino);
+  if (S_ISLNK(entry.mode)) {
+    const std::string_view target = entry.symlink_target;
+    if (target.size() <= format::kInlineSymlinkMax) {
+      tx.StoreFresh(tx.OffsetOf(inode.map.symlink), target.data(), target.size());
+    } else {
+      Result<Extent> block = FsOps::BmapOf(fs).MapForWrite(tx, inode, 0, 1, false);
+      if (!block.ok()) return block.take_error();
+      tx.StoreFresh(FsOps::Geo(fs).BlockOffset(block->first), target.data(), target.size());
+    }
+    tx.Set(inode.size, uint64_t{target.size()});
+  }
+  NVFS_TRY(FsOps::DirOf(fs).Insert(tx, d, name, *ino, DirType(entry.mode)));
+  if (is_dir) tx.Set(d.nlink, d.nlink + 1);
+  FsOps::Touch(tx, d, true, true, now);
+  NVFS_TRY(tx.Commit());
+
+  Result<InodeRef> child = FsOps::Get(fs, *ino);
+  if (!child.ok()) return child.take_error();
+  Attr attr = FsOps::MakeAttr(fs, *ino, inode);
+  *out = std::move(child.value());
+  return attr;
+}
+
+Result<Attr> Filesystem::Mknod(uint64_t parent, std::string_view name, uint32_t mode,
+                               uint64_t rdev, const Cred& cred) {
+  switch (mode & S_IFMT) {
+    case 0: mode |= S_IFREG; break;
+    case S_IFREG: case S_IFCHR: case S_IFBLK: case S_IFIFO: case S_IFSOCK: break;
+    default: return Error(EINVAL);
+  }
+  InodeRef ref;
+  Result<Attr> attr = CreateEntry(*this, parent, name, {mode & (S_IFMT | 07777), rdev, {}},
+                                  cred, &ref);
+  if (attr.ok()) cache_->AddLookups(ref.get(), 1);
+  return attr;
+}
+
+Result<Attr> Filesystem::Mkdir(uint64_t parent, std::string_view name, uint32_t mode,
+                               const Cred& cred) {
+  InodeRef ref;
+  Result<Attr> attr =
+      CreateEntry(*this, parent, name, {S_IFDIR | (mode & 07777), 0, {}}, cred, &ref);
+  if (attr.ok()) cache_->AddLookups(ref.get(), 1);
+  return attr;
+}
+
+Result<Attr> Filesystem::Symlink(uint64_t parent, std::string_view name,
+                                 std::string_view target, const Cred& cred) {
+  if (target.empty()) return Error(ENOENT);
+  if (target.size() > format::kSymlinkMax) return Error(ENAMETOOLONG);
+  InodeRef ref;
+  Result<Attr> attr =
+      CreateEntry(*this, parent, name, {S_IFLNK | 0777, 0, target}, cred, &ref);
+  if (attr.ok()) cache_->AddLookups(ref.get(), 1);
+  return attr;
+}
+
+Result<FileHandle> Filesystem::Create(uint64_t parent, std::string_view name, uint32_t mode,
+                                      int flags, const Cred& cred, Attr* attr) {
+  InodeRef ref;
+  Result<Attr> created =
+      CreateEntry(*this, parent, name, {S_IFREG | (mode & 07777), 0, {}}, cred, &ref);
+  if (!created.ok()) return created.take_error();
+  if (attr != nullptr) *attr = *created;
+  cache_->AddLookups(ref.get(), 1);
+  cache_->AddOpen(ref.get());
+  return new OpenFile{ref.get(), flags};
+}
+
+Result<Attr> Filesystem::Link(uint64_t ino, uint64_t new_parent, std::string_view new_name) {
+  if (read_only_) return Error(EROFS);
+  if (IsDotOrDotDot(new_name)) return Error(EEXIST);
+  NVFS_TRY(CheckName(new_name));
+  std::unique_lock tree(tree_mu_);
+  Result<InodeRef> dir = FsOps::Get(*this, new_parent);
+  if (!dir.ok()) return dir.take_error();
+  Result<InodeRef> target = FsOps::Get(*this, ino);
+  if (!target.ok()) return target.take_error();
+  std::unique_lock dir_lock(dir.value()->lock);
+  std::unique_lock target_lock(target.value()->lock, std::defer_lock);
+  if (ino != new_parent) target_lock.lock();
+  const Inode& d = dir->media();
+  const Inode& inode = target->media();
+  NVFS_TRY(CheckParent(d));
+  if (S_ISDIR(inode.mode)) return Error(EPERM);
+  if (inode.nlink == 0) return Error(ENOENT);
+  if (inode.nlink >= kLinkMax) return Error(EMLINK);
+  Result<DirEntryRef> existing = dir_->Lookup(d, new_name);
+  if (existing.ok()) return Error(EEXIST);
+  if (existing.error().code != ENOENT) return Error(EIO);
+  const timespec now = FsOps::Now();
+  Tx tx(*journal_, "link");
+  NVFS_TRY(dir_->Insert(tx, d, new_name, ino, DirType(inode.mode)));
+  tx.Set(inode.nlink, inode.nlink + 1);
+  FsOps::Touch(tx, inode, false, true, now);
+  FsOps::Touch(tx, d, true, true, now);
+  NVFS_TRY(tx.Commit());
+  cache_->AddLookups(target->get(), 1);
+  return FsOps::MakeAttr(*this, ino, inode);
+}
+
+// Unlink and rmdir: one transaction removes the name, drops the link count
+// and, at zero, puts the inode on the orphan list; the inode itself is freed
+// when its last reference goes (FsOps::OnIdle), or at the next mount.
+static Status RemoveEntry(Filesystem& fs, uint64_t parent, std::string_view name, bool rmdir) {
+  if (fs.read_only()) return Error(EROFS);
+  if (name == ".") return Error(rmdir ? EINVAL : EISDIR);
+  if (name == "..") return Error(rmdir ? ENOTEMPTY : EISDIR);
+  NVFS_TRY(CheckName(name));
+  std::unique_lock tree(FsOps::TreeMu(fs));
+  Result<InodeRef> dir = FsOps::Get(fs, parent);
+  if (!dir.ok()) return dir.take_error();
+  std::unique_lock dir_lock(dir.value()->lock);
+  const Inode& d = dir->media();
+  if (!S_ISDIR(d.mode)) return Error(ENOTDIR);
+  Result<DirEntryRef> entry = FsOps::DirOf(fs).Lookup(d, name);
+  if (!entry.ok()) return entry.error().code == ENOENT ? Error(ENOENT) : Error(EIO);
+  Result<InodeRef> child = FsOps::Get(fs, entry->ino);
+  if (!child.ok()) return Error(EIO);
+  std::unique_lock child_lock(child.value()->lock);
+  const Inode& inode = child->media();
+  if (rmdir) {
+    if (!S_ISDIR(inode.mode)) return Error(ENOTDIR);
+    if (inode.map.dir.entries != 0) return Error(ENOTEMPTY);
+  } else if (S_ISDIR(inode.mode)) {
+    return Error(EISDIR);
+  }
+  const timespec now = FsOps::Now();
+  Tx tx(FsOps::Jnl(fs), rmdir ? "rmdir" : "unlink");
+  NVFS_TRY(FsOps::DirOf(fs).Remove(tx, d, name));
+  const uint32_t nlink = rmdir ? 0 : inode.nlink - 1;
+  tx.Set(inode.nlink, nlink);
+  FsOps::Touch(tx, inode, false, true, now);
+  if (rmdir) tx.Set(d.nlink, d.nlink - 1);
+  FsOps::Touch(tx, d, true, true, now);
+  std::unique_lock orphan_lock(FsOps::OrphanMu(fs), std::defer_lock);
+  if (nlink == 0) {
+    orphan_lock.lock();
+    FsOps::OrphanAdd(fs, tx, child->ino());
+  }
+  return tx.Commit();
+}
+
+Status Filesystem::Unlink(uint64_t parent, std::string_view name) {
+  return RemoveEntry(*this, parent, name, false);
+}
+
+Status Filesystem::Rmdir(uint64_t parent, std::string_view name) {
+  return RemoveEntry(*this, parent, name, true);
+}
+
+// True if directory `ino` is `ancestor` or lies below it. REQUIRES: tree_mu_
+// held exclusively (parent fields change only under it).
+static Result<bool> IsWithin(Filesystem& fs, uint64_t ino, uint64_t ancestor) {
+  uint64_t steps = 0;
+  for (;;) {
+    if (ino == ancestor) return true;
+    if (ino == format::kRootIno) return false;
+    if (!FsOps::CheckIno(fs, ino).ok() || ++steps > FsOps::Geo(fs).inode_count()) {
+      return Error(EIO);
+    }
+    ino = FsOps::InodeAt(fs, ino).parent;
+  }
+}
+
+Status Filesystem::Rename(uint64_t parent, std::string_view name, uint64_t new_parent,
+                          std::string_view new_name, unsigned flags) {
+  if (read_only_) return Error(EROFS);
+  if (flags & ~(RENAME_NOREPLACE | RENAME_EXCHANGE)) return Error(EINVAL);
+  if ((flags & RENAME_NOREPLACE) && (flags & RENAME_EXCHANGE)) return Error(EINVAL);
+  const bool exchange = flags & RENAME_EXCHANGE;
+  if (IsDotOrDotDot(name) || IsDotOrDotDot(new_name)) return Error(EINVAL);
+  NVFS_TRY(CheckName(name));
+  NVFS_TRY(CheckName(new_name));
+
+  std::unique_lock tree(tree_mu_);
+  Result<InodeRef> src_dir = FsOps::Get(*this, parent);
+  if (!src_dir.ok()) return src_dir.take_error();
+  Result<InodeRef> dst_dir = FsOps::Get(*this, new_parent);
+  if (!dst_dir.ok()) return dst_dir.take_error();
+  // tree_mu_ makes this the only writer: inode locks may be taken in any order.
+  std::unique_lock src_dir_lock(src_dir.value()->lock);
+  std::unique_lock dst_dir_lock(dst_dir.value()->lock, std::defer_lock);
+  if (new_parent != parent) dst_dir_lock.lock();
+  const Inode& sd = src_dir->media();
+  const Inode& dd = dst_dir->media();
+  if (!S_ISDIR(sd.mode) || !S_ISDIR(dd.mode)) return Error(ENOTDIR);
+  if (dd.nlink == 0) return Error(ENOENT);
+
+  Result<DirEntryRef> src_entry = dir_->Lookup(sd, name);
+  if (!src_entry.ok()) return src_entry.error().code == ENOENT ? Error(ENOENT) : Error(EIO);
+  Result<DirEntryRef> dst_entry = dir_->Lookup(dd, new_name);
+  const bool have_dst = dst_entry.ok();
+  if (!have_dst && dst_entry.error().code != ENOENT) return Error(EIO);
+  if (exchange && !have_dst) return Error(ENOENT);
+  if ((flags & RENAME_NOREPLACE) && have_dst) return Error(EEXIST);
+  const uint64_t src_ino = src_entry->ino;
+  const uint64_t dst_ino = have_dst ? dst_entry->ino : 0;
+  if (src_ino == dst_ino) return Status::Ok();  // two names of one inode: nothing to do
+
+  // The source or the target may be one of the parents (a directory moved
+  // into itself, or over its own parent): each inode is locked once.
+  Result<InodeRef> src = FsOps::Get(*this, src_ino);
+  if (!src.ok()) return Error(EIO);
+  std::unique_lock src_lock(src.value()->lock, std::defer_lock);
+  if (src_ino != parent && src_ino != new_parent) src_lock.lock();
+  InodeRef dst;
+  std::unique_lock<std::shared_mutex> dst_lock;
+  if (have_dst) {
+    Result<InodeRef> got = FsOps::Get(*this, dst_ino);
+    if (!got.ok()) return Error(EIO);
+    dst = std::move(got.value());
+    dst_lock = std::unique_lock(dst->lock, std::defer_lock);
+    if (dst_ino != parent && dst_ino != new_parent) dst_lock.lock();
+  }
+  const Inode& s = src->media();
+  const bool src_is_dir = S_ISDIR(s.mode);
+  const Inode* t = have_dst ? &dst.media() : nullptr;
+  const bool dst_is_dir = have_dst && S_ISDIR(t->mode);
+
+  if (!exchange && have_dst) {
+    if (src_is_dir && !dst_is_dir) return Error(ENOTDIR);
+    if (!src_is_dir && dst_is_dir) return Error(EISDIR);
+    if (dst_is_dir && t->map.dir.entries != 0) return Error(ENOTEMPTY);
+  }
+  // A directory may not move below itself.
+  if (src_is_dir && new_parent != parent) {
+    Result<bool> within = IsWithin(*this, new_parent, src_ino);
+    if (!within.ok()) return within.take_error();
+    if (*within) return Error(EINVAL);
+  }
+  if (exchange && dst_is_dir && new_parent != parent) {
+    Result<bool> within = IsWithin(*this, parent, dst_ino);
+    if (!within.ok()) return within.take_error();
+    if (*within) return Error(EINVAL);
+  }
+  // Link counts of the parents: a directory moving in adds one.
+  int src_dir_delta = 0, dst_dir_delta = 0;
+  if (new_parent != parent) {
+    if (src_is_dir) { --src_dir_delta; ++dst_dir_delta; }
+    if (exchange && dst_is_dir) { ++src_dir_delta; --dst_dir_delta; }
+  }
+  if (!exchange && dst_is_dir) --dst_dir_delta;  // the replaced directory goes
+  if (dst_dir_delta > 0 && dd.nlink >= kLinkMax) return Error(EMLINK);
+  if (src_dir_delta > 0 && sd.nlink >= kLinkMax) return Error(EMLINK);
+
+  const timespec now = FsOps::Now();
+  Tx tx(*journal_, exchange ? "rename-exchange" : "rename");
+  // The new name is made to point at the source before the old name goes, so
+  // even inside the transaction the inode is never in neither directory.
+  if (exchange) {
+    NVFS_TRY(dir_->Replace(tx, dd, new_name, src_ino, DirType(s.mode)));
+    NVFS_TRY(dir_->Replace(tx, sd, name, dst_ino, DirType(t->mode)));
+    if (dst_is_dir && new_parent != parent) tx.Set(t->parent, parent);
+  } else {
+    if (have_dst) {
+      NVFS_TRY(dir_->Replace(tx, dd, new_name, src_ino, DirType(s.mode)));
+    } else {
+      NVFS_TRY(dir_->Insert(tx, dd, new_name, src_ino, DirType(s.mode)));
+    }
+    NVFS_TRY(dir_->Remove(tx, sd, name));
+  }
+  if (src_is_dir && new_parent != parent) tx.Set(s.parent, new_parent);
+  if (src_dir_delta != 0) tx.Set(sd.nlink, static_cast<uint32_t>(int64_t{sd.nlink} + src_dir_delta));
+  if (dst_dir_delta != 0 && new_parent != parent) {
+    tx.Set(dd.nlink, static_cast<uint32_t>(int64_t{dd.nlink} + dst_dir_delta));
+  } else if (dst_dir_delta != 0) {
+    // Same parent: both deltas apply to one inode.
+    tx.Set(sd.nlink, static_cast<uint32_t>(int64_t{sd.nlink} + dst_dir_delta));
+  }
+  std::unique_lock orphan_lock(orphan_mu_, std::defer_lock);
+  if (!exchange && have_dst) {
+    const uint32_t nlink = dst_is_dir ? 0 : t->nlink - 1;
+    tx.Set(t->nlink, nlink);
+    FsOps::Touch(tx, *t, false, true, now);
+    if (nlink == 0) {
+      orphan_lock.lock();
+      FsOps::OrphanAdd(*this, tx, dst_ino);
+    }
+  } else if (exchange) {
+    FsOps::Touch(tx, *t, false, true, now);
+  }
+  FsOps::Touch(tx, s, false, true, now);
+  FsOps::Touch(tx, sd, true, true, now);
+  if (new_parent != parent) FsOps::Touch(tx, dd, true, true, now);
+  return tx.Commit();
+}
+
+Result<std::string> Filesystem::Readlink(uint64_t ino) {
+  Result<InodeRef> ref = FsOps::Get(*this, ino);
+  if (!ref.ok()) return ref.take_error();
+  std::shared_lock lock(ref.value()->lock);
+  const Inode& inode = ref->media();
+  if (!S_ISLNK(inode.mode)) return Error(EINVAL);
+  if (inode.size == 0 || inode.size > format::kSymlinkMax) return Error(EIO);
+  if (inode.size <= format::kInlineSymlinkMax) {
+    return std::string(inode.map.symlink, inode.size);
+  }
+  uint64_t run;
+  const uint64_t block = bmap_->Lookup(inode, 0, 1, &run);
+  if (block == 0 || block == Bmap::kCorrupt) return Error(EIO);
+  return std::string(reinterpret_cast<const char*>(ctx_->Block(block)), inode.size);
+}
+
+// Cookies: 0 starts with ".", 1 with "..", and c >= 2 resumes at entries of
+// key >= c - 2; the entry of key k is followed by cookie k + 3.
+Status Filesystem::ReadDir(uint64_t dir_ino, uint64_t cookie,
+                           const std::function<bool(const DirEntry&, uint64_t)>& fn) {
+  Result<InodeRef> dir = FsOps::Get(*this, dir_ino);
+  if (!dir.ok()) return dir.take_error();
+  uint64_t parent_ino;
+  {
+    std::shared_lock lock(dir.value()->lock);
+    if (!S_ISDIR(dir->media().mode)) return Error(ENOTDIR);
+    parent_ino = dir->media().parent;
+  }
+  if (cookie == 0) {
+    if (!fn({".", dir_ino, DT_DIR}, 1)) return Status::Ok();
+    cookie = 1;
+  }
+  if (cookie == 1) {
+    if (!fn({"..", parent_ino, DT_DIR}, 2)) return Status::Ok();
+    cookie = 2;
+  }
+  // Entries are copied out in batches under the shared lock, then handed to fn
+  // with no lock held (fn may call back into the filesystem).
+  struct Copied {
+    std::string name;
+    uint64_t ino;
+    uint32_t type;
+    uint64_t key;
+  };
+  std::vector<Copied> batch;
+  uint64_t from_key = cookie - 2;
+  for (;;) {
+    batch.clear();
+    {
+      std::shared_lock lock(dir.value()->lock);
+      Status st = dir_->ReadDir(dir->media(), from_key, [&](const DirEntryRef& e) {
+        batch.push_back({std::string(e.name), e.ino, e.file_type, e.key});
+        return batch.size() < 128;
+      });
+      if (!st.ok()) return st.code() == EUCLEAN ? Error(EIO) : st;
+    }
+    if (batch.empty()) return Status::Ok();
+    for (const Copied& e : batch) {
+      if (!fn({e.name, e.ino, e.type}, e.key + 3)) return Status::Ok();
+    }
+    if (batch.back().key >= format::kDirKeyMax) return Status::Ok();
+    from_key = batch.back().key + 1;
+  }
+}
+
+}  // namespace nvfs

@@ -1,0 +1,425 @@
+// Mount, unmount, the orphan list and the inode helpers every operation uses.
+#include <sys/stat.h>
+
+#include <cinttypes>
+#include <cstring>
+
+#include "fs/fs_impl.hpp"
+#include "nvfs/bitmap.hpp"
+#include "nvfs/cli.hpp"
+#include "nvfs/media.hpp"
+#include "nvfs/superblock.hpp"
+
+namespace nvfs {
+
+using format::Inode;
+using format::SuperDynamic;
+
+Filesystem::Filesystem() = default;
+
+Filesystem::~Filesystem() {
+  if (mounted_) (void)Unmount();
+}
+
+uint32_t Filesystem::block_size() const { return geometry_->block_size(); }
+const Geometry& Filesystem::geometry() const { return *geometry_; }
+size_t Filesystem::cached_inodes() const { return cache_->size(); }
+
+Result<std::unique_ptr<Filesystem>> Filesystem::Mount(const std::string& path,
+                                                      const MountOptions& options) {
+  MediaOptions media_options;
+  media_options.read_only = options.read_only;
+  media_options.min_size = Geometry::MinNamespaceSize(format::kMinBlockSize);
+  auto media = OpenMedia(path, media_options);
+  if (!media.ok()) return media.take_error();
+  std::unique_ptr<Filesystem> fs(new Filesystem());
+  fs->media_ = std::move(media.value());
+  Status st = fs->MountInternal(options);
+  if (!st.ok()) return Error(st.code(), path + ": " + st.error().Describe());
+  return fs;
+}
+
+Status Filesystem::MountInternal(const MountOptions& options) {
+  read_only_ = options.read_only;
+  Result<FoundSuper> found = FindSuper(media_->base(), media_->size());
+  if (!found.ok()) return found.take_error();
+  if (found->from_backup) {
+    return MakeError(EUCLEAN, "primary superblock is damaged (%s); run fsck.nvfs to restore "
+                     "it from the backup", found->primary_error.c_str());
+  }
+  if (UnknownRoCompat(found->sb) != 0 && !read_only_) {
+    return MakeError(EROFS, "unknown read-only-compatible features 0x%" PRIx64
+                     "; mount read-only (-o ro)", UnknownRoCompat(found->sb));
+  }
+  const auto& dyn =
+      *reinterpret_cast<const SuperDynamic*>(media_->base() + format::kSuperDynamicOffset);
+  Status dyn_ok = CheckSuperDynamic(dyn);
+  if (!dyn_ok.ok()) {
+    return MakeError(EUCLEAN, "%s; run fsck.nvfs", dyn_ok.error().message.c_str());
+  }
+  geometry_ = std::make_unique<Geometry>(found->geometry);
+  hash_seed_ = found->sb.hash_seed;
+  const Geometry& g = *geometry_;
+  const std::byte* inode_bitmap = media_->base() + g.BlockOffset(g.InodeBitmapBlock(0));
+  const auto& root = *reinterpret_cast<const Inode*>(media_->base() +
+                                                     g.InodeOffset(format::kRootIno));
+  if (!TestBit(inode_bitmap, format::kRootIno) || !S_ISDIR(root.mode)) {
+    return MakeError(EUCLEAN, "root directory is damaged; run fsck.nvfs");
+  }
+
+  journal_ = std::make_unique<Journal>(*media_, g);
+  if (!read_only_) {
+    Result<Journal::RecoveryStats> recovered = journal_->Recover();
+    if (!recovered.ok()) return recovered.take_error();
+  } else {
+    for (uint32_t slot = 0; slot < g.journal_slots(); ++slot) {
+      format::JournalSlotHeader header;
+      std::memcpy(&header, media_->base() + g.JournalSlotOffset(slot), sizeof header);
+      if (header.state != static_cast<uint32_t>(format::JournalState::kIdle)) {
+        return MakeError(EROFS, "the filesystem needs recovery; mount it read-write once");
+      }
+    }
+  }
+  alloc_ = std::make_unique<Allocator>(*media_, g);
+  alloc_->Load();
+  journal_->set_sink(alloc_.get());
+  ctx_ = std::make_unique<FsContext>(FsContext{*media_, g, *alloc_, *journal_, hash_seed_});
+  bmap_ = std::make_unique<Bmap>(*ctx_);
+  dir_ = std::make_unique<Directory>(*ctx_);
+  cache_ = std::make_unique<InodeCache>();
+  generation_state_ = RandomU64();
+
+  if (!read_only_) {
+    Status orphans = FsOps::ProcessOrphans(*this);
+    if (!orphans.ok()) return orphans;
+    std::lock_guard lock(orphan_mu_);
+    Tx tx(*journal_, "mount");
+    const int64_t now = FsOps::Now().tv_sec;
+    FsOps::UpdateDynamic(*this, tx, [&](SuperDynamic& d) {
+      d.state = static_cast<uint32_t>(format::FsState::kMounted);
+      d.mount_count += 1;
+      d.mount_time = now;
+      d.write_time = now;
+    });
+    NVFS_TRY(tx.Commit());
+  }
+  mounted_ = true;
+  return Status::Ok();
+}
+
+// Clean unmount: exact counters in every group descriptor and in the dynamic
+// superblock, then state = clean, each batch in a transaction so a crash
+// here leaves either the old or the new descriptors, never a torn one.
+Status Filesystem::Unmount() {
+  if (!mounted_) return Status::Ok();
+  mounted_ = false;
+  if (read_only_) return Status::Ok();
+  const Geometry& g = *geometry_;
+  std::lock_guard lock(orphan_mu_);
+  uint32_t group = 0;
+  while (group < g.group_count()) {
+    Tx tx(*journal_, "unmount");
+    for (; group < g.group_count() && tx.room() > 1024; ++group) {
+      const uint64_t offset = g.BlockOffset(g.GroupDescBlock(group));
+      format::GroupDesc desc;
+      std::memcpy(&desc, media_->base() + offset, sizeof desc);
+      desc.magic = format::kGroupDescMagic;
+      desc.group = group;
+      desc.free_blocks = alloc_->group_free_blocks(group);
+      desc.free_inodes = alloc_->group_free_inodes(group);
+      desc.checksum = GroupDescChecksum(desc);
+      if (std::memcmp(&desc, media_->base() + offset, sizeof desc) != 0) {
+        tx.Store(offset, &desc, sizeof desc);
+      }
+    }
+    NVFS_TRY(tx.Commit());
+  }
+  Tx tx(*journal_, "unmount");
+  const int64_t now = FsOps::Now().tv_sec;
+  FsOps::UpdateDynamic(*this, tx, [&](SuperDynamic& d) {
+    d.state = static_cast<uint32_t>(format::FsState::kClean);
+    d.free_blocks = alloc_->free_blocks();
+    d.free_inodes = alloc_->free_inodes();
+    d.write_time = now;
+  });
+  return tx.Commit();
+}
+
+Result<StatFs> Filesystem::GetStatFs() {
+  StatFs st;
+  st.block_size = geometry_->block_size();
+  st.blocks = geometry_->block_count();
+  st.blocks_free = alloc_->free_blocks();
+  st.inodes = geometry_->inode_count();
+  st.inodes_free = alloc_->free_inodes();
+  st.name_max = format::kNameMax;
+  return st;
+}
+
+// ---------------------------------------------------------------------------
+// Helpers
+// ---------------------------------------------------------------------------
+
+timespec FsOps::Now() {
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return ts;
+}
+
+Status FsOps::CheckIno(const Filesystem& fs, uint64_t ino) {
+  const Geometry& g = *fs.geometry_;
+  if (ino == 0 || ino >= g.inode_count()) return Error(ESTALE);
+  const uint32_t group = g.InodeGroup(ino);
+  const std::byte* bitmap = fs.media_->base() + g.BlockOffset(g.InodeBitmapBlock(group));
+  if (!TestBit(bitmap, ino % g.inodes_per_group())) return Error(ESTALE);
+  switch (InodeAt(fs, ino).mode & S_IFMT) {
+    case S_IFREG: case S_IFDIR: case S_IFLNK: case S_IFCHR: case S_IFBLK: case S_IFIFO:
+    case S_IFSOCK:
+      return Status::Ok();
+    default:
+      return MakeError(EUCLEAN, "inode %" PRIu64 " has an invalid mode", ino);
+  }
+}
+
+Result<InodeRef> FsOps::Get(Filesystem& fs, uint64_t ino) {
+  NVFS_TRY(CheckIno(fs, ino));
+  CachedInode* inode = fs.cache_->Pin(ino, &InodeAt(fs, ino));
+  if (inode == nullptr) return Error(ESTALE);
+  return InodeRef(fs, inode);
+}
+
+Attr FsOps::MakeAttr(const Filesystem& fs, uint64_t ino, const Inode& inode) {
+  Attr a;
+  a.ino = ino;
+  a.mode = inode.mode;
+  a.nlink = inode.nlink;
+  a.uid = inode.uid;
+  a.gid = inode.gid;
+  a.rdev = inode.rdev;
+  a.size = inode.size;
+  a.blocks = inode.blocks << (fs.geometry_->block_shift() - 9);
+  a.blksize = fs.geometry_->block_size();
+  a.generation = inode.generation;
+  a.atime = ToTimespec(inode.atime_sec, inode.atime_nsec);
+  a.mtime = ToTimespec(inode.mtime_sec, inode.mtime_nsec);
+  a.ctime = ToTimespec(inode.ctime_sec, inode.ctime_nsec);
+  a.btime = ToTimespec(inode.btime_sec, inode.btime_nsec);
+  return a;
+}
+
+// One logged store covering both times (they sit within 36 bytes), so a
+// touch costs one journal record.
+void FsOps::Touch(Tx& tx, const Inode& inode, bool mtime, bool ctime, timespec now) {
+  if (!mtime && !ctime) return;
+  Inode updated = inode;
+  if (mtime) {
+    updated.mtime_sec = now.tv_sec;
+    updated.mtime_nsec = static_cast<uint32_t>(now.tv_nsec);
+  }
+  if (ctime) {
+    updated.ctime_sec = now.tv_sec;
+    updated.ctime_nsec = static_cast<uint32_t>(now.tv_nsec);
+  }
+  StoreInodeDiff(tx, inode, updated);
+}
+
+void FsOps::StoreInodeDiff(Tx& tx, const Inode& on_media, const Inode& updated) {
+  const auto* old_bytes = reinterpret_cast<const std::byte*>(&on_media);
+  const auto* new_bytes = reinterpret_cast<const std::byte*>(&updated);
+  size_t first = 0;
+  size_t last = sizeof(Inode);
+  while (first < last && old_bytes[first] == new_bytes[first]) ++first;
+  while (last > first && old_bytes[last - 1] == new_bytes[last - 1]) --last;
+  if (first < last) tx.Store(tx.OffsetOf(old_bytes + first), new_bytes + first, last - first);
+}
+
+uint64_t FsOps::NextGeneration(Filesystem& fs) {
+  // splitmix64 over an atomic counter: cheap, lock-free, never repeats within
+  // 2^64 draws; random across mounts (as ext4's i_generation).
+  uint64_t x = fs.generation_state_.fetch_add(0x9E3779B97F4A7C15ull) + 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+Result<uint64_t> FsOps::NewInode(Filesystem& fs, Tx& tx, const Inode& parent_inode,
+                                 uint64_t parent, uint32_t mode, uint64_t rdev,
+                                 const Cred& cred, timespec now) {
+  Result<uint64_t> ino = fs.alloc_->AllocateInode(tx, parent, S_ISDIR(mode));
+  if (!ino.ok()) return ino;
+  Inode inode{};
+  inode.mode = static_cast<uint16_t>(mode);
+  inode.nlink = S_ISDIR(mode) ? 2 : 1;
+  inode.uid = cred.uid;
+  inode.gid = cred.gid;
+  // BSD group semantics under a set-group-ID directory.
+  if (parent_inode.mode & S_ISGID) {
+    inode.gid = parent_inode.gid;
+    if (S_ISDIR(mode)) inode.mode = static_cast<uint16_t>(inode.mode | S_ISGID);
+  }
+  inode.atime_sec = inode.mtime_sec = inode.ctime_sec = inode.btime_sec = now.tv_sec;
+  inode.atime_nsec = inode.mtime_nsec = inode.ctime_nsec = inode.btime_nsec =
+      static_cast<uint32_t>(now.tv_nsec);
+  inode.generation = static_cast<uint32_t>(NextGeneration(fs));
+  inode.parent = S_ISDIR(mode) ? parent : 0;
+  inode.rdev = (S_ISCHR(mode) || S_ISBLK(mode)) ? rdev : 0;
+  tx.StoreFresh(fs.geometry_->InodeOffset(*ino), &inode, sizeof inode);
+  return ino;
+}
+
+void FsOps::OrphanAdd(Filesystem& fs, Tx& tx, uint64_t ino) {
+  const Inode& inode = InodeAt(fs, ino);
+  if (inode.flags & format::kInodeFlagOrphan) return;
+  const auto& dyn = *reinterpret_cast<const SuperDynamic*>(fs.media_->base() +
+                                                           format::kSuperDynamicOffset);
+  tx.Set(inode.orphan_next, dyn.orphan_head);
+  tx.Set(inode.flags, inode.flags | format::kInodeFlagOrphan);
+  UpdateDynamic(fs, tx, [&](SuperDynamic& d) { d.orphan_head = ino; });
+}
+
+Status FsOps::OrphanRemove(Filesystem& fs, Tx& tx, uint64_t ino) {
+  const Inode& inode = InodeAt(fs, ino);
+  if (!(inode.flags & format::kInodeFlagOrphan)) return Status::Ok();
+  const auto& dyn = *reinterpret_cast<const SuperDynamic*>(fs.media_->base() +
+                                                           format::kSuperDynamicOffset);
+  if (dyn.orphan_head == ino) {
+    UpdateDynamic(fs, tx, [&](SuperDynamic& d) { d.orphan_head = inode.orphan_next; });
+  } else {
+    // A singly linked list: find the predecessor. The list holds only the
+    // inodes unlinked while open, so it stays short.
+    uint64_t prev = dyn.orphan_head;
+    uint64_t steps = 0;
+    while (prev != 0 && InodeAt(fs, prev).orphan_next != ino) {
+      if (!CheckIno(fs, prev).ok() || ++steps > fs.geometry_->inode_count()) {
+        return MakeError(EUCLEAN, "orphan list is damaged");
+      }
+      prev = InodeAt(fs, prev).orphan_next;
+    }
+    if (prev == 0) return MakeError(EUCLEAN, "inode %" PRIu64 " missing from the orphan list", ino);
+    tx.Set(InodeAt(fs, prev).orphan_next, inode.orphan_next);
+  }
+  tx.Set(inode.orphan_next, uint64_t{0});
+  tx.Set(inode.flags, inode.flags & ~format::kInodeFlagOrphan);
+  return Status::Ok();
+}
+
+Status FsOps::FreeBlocksFrom(Filesystem& fs, uint64_t ino, uint64_t from) {
+  const Inode& inode = InodeAt(fs, ino);
+  for (;;) {
+    Tx tx(*fs.journal_, "truncate-more");
+    Result<bool> done = fs.bmap_->Truncate(tx, inode, from);
+    if (!done.ok()) return done.take_error();
+    if (*done) {
+      std::lock_guard lock(fs.orphan_mu_);
+      NVFS_TRY(OrphanRemove(fs, tx, ino));
+      return tx.Commit();
+    }
+    NVFS_TRY(tx.Commit());
+  }
+}
+
+Status FsOps::Resize(Filesystem& fs, uint64_t ino, uint64_t new_size, Tx* first_tx) {
+  const Inode& inode = InodeAt(fs, ino);
+  const Geometry& g = *fs.geometry_;
+  if (new_size > fs.bmap_->max_blocks() * g.block_size()) return Error(EFBIG);
+  const uint64_t old_size = inode.size;
+  Tx& tx = *first_tx;
+  if (new_size >= old_size) {
+    // The bytes past the old end of its last block are undefined: zero the
+    // part the new size exposes (fresh stores: unreachable until the size is
+    // published).
+    const uint64_t block_end = (old_size + g.block_size() - 1) & ~uint64_t{g.block_size() - 1};
+    const uint64_t zero_end = std::min(new_size, block_end);
+    if (zero_end > old_size) {
+      uint64_t run;
+      const uint64_t phys = fs.bmap_->Lookup(inode, old_size >> g.block_shift(), 1, &run);
+      if (phys == Bmap::kCorrupt) return Error(EUCLEAN);
+      if (phys != 0) {
+        tx.FillFresh(g.BlockOffset(phys) + (old_size & (g.block_size() - 1)), 0,
+                     zero_end - old_size);
+      }
+    }
+    if (new_size != old_size) tx.Set(inode.size, new_size);
+    return Status::Ok();
+  }
+  tx.Set(inode.size, new_size);
+  const uint64_t from = (new_size + g.block_size() - 1) >> g.block_shift();
+  Result<bool> done = fs.bmap_->Truncate(tx, inode, from);
+  if (!done.ok()) return done.take_error();
+  if (*done) return Status::Ok();
+  // Too much for one transaction: the rest happens in further ones, and the
+  // orphan list makes a crash in between finish the job at mount. The bytes
+  // past the new size are invisible from this first commit on.
+  {
+    std::lock_guard lock(fs.orphan_mu_);
+    OrphanAdd(fs, tx, ino);
+    NVFS_TRY(tx.Commit());
+  }
+  return FreeBlocksFrom(fs, ino, from);
+}
+
+Status FsOps::Reclaim(Filesystem& fs, uint64_t ino) {
+  const Inode& inode = InodeAt(fs, ino);
+  // Free the contents in as many transactions as needed; the inode stays on
+  // the orphan list until the last one, which frees the inode itself.
+  for (;;) {
+    Tx tx(*fs.journal_, "reclaim");
+    Result<bool> done = true;
+    if (S_ISDIR(inode.mode)) {
+      done = fs.dir_->FreeTree(tx, inode);
+    } else if (S_ISREG(inode.mode) ||
+               (S_ISLNK(inode.mode) && inode.size > format::kInlineSymlinkMax)) {
+      done = fs.bmap_->Truncate(tx, inode, 0);
+    }
+    if (!done.ok()) return done.take_error();
+    if (!*done) {
+      NVFS_TRY(tx.Commit());
+      continue;
+    }
+    if (inode.xattr_block != 0 && fs.ctx_->ValidBlock(inode.xattr_block)) {
+      NVFS_TRY(fs.alloc_->FreeBlocks(tx, inode.xattr_block, 1));
+      tx.Set(inode.xattr_block, uint64_t{0});
+    }
+    std::lock_guard lock(fs.orphan_mu_);
+    NVFS_TRY(OrphanRemove(fs, tx, ino));
+    tx.Set(inode.mode, uint16_t{0});
+    NVFS_TRY(fs.alloc_->FreeInode(tx, ino));
+    return tx.Commit();
+  }
+}
+
+void FsOps::OnIdle(Filesystem& fs, CachedInode* inode) {
+  const bool unlinked = inode->media->nlink == 0 && !fs.read_only_ && fs.mounted_;
+  if (!fs.cache_->Retire(inode, unlinked) || !unlinked) return;
+  {
+    std::unique_lock lock(inode->lock);
+    // A failure here leaves the inode on the orphan list: the next mount
+    // finishes it.
+    (void)Reclaim(fs, inode->ino);
+  }
+  fs.cache_->Erase(inode);
+}
+
+Status FsOps::ProcessOrphans(Filesystem& fs) {
+  const auto& dyn = *reinterpret_cast<const SuperDynamic*>(fs.media_->base() +
+                                                           format::kSuperDynamicOffset);
+  uint64_t steps = 0;
+  while (dyn.orphan_head != 0) {
+    const uint64_t ino = dyn.orphan_head;
+    if (!CheckIno(fs, ino).ok() || !(InodeAt(fs, ino).flags & format::kInodeFlagOrphan) ||
+        ++steps > fs.geometry_->inode_count()) {
+      return MakeError(EUCLEAN, "orphan list is damaged (inode %" PRIu64 "); run fsck.nvfs", ino);
+    }
+    const Inode& inode = InodeAt(fs, ino);
+    if (inode.nlink == 0) {
+      NVFS_TRY(Reclaim(fs, ino));
+    } else {
+      const uint64_t from = (inode.size + fs.geometry_->block_size() - 1) >>
+                            fs.geometry_->block_shift();
+      NVFS_TRY(FreeBlocksFrom(fs, ino, from));
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace nvfs

@@ -1,0 +1,191 @@
+// Extended attributes: one block per inode, replaced whole (copy on write):
+// the new block is written aside and published by one logged store of
+// xattr_block; the old block is freed after commit. So set and remove are
+// atomic without logging any attribute bytes.
+#include <sys/stat.h>
+#include <sys/xattr.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "fs/fs_impl.hpp"
+
+namespace nvfs {
+
+using format::Inode;
+using format::XattrEntry;
+using format::XattrHeader;
+
+namespace {
+
+constexpr size_t kXattrValueMax = 65536;  // XATTR_SIZE_MAX
+
+struct Attribute {
+  std::string name;
+  std::string value;
+};
+
+uint32_t EntrySize(size_t name_len, size_t value_len) {
+  return static_cast<uint32_t>((sizeof(XattrEntry) + name_len + value_len + 7) & ~size_t{7});
+}
+
+Status CheckXattrName(std::string_view name) {
+  if (name.empty() || name.size() > 255) return Error(ERANGE);
+  for (std::string_view prefix : {"user.", "trusted.", "security.", "system."}) {
+    if (name.size() > prefix.size() && name.substr(0, prefix.size()) == prefix) {
+      return Status::Ok();
+    }
+  }
+  return Error(EOPNOTSUPP);
+}
+
+// Parses the inode's xattr block; EIO if it is damaged.
+Result<std::vector<Attribute>> Load(const FsContext& ctx, const Inode& inode) {
+  std::vector<Attribute> attrs;
+  if (inode.xattr_block == 0) return attrs;
+  if (!ctx.ValidBlock(inode.xattr_block)) return Error(EIO);
+  const std::byte* block = ctx.Block(inode.xattr_block);
+  const uint32_t bs = ctx.geometry.block_size();
+  XattrHeader header;
+  std::memcpy(&header, block, sizeof header);
+  if (header.magic != format::kXattrMagic || header.used > bs - sizeof header) return Error(EIO);
+  uint32_t pos = sizeof header;
+  const uint32_t end = sizeof header + header.used;
+  for (uint32_t i = 0; i < header.count; ++i) {
+    if (end - pos < sizeof(XattrEntry)) return Error(EIO);
+    XattrEntry entry;
+    std::memcpy(&entry, block + pos, sizeof entry);
+    const uint64_t size = EntrySize(entry.name_len, entry.value_len);
+    if (entry.name_len == 0 || entry.value_len > kXattrValueMax || size > end - pos) {
+      return Error(EIO);
+    }
+    const char* name = reinterpret_cast<const char*>(block + pos + sizeof entry);
+    attrs.push_back({std::string(name, entry.name_len),
+                     std::string(name + entry.name_len, entry.value_len)});
+    pos += static_cast<uint32_t>(size);
+  }
+  return attrs;
+}
+
+// Replaces the inode's xattr block with one holding `attrs` (or none).
+// REQUIRES: inode lock held exclusively.
+Status Store(Filesystem& fs, uint64_t ino, const Inode& inode,
+             const std::vector<Attribute>& attrs) {
+  FsContext& ctx = FsOps::Ctx(fs);
+  const uint32_t bs = ctx.geometry.block_size();
+  std::vector<std::byte> block(bs);
+  XattrHeader header{};
+  header.magic = format::kXattrMagic;
+  uint32_t pos = sizeof header;
+  for (const Attribute& a : attrs) {
+    const uint32_t size = EntrySize(a.name.size(), a.value.size());
+    if (size > bs - pos) return Error(ENOSPC);
+    XattrEntry entry{};
+    entry.name_len = static_cast<uint8_t>(a.name.size());
+    entry.value_len = static_cast<uint32_t>(a.value.size());
+    std::memcpy(block.data() + pos, &entry, sizeof entry);
+    std::memcpy(block.data() + pos + sizeof entry, a.name.data(), a.name.size());
+    std::memcpy(block.data() + pos + sizeof entry + a.name.size(), a.value.data(),
+                a.value.size());
+    pos += size;
+    ++header.count;
+  }
+  header.used = pos - static_cast<uint32_t>(sizeof header);
+  std::memcpy(block.data(), &header, sizeof header);
+
+  Tx tx(FsOps::Jnl(fs), "xattr");
+  const uint64_t old_block = inode.xattr_block;
+  uint64_t new_block = 0;
+  if (!attrs.empty()) {
+    const uint64_t goal = ctx.geometry.FirstDataBlock(ctx.geometry.InodeGroup(ino));
+    Result<Extent> run = FsOps::Alloc(fs).AllocateBlocks(tx, goal, 1);
+    if (!run.ok()) return run.take_error();
+    new_block = run->first;
+    tx.StoreFresh(ctx.geometry.BlockOffset(new_block), block.data(), bs);
+  }
+  tx.Set(inode.xattr_block, new_block);
+  if (old_block != 0) NVFS_TRY(FsOps::Alloc(fs).FreeBlocks(tx, old_block, 1));
+  const uint64_t blocks = inode.blocks + (new_block != 0) - (old_block != 0);
+  if (blocks != inode.blocks) tx.Set(inode.blocks, blocks);
+  FsOps::Touch(tx, inode, false, true, FsOps::Now());
+  return tx.Commit();
+}
+
+}  // namespace
+
+Status Filesystem::SetXattr(uint64_t ino, std::string_view name, const void* value, size_t size,
+                            int flags) {
+  if (read_only_) return Error(EROFS);
+  NVFS_TRY(CheckXattrName(name));
+  if (size > kXattrValueMax) return Error(E2BIG);
+  if (flags & ~(XATTR_CREATE | XATTR_REPLACE)) return Error(EINVAL);
+  Result<InodeRef> ref = FsOps::Get(*this, ino);
+  if (!ref.ok()) return ref.take_error();
+  std::unique_lock lock(ref.value()->lock);
+  Result<std::vector<Attribute>> attrs = Load(*ctx_, ref->media());
+  if (!attrs.ok()) return attrs.take_error();
+  auto it = std::find_if(attrs->begin(), attrs->end(),
+                         [&](const Attribute& a) { return a.name == name; });
+  if (it != attrs->end() && (flags & XATTR_CREATE)) return Error(EEXIST);
+  if (it == attrs->end() && (flags & XATTR_REPLACE)) return Error(ENODATA);
+  std::string v(static_cast<const char*>(value), size);
+  if (it != attrs->end()) {
+    it->value = std::move(v);
+  } else {
+    attrs->push_back({std::string(name), std::move(v)});
+  }
+  return Store(*this, ino, ref->media(), *attrs);
+}
+
+Result<size_t> Filesystem::GetXattr(uint64_t ino, std::string_view name, void* value,
+                                    size_t size) {
+  NVFS_TRY(CheckXattrName(name));
+  Result<InodeRef> ref = FsOps::Get(*this, ino);
+  if (!ref.ok()) return ref.take_error();
+  std::shared_lock lock(ref.value()->lock);
+  Result<std::vector<Attribute>> attrs = Load(*ctx_, ref->media());
+  if (!attrs.ok()) return attrs.take_error();
+  for (const Attribute& a : *attrs) {
+    if (a.name != name) continue;
+    if (size == 0) return a.value.size();
+    if (size < a.value.size()) return Error(ERANGE);
+    std::memcpy(value, a.value.data(), a.value.size());
+    return a.value.size();
+  }
+  return Error(ENODATA);
+}
+
+Result<size_t> Filesystem::ListXattr(uint64_t ino, char* list, size_t size) {
+  Result<InodeRef> ref = FsOps::Get(*this, ino);
+  if (!ref.ok()) return ref.take_error();
+  std::shared_lock lock(ref.value()->lock);
+  Result<std::vector<Attribute>> attrs = Load(*ctx_, ref->media());
+  if (!attrs.ok()) return attrs.take_error();
+  size_t total = 0;
+  for (const Attribute& a : *attrs) total += a.name.size() + 1;
+  if (size == 0) return total;
+  if (size < total) return Error(ERANGE);
+  for (const Attribute& a : *attrs) {
+    std::memcpy(list, a.name.c_str(), a.name.size() + 1);
+    list += a.name.size() + 1;
+  }
+  return total;
+}
+
+Status Filesystem::RemoveXattr(uint64_t ino, std::string_view name) {
+  if (read_only_) return Error(EROFS);
+  NVFS_TRY(CheckXattrName(name));
+  Result<InodeRef> ref = FsOps::Get(*this, ino);
+  if (!ref.ok()) return ref.take_error();
+  std::unique_lock lock(ref.value()->lock);
+  Result<std::vector<Attribute>> attrs = Load(*ctx_, ref->media());
+  if (!attrs.ok()) return attrs.take_error();
+  auto it = std::find_if(attrs->begin(), attrs->end(),
+                         [&](const Attribute& a) { return a.name == name; });
+  if (it == attrs->end()) return Error(ENODATA);
+  attrs->erase(it);
+  return Store(*this, ino, ref->media(), *attrs);
+}
+
+}  // namespace nvfs

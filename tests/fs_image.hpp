@@ -1,0 +1,70 @@
+// A formatted image mounted through the filesystem core, for tests above the
+// module level.
+#pragma once
+
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "nvfs/fs.hpp"
+#include "nvfs/media.hpp"
+#include "nvfs/mkfs.hpp"
+#include "test_util.hpp"
+
+namespace nvfs::test {
+
+class FsImage {
+ public:
+  explicit FsImage(uint64_t size = 128ull << 20, uint32_t block_size = 4096,
+                   uint64_t inodes = 0)
+      : path_("fsimage") {
+    MakeFile(path_.path(), size);
+    {
+      auto media = OpenMedia(path_.path(), MediaOptions{});
+      if (!media.ok()) throw std::runtime_error(media.error().message);
+      MkfsOptions options;
+      options.block_size = block_size;
+      options.inode_count = inodes;
+      auto plan = PlanMkfs((*media)->size(), options);
+      if (!plan.ok()) throw std::runtime_error(plan.error().message);
+      if (!WriteMkfs(**media, *plan).ok()) throw std::runtime_error("mkfs");
+    }
+    Mount();
+  }
+
+  void Mount() {
+    auto fs = Filesystem::Mount(path_.path(), MountOptions{});
+    if (!fs.ok()) throw std::runtime_error(fs.error().Describe());
+    fs_ = std::move(fs.value());
+  }
+  void Unmount() {
+    if (fs_) {
+      Status st = fs_->Unmount();
+      if (!st.ok()) throw std::runtime_error("unmount: " + st.error().Describe());
+    }
+    fs_.reset();
+  }
+  void Remount() {
+    Unmount();
+    Mount();
+  }
+  // Mounts the image as a crash at this instant would leave it: every
+  // completed operation is durable, no clean unmount happened.
+  void CrashAndMount() {
+    const std::vector<char> bytes = ReadFile(path_.path());
+    fs_.reset();  // unmounts cleanly; undone just below
+    WriteAt(path_.path(), 0, bytes.data(), bytes.size());
+    Mount();
+  }
+
+  Filesystem& fs() { return *fs_; }
+  Filesystem* operator->() { return fs_.get(); }
+  const std::string& path() const { return path_.path(); }
+
+ private:
+  TempPath path_;
+  std::unique_ptr<Filesystem> fs_;
+};
+
+}  // namespace nvfs::test

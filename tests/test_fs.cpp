@@ -1,0 +1,448 @@
+// The filesystem core through its C++ API: every operation, the errors users
+// expect, persistence across remounts and crashes.
+#include <catch2/catch.hpp>
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <linux/falloc.h>
+#include <linux/fs.h>
+#include <sys/stat.h>
+#include <sys/xattr.h>
+
+#include <map>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "fs_image.hpp"
+
+namespace nvfs::test {
+namespace {
+
+constexpr uint64_t kRoot = 1;
+const Cred kCred{1000, 1000};
+
+uint64_t MustMkdir(Filesystem& fs, uint64_t parent, const std::string& name) {
+  auto a = fs.Mkdir(parent, name, 0755, kCred);
+  REQUIRE(a.ok());
+  return a->ino;
+}
+
+uint64_t MustCreate(Filesystem& fs, uint64_t parent, const std::string& name,
+                    const std::string& content = "") {
+  Attr attr;
+  auto f = fs.Create(parent, name, 0644, O_RDWR, kCred, &attr);
+  REQUIRE(f.ok());
+  if (!content.empty()) {
+    auto n = fs.Write(*f, 0, content.data(), content.size());
+    REQUIRE(n.ok());
+    REQUIRE(*n == content.size());
+  }
+  fs.Release(*f);
+  fs.Forget(attr.ino, 1);  // Create took a lookup reference, as FUSE's would
+  return attr.ino;
+}
+
+std::string ReadAll(Filesystem& fs, uint64_t ino) {
+  auto f = fs.Open(ino, O_RDONLY);
+  REQUIRE(f.ok());
+  auto attr = fs.GetAttr(ino);
+  REQUIRE(attr.ok());
+  std::string data(attr->size, '\0');
+  auto n = fs.Read(*f, 0, data.data(), data.size());
+  fs.Release(*f);
+  REQUIRE(n.ok());
+  data.resize(*n);
+  return data;
+}
+
+std::set<std::string> List(Filesystem& fs, uint64_t dir) {
+  std::set<std::string> names;
+  REQUIRE(fs.ReadDir(dir, 0, [&](const Filesystem::DirEntry& e, uint64_t) {
+    names.insert(std::string(e.name));
+    return true;
+  }).ok());
+  return names;
+}
+
+TEST_CASE("mkfs root holds lost+found; mkdir, create, lookup, readdir", "[fs]") {
+  FsImage img;
+  Filesystem& fs = img.fs();
+  auto lf = fs.Lookup(kRoot, "lost+found");
+  REQUIRE(lf.ok());
+  CHECK(S_ISDIR(lf->mode));
+  const uint64_t d = MustMkdir(fs, kRoot, "dir");
+  const uint64_t f = MustCreate(fs, d, "file", "hello world");
+  auto attr = fs.Lookup(d, "file");
+  REQUIRE(attr.ok());
+  CHECK(attr->ino == f);
+  CHECK(attr->size == 11);
+  CHECK(attr->uid == 1000);
+  CHECK(ReadAll(fs, f) == "hello world");
+  CHECK(List(fs, d) == std::set<std::string>{".", "..", "file"});
+  auto root = fs.GetAttr(kRoot);
+  REQUIRE(root.ok());
+  CHECK(root->nlink == 4);  // ., .., lost+found/.., dir/..
+  auto dotdot = fs.Lookup(d, "..");
+  REQUIRE(dotdot.ok());
+  CHECK(dotdot->ino == kRoot);
+}
+
+TEST_CASE("errors users expect", "[fs]") {
+  FsImage img;
+  Filesystem& fs = img.fs();
+  const uint64_t d = MustMkdir(fs, kRoot, "d");
+  const uint64_t f = MustCreate(fs, d, "f", "x");
+  CHECK(fs.Lookup(d, "missing").code() == ENOENT);
+  CHECK(fs.Mkdir(kRoot, "d", 0755, kCred).code() == EEXIST);
+  CHECK(fs.Lookup(f, "x").code() == ENOTDIR);
+  CHECK(fs.Mkdir(f, "x", 0755, kCred).code() == ENOTDIR);
+  CHECK(fs.Unlink(kRoot, "d").code() == EISDIR);
+  CHECK(fs.Rmdir(d, "f").code() == ENOTDIR);
+  CHECK(fs.Rmdir(kRoot, "d").code() == ENOTEMPTY);
+  CHECK(fs.Mkdir(kRoot, std::string(256, 'n'), 0755, kCred).code() == ENAMETOOLONG);
+  CHECK(fs.Mkdir(kRoot, std::string(255, 'n'), 0755, kCred).ok());
+  CHECK(fs.Link(d, kRoot, "dlink").code() == EPERM);
+  const uint64_t sub = MustMkdir(fs, d, "sub");
+  CHECK(fs.Rename(kRoot, "d", sub, "moved", 0).code() == EINVAL);
+  CHECK(fs.Rename(kRoot, "d", kRoot, "d", RENAME_NOREPLACE | RENAME_EXCHANGE).code() == EINVAL);
+  CHECK(fs.Readlink(f).code() == EINVAL);
+  CHECK(fs.Symlink(kRoot, "s", std::string(5000, 't'), kCred).code() == ENAMETOOLONG);
+}
+
+TEST_CASE("write, read paths, sparse files and truncate", "[fs]") {
+  FsImage img;
+  Filesystem& fs = img.fs();
+  const uint64_t ino = MustCreate(fs, kRoot, "f");
+  auto h = fs.Open(ino, O_RDWR);
+  REQUIRE(h.ok());
+  std::string data(3 * 4096 + 100, '\0');
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>('a' + i % 26);
+  REQUIRE(*fs.Write(*h, 5000, data.data(), data.size()) == data.size());
+  auto attr = fs.GetAttr(ino);
+  CHECK(attr->size == 5000 + data.size());
+  std::string out(attr->size + 10, 'X');
+  REQUIRE(*fs.Read(*h, 0, out.data(), out.size()) == attr->size);
+  CHECK(out.substr(0, 5000) == std::string(5000, '\0'));
+  CHECK(out.substr(5000, data.size()) == data);
+  // read_iter with uneven segments gives the same bytes.
+  std::string a(777, 'Y'), b(5000, 'Y'), c(20000, 'Y');
+  iovec iov[3] = {{a.data(), a.size()}, {b.data(), b.size()}, {c.data(), c.size()}};
+  auto n = fs.ReadIter(*h, 0, iov, 3);
+  REQUIRE(n.ok());
+  CHECK(*n == attr->size);
+  CHECK((a + b + c).substr(0, *n) == out.substr(0, *n));
+  // map: the runs cover the same bytes.
+  ReadRun runs[16];
+  size_t count = 0;
+  auto m = fs.Map(*h, 100, 20000, runs, 16, &count);
+  REQUIRE(m.ok());
+  std::string mapped;
+  for (size_t i = 0; i < count; ++i) mapped.append(static_cast<const char*>(runs[i].data), runs[i].len);
+  CHECK(mapped == out.substr(100, *m));
+  // Past EOF: nothing.
+  CHECK(*fs.Read(*h, attr->size, out.data(), 10) == 0);
+  // Truncate down then up: the cut bytes read back as zeros.
+  SetAttrRequest req;
+  req.valid = kSetSize;
+  req.size = 6000;
+  REQUIRE(fs.SetAttr(ino, req).ok());
+  req.size = 9000;
+  REQUIRE(fs.SetAttr(ino, req).ok());
+  std::string after(9000, 'X');
+  REQUIRE(*fs.Read(*h, 0, after.data(), after.size()) == 9000);
+  CHECK(after.substr(5000, 1000) == data.substr(0, 1000));
+  CHECK(after.substr(6000) == std::string(3000, '\0'));
+  fs.Release(*h);
+}
+
+TEST_CASE("a write at 1 TiB on a small namespace costs a few blocks", "[fs]") {
+  FsImage img(64ull << 20);
+  Filesystem& fs = img.fs();
+  const uint64_t ino = MustCreate(fs, kRoot, "sparse");
+  const uint64_t free_before = fs.GetStatFs()->blocks_free;
+  auto h = fs.Open(ino, O_RDWR);
+  const uint64_t tib = 1ull << 40;
+  REQUIRE(*fs.Write(*h, tib, "end", 3) == 3);
+  CHECK(fs.GetAttr(ino)->size == tib + 3);
+  CHECK(free_before - fs.GetStatFs()->blocks_free <= 6);
+  char buf[8] = {};
+  CHECK(*fs.Read(*h, tib - 2, buf, 8) == 5);
+  CHECK(std::string(buf, 5) == std::string("\0\0end", 5));
+  auto data = fs.Lseek(*h, 0, SEEK_DATA);
+  REQUIRE(data.ok());
+  CHECK(*data == tib);
+  CHECK(*fs.Lseek(*h, 0, SEEK_HOLE) == 0);
+  fs.Release(*h);
+  img.Remount();
+  CHECK(img->GetAttr(ino)->size == tib + 3);
+}
+
+TEST_CASE("hard links, symlinks and nlink", "[fs]") {
+  FsImage img;
+  Filesystem& fs = img.fs();
+  const uint64_t f = MustCreate(fs, kRoot, "f", "data");
+  REQUIRE(fs.Link(f, kRoot, "g").ok());
+  CHECK(fs.GetAttr(f)->nlink == 2);
+  REQUIRE(fs.Unlink(kRoot, "f").ok());
+  CHECK(fs.GetAttr(f)->nlink == 1);
+  CHECK(ReadAll(fs, fs.Lookup(kRoot, "g")->ino) == "data");
+  auto s = fs.Symlink(kRoot, "short", "target/path", kCred);
+  REQUIRE(s.ok());
+  CHECK(*fs.Readlink(s->ino) == "target/path");
+  const std::string long_target(3000, 'L');
+  auto l = fs.Symlink(kRoot, "long", long_target, kCred);
+  REQUIRE(l.ok());
+  CHECK(*fs.Readlink(l->ino) == long_target);
+  img.Remount();
+  CHECK(*img->Readlink(s->ino) == "target/path");
+  CHECK(*img->Readlink(l->ino) == long_target);
+}
+
+TEST_CASE("rename in every form", "[fs]") {
+  FsImage img;
+  Filesystem& fs = img.fs();
+  const uint64_t a = MustMkdir(fs, kRoot, "a");
+  const uint64_t b = MustMkdir(fs, kRoot, "b");
+  MustCreate(fs, a, "x", "X");
+  MustCreate(fs, b, "y", "Y");
+  SECTION("new name across directories") {
+    REQUIRE(fs.Rename(a, "x", b, "x2", 0).ok());
+    CHECK(fs.Lookup(a, "x").code() == ENOENT);
+    CHECK(ReadAll(fs, fs.Lookup(b, "x2")->ino) == "X");
+  }
+  SECTION("over an existing file") {
+    const uint64_t y = fs.Lookup(b, "y")->ino;
+    REQUIRE(fs.Rename(a, "x", b, "y", 0).ok());
+    CHECK(ReadAll(fs, fs.Lookup(b, "y")->ino) == "X");
+    CHECK(fs.GetAttr(y)->nlink == 0);  // still referenced by our lookup
+  }
+  SECTION("noreplace") {
+    CHECK(fs.Rename(a, "x", b, "y", RENAME_NOREPLACE).code() == EEXIST);
+  }
+  SECTION("exchange") {
+    REQUIRE(fs.Rename(a, "x", b, "y", RENAME_EXCHANGE).ok());
+    CHECK(ReadAll(fs, fs.Lookup(a, "x")->ino) == "Y");
+    CHECK(ReadAll(fs, fs.Lookup(b, "y")->ino) == "X");
+  }
+  SECTION("directory over an empty directory, parent links and ..") {
+    const uint64_t c = MustMkdir(fs, a, "c");
+    MustMkdir(fs, b, "empty");
+    REQUIRE(fs.Rename(a, "c", b, "empty", 0).ok());
+    CHECK(fs.Lookup(b, "empty")->ino == c);
+    CHECK(fs.Lookup(c, "..")->ino == b);
+    CHECK(fs.GetAttr(a)->nlink == 2);
+    CHECK(fs.GetAttr(b)->nlink == 3);
+  }
+  SECTION("directory over a non-empty directory") {
+    MustMkdir(fs, a, "c");
+    const uint64_t full = MustMkdir(fs, b, "full");
+    MustCreate(fs, full, "z");
+    CHECK(fs.Rename(a, "c", b, "full", 0).code() == ENOTEMPTY);
+    CHECK(fs.Rename(a, "x", b, "full", 0).code() == EISDIR);
+    CHECK(fs.Rename(b, "full", a, "x", 0).code() == ENOTDIR);
+  }
+}
+
+TEST_CASE("unlinked but open files live until the last release", "[fs]") {
+  FsImage img;
+  Filesystem& fs = img.fs();
+  const uint64_t free_before = fs.GetStatFs()->blocks_free;
+  const uint64_t ino = MustCreate(fs, kRoot, "tmp", std::string(100000, 'z'));
+  auto h = fs.Open(ino, O_RDWR);
+  REQUIRE(h.ok());
+  REQUIRE(fs.Unlink(kRoot, "tmp").ok());
+  CHECK(fs.Lookup(kRoot, "tmp").code() == ENOENT);
+  char c = 0;
+  REQUIRE(*fs.Read(*h, 99999, &c, 1) == 1);
+  CHECK(c == 'z');
+  fs.Release(*h);
+  CHECK(fs.GetStatFs()->blocks_free == free_before);
+}
+
+TEST_CASE("an unlinked open file is reclaimed at the next mount after a crash", "[fs]") {
+  FsImage img;
+  const uint64_t free_before = img->GetStatFs()->blocks_free;
+  const uint64_t inodes_before = img->GetStatFs()->inodes_free;
+  const uint64_t ino = MustCreate(img.fs(), kRoot, "tmp", std::string(50000, 'q'));
+  auto h = img->Open(ino, O_RDWR);
+  REQUIRE(img->Unlink(kRoot, "tmp").ok());
+  img.CrashAndMount();  // the handle died with the crash
+  CHECK(img->GetStatFs()->blocks_free == free_before);
+  CHECK(img->GetStatFs()->inodes_free == inodes_before);
+  (void)h;
+}
+
+TEST_CASE("xattrs: create, replace, get, list, remove", "[fs]") {
+  FsImage img;
+  Filesystem& fs = img.fs();
+  const uint64_t f = MustCreate(fs, kRoot, "f");
+  REQUIRE(fs.SetXattr(f, "user.a", "1", 1, XATTR_CREATE).ok());
+  CHECK(fs.SetXattr(f, "user.a", "2", 1, XATTR_CREATE).code() == EEXIST);
+  CHECK(fs.SetXattr(f, "user.b", "2", 1, XATTR_REPLACE).code() == ENODATA);
+  REQUIRE(fs.SetXattr(f, "user.a", "22", 2, XATTR_REPLACE).ok());
+  REQUIRE(fs.SetXattr(f, "user.b", "333", 3, 0).ok());
+  CHECK(*fs.GetXattr(f, "user.a", nullptr, 0) == 2);
+  char small[1];
+  CHECK(fs.GetXattr(f, "user.a", small, 1).code() == ERANGE);
+  CHECK(fs.GetXattr(f, "user.zz", nullptr, 0).code() == ENODATA);
+  CHECK(fs.SetXattr(f, "bogus.x", "1", 1, 0).code() == EOPNOTSUPP);
+  char list[64];
+  auto n = fs.ListXattr(f, list, sizeof list);
+  REQUIRE(n.ok());
+  CHECK(std::string(list, *n) == std::string("user.a\0user.b\0", 14));
+  CHECK(fs.ListXattr(f, list, 3).code() == ERANGE);
+  REQUIRE(fs.RemoveXattr(f, "user.a").ok());
+  CHECK(fs.RemoveXattr(f, "user.a").code() == ENODATA);
+  img.Remount();
+  char value[8];
+  CHECK(*img->GetXattr(f, "user.b", value, sizeof value) == 3);
+  CHECK(std::string(value, 3) == "333");
+}
+
+TEST_CASE("setattr: mode, owner, times", "[fs]") {
+  FsImage img;
+  Filesystem& fs = img.fs();
+  const uint64_t f = MustCreate(fs, kRoot, "f");
+  SetAttrRequest req;
+  req.valid = kSetMode | kSetUid | kSetGid | kSetAtime | kSetMtime;
+  req.mode = 04711;
+  req.uid = 5;
+  req.gid = 6;
+  req.atime = {1000, 5};
+  req.mtime = {2000, 7};
+  auto a = fs.SetAttr(f, req);
+  REQUIRE(a.ok());
+  CHECK((a->mode & 07777) == 04711);
+  CHECK(S_ISREG(a->mode));
+  CHECK(a->uid == 5);
+  CHECK(a->gid == 6);
+  CHECK(a->atime.tv_sec == 1000);
+  CHECK(a->atime.tv_nsec == 5);
+  CHECK(a->mtime.tv_sec == 2000);
+  CHECK(a->ctime.tv_sec > 2000);
+  img.Remount();
+  CHECK(img->GetAttr(f)->mtime.tv_nsec == 7);
+}
+
+TEST_CASE("ENOSPC leaves the filesystem consistent and recoverable", "[fs]") {
+  FsImage img(16ull << 20);
+  Filesystem& fs = img.fs();
+  const uint64_t keep = MustCreate(fs, kRoot, "keep", "precious");
+  const uint64_t free_before = fs.GetStatFs()->blocks_free;
+  std::vector<uint64_t> files;
+  std::string chunk(256 * 1024, 'f');
+  bool full = false;
+  for (int i = 0; i < 200 && !full; ++i) {
+    Attr attr;
+    auto h = fs.Create(kRoot, "fill" + std::to_string(i), 0644, O_RDWR, kCred, &attr);
+    if (!h.ok()) {
+      CHECK(h.code() == ENOSPC);
+      break;
+    }
+    files.push_back(attr.ino);
+    fs.Forget(attr.ino, 1);
+    auto n = fs.Write(*h, 0, chunk.data(), chunk.size());
+    if (!n.ok() || *n < chunk.size()) {
+      full = true;
+      if (!n.ok()) CHECK(n.code() == ENOSPC);
+    }
+    fs.Release(*h);
+  }
+  REQUIRE(full);
+  CHECK(ReadAll(fs, keep) == "precious");
+  for (size_t i = 0; i < files.size(); ++i) {
+    REQUIRE(fs.Unlink(kRoot, "fill" + std::to_string(i)).ok());
+  }
+  CHECK(fs.GetStatFs()->blocks_free == free_before);
+  const uint64_t again = MustCreate(fs, kRoot, "again", chunk);
+  CHECK(ReadAll(fs, again) == chunk);
+  img.Remount();
+  CHECK(ReadAll(img.fs(), keep) == "precious");
+}
+
+TEST_CASE("fallocate and punch hole", "[fs]") {
+  FsImage img;
+  Filesystem& fs = img.fs();
+  const uint64_t ino = MustCreate(fs, kRoot, "f", std::string(40000, 'p'));
+  auto h = fs.Open(ino, O_RDWR);
+  REQUIRE(fs.Fallocate(*h, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 1000, 20000).ok());
+  std::string out(40000, 'X');
+  REQUIRE(*fs.Read(*h, 0, out.data(), out.size()) == 40000);
+  CHECK(out.substr(0, 1000) == std::string(1000, 'p'));
+  CHECK(out.substr(1000, 20000) == std::string(20000, '\0'));
+  CHECK(out.substr(21000) == std::string(19000, 'p'));
+  REQUIRE(fs.Fallocate(*h, 0, 0, 100000).ok());
+  CHECK(fs.GetAttr(ino)->size == 100000);
+  REQUIRE(fs.Fallocate(*h, FALLOC_FL_KEEP_SIZE, 0, 200000).ok());
+  CHECK(fs.GetAttr(ino)->size == 100000);
+  CHECK(fs.Fallocate(*h, FALLOC_FL_PUNCH_HOLE, 0, 10).code() == EOPNOTSUPP);
+  fs.Release(*h);
+}
+
+TEST_CASE("readdir lists a large directory completely, cookies survive changes", "[fs]") {
+  FsImage img(256ull << 20);
+  Filesystem& fs = img.fs();
+  const uint64_t d = MustMkdir(fs, kRoot, "big");
+  for (int i = 0; i < 5000; ++i) {
+    auto a = fs.Mknod(d, "n" + std::to_string(i), S_IFREG | 0644, 0, kCred);
+    REQUIRE(a.ok());
+  }
+  std::set<std::string> seen;
+  uint64_t cookie = 0;
+  int taken = 0;
+  REQUIRE(fs.ReadDir(d, 0, [&](const Filesystem::DirEntry& e, uint64_t next) {
+    seen.insert(std::string(e.name));
+    cookie = next;
+    return ++taken < 2500;
+  }).ok());
+  // Change the directory between the two halves of the listing.
+  for (int i = 0; i < 500; ++i) REQUIRE(fs.Mknod(d, "late" + std::to_string(i), S_IFREG, 0, kCred).ok());
+  size_t duplicates = 0;
+  REQUIRE(fs.ReadDir(d, cookie, [&](const Filesystem::DirEntry& e, uint64_t) {
+    if (!seen.insert(std::string(e.name)).second) ++duplicates;
+    return true;
+  }).ok());
+  CHECK(duplicates == 0);
+  for (int i = 0; i < 5000; ++i) CHECK(seen.count("n" + std::to_string(i)) == 1);
+}
+
+TEST_CASE("threads on shared and separate directories", "[fs]") {
+  FsImage img(256ull << 20);
+  Filesystem& fs = img.fs();
+  const uint64_t shared = MustMkdir(fs, kRoot, "shared");
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      auto own = fs.Mkdir(kRoot, "own" + std::to_string(t), 0755, kCred);
+      if (!own.ok()) { ++failures; return; }
+      for (int i = 0; i < 300; ++i) {
+        const std::string name = "t" + std::to_string(t) + "_" + std::to_string(i);
+        for (uint64_t dir : {shared, own->ino}) {
+          Attr attr;
+          auto h = fs.Create(dir, name, 0644, O_RDWR, kCred, &attr);
+          if (!h.ok()) { ++failures; continue; }
+          if (!fs.Write(*h, 0, name.data(), name.size()).ok()) ++failures;
+          fs.Release(*h);
+        }
+        if (i % 3 == 0 && !fs.Unlink(shared, name).ok()) ++failures;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  CHECK(failures == 0);
+  CHECK(List(fs, shared).size() == 2 + 4 * 200);
+  img.Remount();
+  for (int t = 0; t < 4; ++t) {
+    auto own = img->Lookup(kRoot, "own" + std::to_string(t));
+    REQUIRE(own.ok());
+    CHECK(List(img.fs(), own->ino).size() == 302);
+    const std::string name = "t" + std::to_string(t) + "_7";
+    CHECK(ReadAll(img.fs(), img->Lookup(own->ino, name)->ino) == name);
+  }
+}
+
+}  // namespace
+}  // namespace nvfs::test
