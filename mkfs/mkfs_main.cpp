@@ -157,18 +157,27 @@ int main(int argc, char** argv) {
     std::printf("  free: %" PRIu64 " blocks (%s), %" PRIu64 " inodes\n", plan->free_blocks,
                 nvfs::FormatSize(plan->free_blocks * g.block_size()).c_str(),
                 plan->free_inodes);
-    for (const auto& sig : signatures) {
-      std::printf("  %s the %s signature at byte %" PRIu64 "\n",
-                  dry_run ? "would wipe" : "wiping", sig.name.c_str(), sig.offset);
-    }
   }
-  if (dry_run) return 0;
+  // Said only once the namespace is ours, so the output never claims a wipe
+  // that did not happen.
+  auto report_wipes = [&](const char* verb) {
+    if (quiet) return;
+    for (const auto& sig : signatures) {
+      std::printf("  %s the %s signature at byte %" PRIu64 "\n", verb, sig.name.c_str(),
+                  sig.offset);
+    }
+  };
+  if (dry_run) {
+    report_wipes("would wipe");
+    return 0;
+  }
 
   nvfs::MediaOptions rw;
   rw.grow_to = grow_to;
   rw.min_size = g.bytes();
   auto media = nvfs::OpenMedia(device, rw);
   if (!media.ok()) return Fail(media.error().message);
+  report_wipes("wiping");
   const auto start = std::chrono::steady_clock::now();
   nvfs::Progress progress("writing group metadata", g.group_count(), quiet);
   nvfs::Status written = nvfs::WriteMkfs(**media, *plan, [&](uint64_t done, uint64_t) {

@@ -206,6 +206,13 @@ inline constexpr uint32_t kInodeFlagsKnown = kInodeFlagOrphan;
 // slot means no entry has that prefix. A leaf holds the entries whose hashes
 // start with its prefix; leaves that cannot be split further (the hash bits are
 // used up) chain through `next`.
+//
+// Index level k uses hash bits [k*F, min((k+1)*F, 56)), F = log2(block_size / 8).
+// An index node fills one slot of its parent. A leaf in a level-k node has
+// k*F <= prefix_bits <= min((k+1)*F, 56) and fills the 2^(level end - prefix_bits)
+// aligned slots of its prefix; a leaf in dir.root has prefix_bits 0. Overflow
+// leaves only at prefix_bits 56, with the head's prefix, at most 64 per chain.
+// In a free record (ino 0) only rec_len means anything.
 // ---------------------------------------------------------------------------
 inline constexpr uint64_t kDirNodeIndexBit = uint64_t{1} << 63;
 inline constexpr uint64_t kDirNodeBlockMask = kMaxBlockCount - 1;

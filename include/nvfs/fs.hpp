@@ -123,6 +123,11 @@ class Filesystem {
   // returns the mounted filesystem. Clear one-line errors for every refusal.
   static Result<std::unique_ptr<Filesystem>> Mount(const std::string& path,
                                                    const MountOptions& options);
+  // The same on an already opened namespace (any Media backend, e.g. the
+  // recording backend of the crash tests). REQUIRES: media->read_only() ==
+  // options.read_only.
+  static Result<std::unique_ptr<Filesystem>> Mount(std::unique_ptr<Media> media,
+                                                   const MountOptions& options);
   ~Filesystem();  // unmounts cleanly if Unmount was not called
   Filesystem(const Filesystem&) = delete;
   Filesystem& operator=(const Filesystem&) = delete;

@@ -19,7 +19,6 @@
 #include "bmap/bmap.hpp"
 
 #include <algorithm>
-#include <bit>
 #include <cinttypes>
 
 namespace nvfs {
@@ -91,8 +90,7 @@ struct Bmap::Branch {
   uint64_t slot_at[kIndirectPointers + 1] = {};  // pointer at each level; [depth]: data
   uint64_t ptr[kIndirectPointers + 1] = {};     // their values
   uint32_t missing = 0;                         // first null level; depth + 1: mapped
-  // The array holding the data pointer: its offset and the slots left in it.
-  uint64_t leaf_avail = 0;
+  uint64_t leaf_avail = 0;  // slots from the data pointer to the end of its array
 };
 
 // One Punch call. Every cleared pointer and the free of what it pointed to
@@ -330,17 +328,12 @@ Result<Extent> Bmap::MapForWrite(Tx& tx, const Inode& inode, uint64_t index, uin
   if (index >= max_blocks_ || count > max_blocks_ - index) return Error(EFBIG);
   uint64_t run = 0;
   const uint64_t phys = Lookup(inode, index, count, &run);
-  if (phys != 0) {
-    if (phys == kCorrupt) {
-      Branch b;
-      NVFS_TRY(Walk(inode, index, &b));  // names the bad pointer
-      return Corrupt(inode, index, b.ptr[b.missing > b.depth ? b.depth : b.missing]);
-    }
-    return Extent{phys, run};
-  }
+  if (phys != 0 && phys != kCorrupt) return Extent{phys, run};
   Branch b;
-  NVFS_TRY(Walk(inode, index, &b));
-  if (b.missing > b.depth) return MakeError(EIO, "bmap: tree changed under the inode lock");
+  NVFS_TRY(Walk(inode, index, &b));  // fails on the pointer Lookup found bad
+  if (phys == kCorrupt || b.missing > b.depth) {
+    return MakeError(EIO, "bmap: inode %" PRIu64 " changed under its lock", InoOf(inode));
+  }
   const uint64_t goal = FindGoal(inode, index, b);
   if (b.missing == b.depth) {
     return FillHoles(tx, inode, b, std::min(run, b.leaf_avail), goal, zero_new);

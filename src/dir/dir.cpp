@@ -61,7 +61,8 @@ constexpr int kMaxLevels = static_cast<int>((kDirHashBits + kMinFanoutBits - 1) 
 constexpr uint64_t kMaxLoggedSlotBytes = 4096;
 constexpr uint32_t kMaxLoggedSlotsLog2 = 9;
 static_assert(uint64_t{8} << kMaxLoggedSlotsLog2 == kMaxLoggedSlotBytes);
-// Journal room FreeTree leaves for its own last stores and for its caller.
+// Journal room FreeTree leaves for its own last stores and for its caller
+// (and that Insert leaves when it chooses how to publish).
 constexpr size_t kFreeTreeReserve = 1024;
 // Journal bytes of a record without payload, and of an undo record's header.
 constexpr size_t kRecordCost = sizeof(format::JournalRecord);
@@ -406,7 +407,9 @@ class Builder {
     }
     const Path::Step& parent = path.index[path.depth];
     const uint64_t bytes = ptrs.size() * 8;
-    if (bytes <= kMaxLoggedSlotBytes) {
+    // A small journal slot (they may be 4 KiB) takes the copy even for a
+    // narrow range, keeping room for the caller's other records.
+    if (bytes <= kMaxLoggedSlotBytes && bytes + kRecordCost + kFreeTreeReserve <= tx_.room()) {
       tx_.Store(tree_.SlotOffset(parent.block, first), ptrs.data(), bytes);
       return Status::Ok();
     }
@@ -677,6 +680,7 @@ Status Directory::Remove(Tx& tx, const Inode& dir, std::string_view name) {
       const uint32_t first = path.slot & ~(span - 1);
       const uint64_t* slots = tree.Slots(path.index[path.depth].block);
       if (uint64_t{span} * 8 <= kMaxLoggedSlotBytes &&
+          uint64_t{span} * 8 + kFreeTreeReserve <= tx.room() &&
           std::all_of(slots + first, slots + first + span,
                       [&](uint64_t p) { return p == path.node; })) {
         const std::vector<uint64_t> nulls(span, 0);
@@ -757,7 +761,15 @@ class Lister {
         } else {
           uint32_t span = 1;
           NVFS_TRY(VisitLeaf(PointerBlock(ptr), depth, bits, &span));
-          slot = (slot & ~(span - 1)) + span;  // each leaf once, however many slots it fills
+          // Each leaf once, however many slots it fills; they must agree
+          // (null ones are what FreeTree leaves while it unlinks a wide leaf
+          // over several transactions).
+          const uint32_t end = (slot & ~(span - 1)) + span;
+          if (!std::all_of(slots + slot + 1, slots + end,
+                           [&](uint64_t p) { return p == ptr || p == 0; })) {
+            return Corrupt(block, "leaf slots disagree with its prefix");
+          }
+          slot = end;
         }
       }
       first = false;

@@ -32,8 +32,14 @@ Result<std::unique_ptr<Filesystem>> Filesystem::Mount(const std::string& path,
   media_options.min_size = Geometry::MinNamespaceSize(format::kMinBlockSize);
   auto media = OpenMedia(path, media_options);
   if (!media.ok()) return media.take_error();
+  return Mount(std::move(media.value()), options);
+}
+
+Result<std::unique_ptr<Filesystem>> Filesystem::Mount(std::unique_ptr<Media> media,
+                                                      const MountOptions& options) {
   std::unique_ptr<Filesystem> fs(new Filesystem());
-  fs->media_ = std::move(media.value());
+  const std::string path = media->path();
+  fs->media_ = std::move(media);
   Status st = fs->MountInternal(options);
   if (!st.ok()) return Error(st.code(), path + ": " + st.error().Describe());
   return fs;

@@ -262,7 +262,7 @@ bool Tx::AppendRecord(JournalRecordType type, uint64_t target, uint32_t length,
   header.length = length;
   header.type = static_cast<uint16_t>(type);
   std::memset(record, 0, size);
-  std::memcpy(record + sizeof header, payload, payload_len);
+  if (payload_len != 0) std::memcpy(record + sizeof header, payload, payload_len);  // payload may be null
   header.checksum = RecordChecksum(header, record + sizeof header, payload_len);
   std::memcpy(record, &header, sizeof header);
   Media& media = journal_.media_;
@@ -333,16 +333,25 @@ void Tx::FillFresh(uint64_t offset, int byte, size_t len) {
 bool Tx::LogAllocated(BitmapKind kind, uint64_t first, uint64_t count) {
   const auto type = kind == BitmapKind::kBlocks ? JournalRecordType::kBitmapSet
                                                 : JournalRecordType::kInodeSet;
-  if (!AppendRecord(type, first, static_cast<uint32_t>(count), nullptr)) return false;
-  allocated_.push_back({kind, {first, count}});
+  // A record's length is 32 bits: longer runs take several records.
+  for (uint64_t done = 0; done < count;) {
+    const uint32_t n = static_cast<uint32_t>(std::min<uint64_t>(count - done, UINT32_MAX));
+    if (!AppendRecord(type, first + done, n, nullptr)) return false;
+    allocated_.push_back({kind, {first + done, n}});
+    done += n;
+  }
   return true;
 }
 
 bool Tx::LogDeferredFree(BitmapKind kind, uint64_t first, uint64_t count) {
   const auto type = kind == BitmapKind::kBlocks ? JournalRecordType::kDeferredFree
                                                 : JournalRecordType::kInodeFree;
-  if (!AppendRecord(type, first, static_cast<uint32_t>(count), nullptr)) return false;
-  frees_.push_back({kind, {first, count}});
+  for (uint64_t done = 0; done < count;) {
+    const uint32_t n = static_cast<uint32_t>(std::min<uint64_t>(count - done, UINT32_MAX));
+    if (!AppendRecord(type, first + done, n, nullptr)) return false;
+    frees_.push_back({kind, {first + done, n}});
+    done += n;
+  }
   return true;
 }
 

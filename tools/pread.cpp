@@ -1,0 +1,407 @@
+// nvfs-pread: the pread microbenchmark.
+//
+//   nvfs-pread engine [OPTIONS] NAMESPACE   the core's read paths, in process
+//   nvfs-pread file   [OPTIONS] PATH        pread/preadv on any file
+//
+// Every measurement is repeated R times, the paths interleaved within each
+// repetition so drift hits them alike; reported as mean and standard
+// deviation of ns per operation, ops/s and GB/s.
+#include <fcntl.h>
+#include <getopt.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "nvfs/cli.hpp"
+#include "nvfs/fs.hpp"
+
+namespace {
+
+constexpr const char* kUsage =
+    "Usage: nvfs-pread engine [OPTIONS] NAMESPACE\n"
+    "       nvfs-pread file [OPTIONS] PATH\n"
+    "\n"
+    "engine: mounts NAMESPACE in process (no FUSE; it must not be mounted) and\n"
+    "  measures the core's read paths: read, read_iter (one segment), read_iter_4k\n"
+    "  (4 KiB segments), map (no copy), and memcpy from the mapping (the floor).\n"
+    "  With no options: the seed benchmark (N reads of the same 4 KiB at offset 0)\n"
+    "  and sequential and random reads of 512 B, 4 KiB, 64 KiB and 1 MiB over a\n"
+    "  file it creates in the namespace (/nvfs-pread.dat).\n"
+    "file: pread and preadv (4 KiB iovecs) loops on PATH (any filesystem).\n"
+    "\n"
+    "Options:\n"
+    "  -n N            operations in the seed loop (default 2^24; engine)\n"
+    "  -N N            operations per matrix run (default: 256 MiB worth, at most 2^20)\n"
+    "  -r R            repetitions (default 3)\n"
+    "  -b SIZES        block sizes, comma-separated (default 512,4k,64k,1m)\n"
+    "  -P PATTERNS     same,seq,rand (default: all)\n"
+    "  -p PATHS        engine: read,read_iter,read_iter_4k,map,memcpy; file: pread,preadv\n"
+    "  -s SIZE         engine: size of the data file (default 256m)\n"
+    "  -t THREADS      threads (file mode; default 1)\n"
+    "  -d              O_DIRECT (file mode)\n"
+    "  -T TARGET       a name for the target in the output (default: the path)\n"
+    "  --json          one JSON object per line instead of a table\n"
+    "  -h, --help      this help;  -V, --version  the version\n";
+
+struct Options {
+  uint64_t seed_ops = uint64_t{1} << 24;
+  uint64_t matrix_ops = 0;
+  int reps = 3;
+  std::vector<uint64_t> sizes = {512, 4096, 65536, 1 << 20};
+  std::vector<std::string> patterns = {"same", "seq", "rand"};
+  std::vector<std::string> paths;
+  uint64_t file_size = 256ull << 20;
+  int threads = 1;
+  bool direct = false;
+  bool json = false;
+  std::string target;
+};
+
+std::vector<std::string> Split(const std::string& s) {
+  std::vector<std::string> out;
+  size_t pos = 0;
+  while (pos <= s.size()) {
+    const size_t comma = s.find(',', pos);
+    const size_t end = comma == std::string::npos ? s.size() : comma;
+    if (end > pos) out.push_back(s.substr(pos, end - pos));
+    pos = end + 1;
+  }
+  return out;
+}
+
+struct Stats {
+  double mean = 0;
+  double stddev = 0;
+};
+
+Stats Summarize(const std::vector<double>& v) {
+  Stats s;
+  for (double x : v) s.mean += x;
+  s.mean /= static_cast<double>(v.size());
+  for (double x : v) s.stddev += (x - s.mean) * (x - s.mean);
+  s.stddev = v.size() > 1 ? std::sqrt(s.stddev / static_cast<double>(v.size() - 1)) : 0;
+  return s;
+}
+
+void Report(const Options& o, const char* mode, const std::string& path, const std::string& pattern,
+            uint64_t bs, int threads, uint64_t ops, const std::vector<double>& ns_per_op) {
+  const Stats s = Summarize(ns_per_op);
+  const double ops_per_s = 1e9 / s.mean * threads;
+  const double gbps = ops_per_s * static_cast<double>(bs) / 1e9;
+  if (o.json) {
+    std::printf("{\"mode\":\"%s\",\"target\":\"%s\",\"path\":\"%s\",\"pattern\":\"%s\",\"bs\":%" PRIu64
+                ",\"threads\":%d,\"ops\":%" PRIu64 ",\"reps\":%zu,\"ns_per_op\":%.2f,\"ns_stddev\":%.2f,"
+                "\"ops_per_s\":%.0f,\"gbps\":%.4f}\n",
+                mode, o.target.c_str(), path.c_str(), pattern.c_str(), bs, threads, ops,
+                ns_per_op.size(), s.mean, s.stddev, ops_per_s, gbps);
+  } else {
+    std::printf("%-7s %-13s %-5s %8" PRIu64 " %3d %10" PRIu64 " %11.1f %9.1f %12.0f %8.3f\n", mode,
+                path.c_str(), pattern.c_str(), bs, threads, ops, s.mean, s.stddev, ops_per_s, gbps);
+  }
+  std::fflush(stdout);
+}
+
+void Header(const Options& o) {
+  if (o.json) return;
+  std::printf("%-7s %-13s %-5s %8s %3s %10s %11s %9s %12s %8s\n", "mode", "path", "pat", "bs",
+              "thr", "ops", "ns/op", "stddev", "ops/s", "GB/s");
+}
+
+// Offsets for `ops` operations of `bs` bytes over a file of `size` bytes.
+std::vector<uint64_t> Offsets(const std::string& pattern, uint64_t bs, uint64_t size,
+                              uint64_t ops, uint64_t seed) {
+  const uint64_t slots = std::max<uint64_t>(size / bs, 1);
+  const uint64_t n = std::min<uint64_t>(ops, 1 << 20);
+  std::vector<uint64_t> offsets(n);
+  std::mt19937_64 rng(seed);
+  for (uint64_t i = 0; i < n; ++i) {
+    if (pattern == "same") offsets[i] = 0;
+    else if (pattern == "seq") offsets[i] = (i % slots) * bs;
+    else offsets[i] = (rng() % slots) * bs;
+  }
+  return offsets;
+}
+
+uint64_t OpsFor(const Options& o, const std::string& pattern, uint64_t bs) {
+  if (pattern == "same" && bs == 4096 && o.matrix_ops == 0) return o.seed_ops;
+  if (o.matrix_ops != 0) return o.matrix_ops;
+  return std::clamp<uint64_t>((256ull << 20) / bs, 1024, 1 << 20);
+}
+
+template <class Fn>
+double TimeNs(uint64_t ops, Fn&& fn) {
+  const auto start = std::chrono::steady_clock::now();
+  fn();
+  const auto end = std::chrono::steady_clock::now();
+  return std::chrono::duration<double, std::nano>(end - start).count() / static_cast<double>(ops);
+}
+
+[[noreturn]] void Die(const std::string& message) {
+  std::fprintf(stderr, "nvfs-pread: %s\n", message.c_str());
+  std::exit(1);
+}
+
+// --- engine mode ------------------------------------------------------------
+
+int Engine(Options& o, const std::string& ns) {
+  auto mounted = nvfs::Filesystem::Mount(ns, nvfs::MountOptions{});
+  if (!mounted.ok()) Die(mounted.error().Describe());
+  nvfs::Filesystem& fs = **mounted;
+  if (o.target.empty()) o.target = ns;
+  if (o.paths.empty()) o.paths = {"read", "read_iter", "read_iter_4k", "map", "memcpy"};
+
+  // The data file: created once, filled with a pattern, reused by later runs.
+  const std::string name = "nvfs-pread.dat";
+  uint64_t ino;
+  auto found = fs.Lookup(1, name);
+  if (found.ok() && found->size >= o.file_size) {
+    ino = found->ino;
+  } else {
+    if (found.ok()) {
+      (void)fs.Unlink(1, name);
+      fs.Forget(found->ino, 1);
+    }
+    nvfs::Attr attr;
+    auto created = fs.Create(1, name, 0644, O_RDWR, {0, 0}, &attr);
+    if (!created.ok()) Die("cannot create the data file: " + created.error().Describe());
+    std::vector<char> chunk(1 << 20);
+    for (size_t i = 0; i < chunk.size(); ++i) chunk[i] = static_cast<char>(i * 131 + 7);
+    for (uint64_t off = 0; off < o.file_size; off += chunk.size()) {
+      auto w = fs.Write(*created, off, chunk.data(), chunk.size());
+      if (!w.ok()) Die("cannot write the data file: " + w.error().Describe());
+    }
+    fs.Release(*created);
+    ino = attr.ino;
+  }
+  auto handle = fs.Open(ino, O_RDONLY);
+  if (!handle.ok()) Die(handle.error().Describe());
+  nvfs::FileHandle h = *handle;
+
+  const uint64_t max_bs = *std::max_element(o.sizes.begin(), o.sizes.end());
+  std::vector<char> buffer(max_bs + 4096);
+  std::vector<nvfs::ReadRun> runs(max_bs / 4096 + 64);
+  Header(o);
+  for (const std::string& pattern : o.patterns) {
+    for (uint64_t bs : o.sizes) {
+      if (pattern == "same" && bs != 4096) continue;  // the seed's loop is 4 KiB
+      const uint64_t ops = OpsFor(o, pattern, bs);
+      const std::vector<uint64_t> offsets = Offsets(pattern, bs, o.file_size, ops, bs);
+      const size_t mask = offsets.size() - 1;
+      const bool pow2 = (offsets.size() & mask) == 0;
+      std::vector<iovec> segments;
+      for (uint64_t off = 0; off < bs; off += 4096) {
+        segments.push_back({buffer.data() + off, std::min<uint64_t>(4096, bs - off)});
+      }
+      std::vector<std::vector<double>> results(o.paths.size());
+      std::vector<nvfs::ReadRun> floor_runs;
+      std::vector<size_t> floor_first;
+      uint64_t sink = 0;
+      for (int rep = 0; rep < o.reps; ++rep) {
+        for (size_t p = 0; p < o.paths.size(); ++p) {
+          const std::string& path = o.paths[p];
+          auto offset_of = [&](uint64_t i) {
+            return offsets[pow2 ? (i & mask) : (i % offsets.size())];
+          };
+          double ns = 0;
+          if (path == "read") {
+            ns = TimeNs(ops, [&] {
+              for (uint64_t i = 0; i < ops; ++i) sink += *fs.Read(h, offset_of(i), buffer.data(), bs);
+            });
+          } else if (path == "read_iter") {
+            iovec one{buffer.data(), bs};
+            ns = TimeNs(ops, [&] {
+              for (uint64_t i = 0; i < ops; ++i) sink += *fs.ReadIter(h, offset_of(i), &one, 1);
+            });
+          } else if (path == "read_iter_4k") {
+            ns = TimeNs(ops, [&] {
+              for (uint64_t i = 0; i < ops; ++i) {
+                sink += *fs.ReadIter(h, offset_of(i), segments.data(),
+                                     static_cast<int>(segments.size()));
+              }
+            });
+          } else if (path == "map") {
+            ns = TimeNs(ops, [&] {
+              for (uint64_t i = 0; i < ops; ++i) {
+                size_t count;
+                sink += *fs.Map(h, offset_of(i), bs, runs.data(), runs.size(), &count);
+              }
+            });
+          } else if (path == "memcpy") {
+            // The floor: the same bytes copied straight out of the mapping,
+            // from the physical runs looked up before the clock starts.
+            if (floor_runs.empty()) {
+              floor_first.resize(offsets.size() + 1);
+              for (size_t i = 0; i < offsets.size(); ++i) {
+                floor_first[i] = floor_runs.size();
+                size_t count = 0;
+                if (!fs.Map(h, offsets[i], bs, runs.data(), runs.size(), &count).ok()) {
+                  Die("cannot map the data file");
+                }
+                floor_runs.insert(floor_runs.end(), runs.begin(), runs.begin() + count);
+              }
+              floor_first[offsets.size()] = floor_runs.size();
+            }
+            ns = TimeNs(ops, [&] {
+              for (uint64_t i = 0; i < ops; ++i) {
+                const size_t k = pow2 ? (i & mask) : (i % offsets.size());
+                char* out = buffer.data();
+                for (size_t r = floor_first[k]; r < floor_first[k + 1]; ++r) {
+                  std::memcpy(out, floor_runs[r].data, floor_runs[r].len);
+                  out += floor_runs[r].len;
+                }
+                asm volatile("" ::: "memory");
+              }
+            });
+          } else {
+            Die("unknown path " + path);
+          }
+          results[p].push_back(ns);
+        }
+      }
+      for (size_t p = 0; p < o.paths.size(); ++p) {
+        Report(o, "engine", o.paths[p], pattern, bs, 1, ops, results[p]);
+      }
+      if (sink == 42) std::printf(" ");  // keeps the loops from being optimised away
+    }
+  }
+  fs.Release(h);
+  return 0;
+}
+
+// --- file mode --------------------------------------------------------------
+
+int File(Options& o, const std::string& path) {
+  if (o.target.empty()) o.target = path;
+  if (o.paths.empty()) o.paths = {"pread", "preadv"};
+  const int fd = open(path.c_str(), O_RDONLY | (o.direct ? O_DIRECT : 0));
+  if (fd < 0) Die(path + ": " + std::strerror(errno));
+  struct stat st;
+  if (fstat(fd, &st) != 0) Die(path + ": " + std::strerror(errno));
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  if (size == 0) Die(path + ": empty file");
+  Header(o);
+  for (const std::string& pattern : o.patterns) {
+    for (uint64_t bs : o.sizes) {
+      if (pattern == "same" && bs != 4096) continue;
+      if (bs > size) continue;
+      const uint64_t ops = o.matrix_ops ? o.matrix_ops
+                           : pattern == "same" ? std::min<uint64_t>(o.seed_ops, 1 << 18)
+                                               : std::clamp<uint64_t>((256ull << 20) / bs, 256, 1 << 16);
+      const std::vector<uint64_t> offsets = Offsets(pattern, bs, size, ops, bs);
+      std::vector<std::vector<double>> results(o.paths.size());
+      for (int rep = 0; rep < o.reps; ++rep) {
+        for (size_t p = 0; p < o.paths.size(); ++p) {
+          const bool vectored = o.paths[p] == "preadv";
+          std::atomic<bool> failed{false};
+          auto worker = [&](int t) {
+            void* raw = nullptr;
+            if (posix_memalign(&raw, 4096, bs) != 0) {
+              failed = true;
+              return;
+            }
+            std::unique_ptr<char, decltype(&free)> buf(static_cast<char*>(raw), &free);
+            std::vector<iovec> iov;
+            for (uint64_t off = 0; off < bs; off += 4096) {
+              iov.push_back({buf.get() + off, std::min<uint64_t>(4096, bs - off)});
+            }
+            for (uint64_t i = 0; i < ops; ++i) {
+              const uint64_t off = offsets[(i + static_cast<uint64_t>(t) * 7919) % offsets.size()];
+              const ssize_t n = vectored ? preadv(fd, iov.data(), static_cast<int>(iov.size()),
+                                                  static_cast<off_t>(off))
+                                         : pread(fd, buf.get(), bs, static_cast<off_t>(off));
+              if (n < 0) {
+                failed = true;
+                return;
+              }
+            }
+          };
+          const double ns = TimeNs(ops, [&] {
+            std::vector<std::thread> pool;
+            for (int t = 1; t < o.threads; ++t) pool.emplace_back(worker, t);
+            worker(0);
+            for (auto& th : pool) th.join();
+          });
+          if (failed) Die(path + ": read failed: " + std::strerror(errno));
+          results[p].push_back(ns);
+        }
+      }
+      for (size_t p = 0; p < o.paths.size(); ++p) {
+        Report(o, "file", o.paths[p], pattern, bs, o.threads, ops, results[p]);
+      }
+    }
+  }
+  close(fd);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc >= 2 && (std::strcmp(argv[1], "-h") == 0 || std::strcmp(argv[1], "--help") == 0)) {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  if (argc >= 2 && (std::strcmp(argv[1], "-V") == 0 || std::strcmp(argv[1], "--version") == 0)) {
+    std::printf("nvfs-pread %s\n", NVFS_VERSION);
+    return 0;
+  }
+  if (argc < 2 || (std::strcmp(argv[1], "engine") != 0 && std::strcmp(argv[1], "file") != 0)) {
+    std::fputs(kUsage, stderr);
+    return 2;
+  }
+  const std::string mode = argv[1];
+  Options o;
+  static const option kLong[] = {{"json", no_argument, nullptr, 'j'},
+                                 {"help", no_argument, nullptr, 'h'},
+                                 {nullptr, 0, nullptr, 0}};
+  optind = 2;
+  int opt;
+  auto size_arg = [](const char* text) {
+    auto v = nvfs::ParseSize(text);
+    if (!v || *v == 0) Die(std::string("invalid size: ") + text);
+    return *v;
+  };
+  while ((opt = getopt_long(argc, argv, "n:N:r:b:P:p:s:t:dT:jh", kLong, nullptr)) != -1) {
+    switch (opt) {
+      case 'n': o.seed_ops = size_arg(optarg); break;
+      case 'N': o.matrix_ops = size_arg(optarg); break;
+      case 'r': o.reps = static_cast<int>(size_arg(optarg)); break;
+      case 'b':
+        o.sizes.clear();
+        for (const auto& s : Split(optarg)) o.sizes.push_back(size_arg(s.c_str()));
+        break;
+      case 'P': o.patterns = Split(optarg); break;
+      case 'p': o.paths = Split(optarg); break;
+      case 's': o.file_size = size_arg(optarg); break;
+      case 't': o.threads = static_cast<int>(size_arg(optarg)); break;
+      case 'd': o.direct = true; break;
+      case 'T': o.target = optarg; break;
+      case 'j': o.json = true; break;
+      case 'h': std::fputs(kUsage, stdout); return 0;
+      default: std::fputs(kUsage, stderr); return 2;
+    }
+  }
+  if (optind + 1 != argc) {
+    std::fputs(kUsage, stderr);
+    return 2;
+  }
+  for (const auto& p : o.patterns) {
+    if (p != "same" && p != "seq" && p != "rand") Die("unknown pattern " + p);
+  }
+  return mode == "engine" ? Engine(o, argv[optind]) : File(o, argv[optind]);
+}
