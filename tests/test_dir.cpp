@@ -2,12 +2,11 @@
 // FreeTree on a formatted namespace; splits and their block economy, real
 // hash collisions, readdir cookies under change, crash recovery of a splitting
 // insert, remount, and damaged trees (EUCLEAN, never a crash or a hang).
-#include <catch2/catch.hpp>
-
 #include <dirent.h>
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -122,8 +121,8 @@ struct Listed {
 std::vector<Listed> List(FsFixture& fs, uint64_t dir, uint64_t from_key = 0,
                          size_t limit = SIZE_MAX) {
   std::vector<Listed> out;
-  Status status = Directory(fs.ctx()).ReadDir(
-      InodeOf(fs, dir), from_key, [&](const DirEntryRef& e) {
+  Status status =
+      Directory(fs.ctx()).ReadDir(InodeOf(fs, dir), from_key, [&](const DirEntryRef& e) {
         out.push_back({e.key, e.ino, e.file_type, std::string(e.name)});
         return out.size() < limit;
       });
@@ -160,11 +159,11 @@ uint64_t Nodes(FsFixture& fs, uint64_t dir) {
 // The shape of a directory's tree, walked independently of src/dir.
 struct TreeStats {
   uint64_t index_nodes = 0;
-  uint64_t leaves = 0;          // chain members included
-  uint64_t overflow_leaves = 0; // leaves reached through `next`
-  uint64_t live = 0;            // entries
-  int levels = 0;               // index levels above the deepest leaf
-  bool all_in_use = true;       // every node's bitmap bit set
+  uint64_t leaves = 0;           // chain members included
+  uint64_t overflow_leaves = 0;  // leaves reached through `next`
+  uint64_t live = 0;             // entries
+  int levels = 0;                // index levels above the deepest leaf
+  bool all_in_use = true;        // every node's bitmap bit set
 };
 
 TreeStats Walk(FsFixture& fs, uint64_t dir) {
@@ -353,7 +352,8 @@ TEST_CASE("insert, lookup, replace and remove", "[dir]") {
   REQUIRE(Insert(fs, dir, "beta", 102, DT_REG) == 0);
   CHECK(LookupIno(fs, dir, "beta") == 102);
 
-  for (const char* name : {"alpha", "beta", "ALPHA", "\xff\x01 x"}) REQUIRE(Remove(fs, dir, name) == 0);
+  for (const char* name : {"alpha", "beta", "ALPHA", "\xff\x01 x"})
+    REQUIRE(Remove(fs, dir, name) == 0);
   REQUIRE(Remove(fs, dir, longest) == 0);
   CHECK(InodeOf(fs, dir).map.dir.entries == 0);
   CHECK(List(fs, dir).empty());
@@ -437,10 +437,11 @@ TEST_CASE("100,000 names: found, listed once in key order, blocks not wasted", "
   CHECK(stats.levels <= 2);
   CHECK(stats.overflow_leaves == 0);
   if (std::getenv("NVFS_TEST_VERBOSE") != nullptr) {
-    std::printf("100k names: %llu nodes (%llu index, %llu leaves), records fill %llu blocks, "
-                "%d index levels\n",
-                (unsigned long long)nodes, (unsigned long long)stats.index_nodes,
-                (unsigned long long)stats.leaves, (unsigned long long)data_blocks, stats.levels);
+    std::printf(
+        "100k names: %llu nodes (%llu index, %llu leaves), records fill %llu blocks, "
+        "%d index levels\n",
+        (unsigned long long)nodes, (unsigned long long)stats.index_nodes,
+        (unsigned long long)stats.leaves, (unsigned long long)data_blocks, stats.levels);
   }
 }
 
@@ -618,7 +619,8 @@ void CrashDuringSplittingInsert(FsFixture& fs, uint64_t dir, const char* stem, i
   }
 }
 
-TEST_CASE("a crash in the middle of a splitting insert recovers the state before it", "[dir][crash]") {
+TEST_CASE("a crash in the middle of a splitting insert recovers the state before it",
+          "[dir][crash]") {
   SECTION("the root leaf is pushed down") {
     FsFixture fs;
     const uint64_t dir = MakeDirectory(fs);
@@ -739,7 +741,8 @@ TEST_CASE("emptied leaves are freed and their slots reused", "[dir]") {
   CHECK(Nodes(fs, dir) == empty.index_nodes);
   CheckCounts(fs, dir);
   for (int i = 0; i < 3000; ++i) REQUIRE(Insert(fs, dir, NumberedName("f", i), 1 + i) == 0);
-  for (int i = 0; i < 3000; ++i) REQUIRE(LookupIno(fs, dir, NumberedName("f", i)) == uint64_t(1 + i));
+  for (int i = 0; i < 3000; ++i)
+    REQUIRE(LookupIno(fs, dir, NumberedName("f", i)) == uint64_t(1 + i));
   CHECK(List(fs, dir).size() == 3000);
   CHECK(Nodes(fs, dir) <= full + full / 2);
   CheckCounts(fs, dir);
@@ -750,7 +753,8 @@ TEST_CASE("64 KiB blocks: wide slot ranges are published by copying the index no
   const uint64_t dir = MakeDirectory(fs);
   constexpr int kNames = 30000;
   for (int i = 0; i < kNames; ++i) REQUIRE(Insert(fs, dir, NumberedName("w", i), 1 + i) == 0);
-  for (int i = 0; i < kNames; ++i) REQUIRE(LookupIno(fs, dir, NumberedName("w", i)) == uint64_t(1 + i));
+  for (int i = 0; i < kNames; ++i)
+    REQUIRE(LookupIno(fs, dir, NumberedName("w", i)) == uint64_t(1 + i));
   std::vector<Listed> all = ListInBatches(fs, dir, 1000);
   CHECK(all.size() == kNames);
   CHECK(StrictlyIncreasing(all));
@@ -773,7 +777,8 @@ TEST_CASE("with little journal room a split copies the index node", "[dir]") {
     REQUIRE(d.Insert(tx, inode, NumberedName("j", i), 1 + i, DT_REG).ok());
     REQUIRE(tx.Commit().ok());
   }
-  for (int i = 0; i < 4000; ++i) REQUIRE(LookupIno(fs, dir, NumberedName("j", i)) == uint64_t(1 + i));
+  for (int i = 0; i < 4000; ++i)
+    REQUIRE(LookupIno(fs, dir, NumberedName("j", i)) == uint64_t(1 + i));
   CHECK(List(fs, dir).size() == 4000);
   CheckCounts(fs, dir);
 }
@@ -860,7 +865,8 @@ TEST_CASE("ENOSPC leaves the directory as it was", "[dir]") {
   CHECK(error == ENOSPC);
   CHECK(InodeOf(fs, dir).map.dir.entries == uint64_t(inserted));
   CHECK(LookupIno(fs, dir, NumberedName("s", inserted)) == 0);
-  for (int i = 0; i < inserted; ++i) REQUIRE(LookupIno(fs, dir, NumberedName("s", i)) == uint64_t(1 + i));
+  for (int i = 0; i < inserted; ++i)
+    REQUIRE(LookupIno(fs, dir, NumberedName("s", i)) == uint64_t(1 + i));
   CheckCounts(fs, dir);
 }
 
@@ -969,17 +975,29 @@ TEST_CASE("a damaged tree is reported as EUCLEAN, never followed", "[dir][corrup
 
   std::string what;
   SECTION("root pointer past the end") {
-    what = "root pointer past the end"; DamageValue<uint64_t>(fs, root_offset, g.block_count() + 7); }
+    what = "root pointer past the end";
+    DamageValue<uint64_t>(fs, root_offset, g.block_count() + 7);
+  }
   SECTION("root pointer with reserved bits") {
-    what = "root pointer with reserved bits"; DamageValue<uint64_t>(fs, root_offset, root | (1ull << 60)); }
+    what = "root pointer with reserved bits";
+    DamageValue<uint64_t>(fs, root_offset, root | (1ull << 60));
+  }
   SECTION("index slot past the end") {
-    what = "index slot past the end"; DamageValue<uint64_t>(fs, slot_offset, g.block_count()); }
+    what = "index slot past the end";
+    DamageValue<uint64_t>(fs, slot_offset, g.block_count());
+  }
   SECTION("index slot to block 0") {
-    what = "index slot to block 0"; DamageValue<uint64_t>(fs, slot_offset, kDirNodeIndexBit); }
+    what = "index slot to block 0";
+    DamageValue<uint64_t>(fs, slot_offset, kDirNodeIndexBit);
+  }
   SECTION("index nodes in a cycle") {
-    what = "index nodes in a cycle"; DamageValue<uint64_t>(fs, slot_offset, root); }
+    what = "index nodes in a cycle";
+    DamageValue<uint64_t>(fs, slot_offset, root);
+  }
   SECTION("leaf with a bad magic") {
-    what = "leaf with a bad magic"; DamageValue<uint32_t>(fs, leaf_offset, 0x12345678); }
+    what = "leaf with a bad magic";
+    DamageValue<uint32_t>(fs, leaf_offset, 0x12345678);
+  }
   SECTION("leaf with the wrong prefix") {
     what = "leaf with the wrong prefix";
     DamageValue<uint64_t>(fs, leaf_offset + offsetof(DirLeafHeader, prefix), header.prefix ^ 1);
@@ -1005,7 +1023,8 @@ TEST_CASE("a damaged tree is reported as EUCLEAN, never followed", "[dir][corrup
   SECTION("record length not a multiple of 8") {
     what = "record length not a multiple of 8";
     structural = false;
-    DamageValue<uint32_t>(fs, leaf_offset + sizeof(DirLeafHeader) + offsetof(DirEntry, rec_len), 44);
+    DamageValue<uint32_t>(fs, leaf_offset + sizeof(DirLeafHeader) + offsetof(DirEntry, rec_len),
+                          44);
   }
   SECTION("record leaving 8 bytes at the block's end") {
     what = "record leaving 8 bytes at the block's end";

@@ -93,6 +93,8 @@ struct LeafItem {
 struct Chain {
   std::array<uint64_t, kMaxChainLeaves> blocks{};
   uint32_t count = 0;
+
+  std::vector<uint64_t> ToVector() const { return {blocks.begin(), blocks.begin() + count}; }
 };
 
 // Where a hash leads from dir.root.
@@ -135,9 +137,7 @@ class Tree {
     return uint32_t{1} << (End(depth) - prefix_bits);
   }
 
-  uint64_t Hash(std::string_view name) const {
-    return DirHash56(NameHash(ctx_.hash_seed, name));
-  }
+  uint64_t Hash(std::string_view name) const { return DirHash56(NameHash(ctx_.hash_seed, name)); }
   uint64_t Offset(const void* in_mapping) const {
     return static_cast<uint64_t>(static_cast<const std::byte*>(in_mapping) - ctx_.base());
   }
@@ -215,10 +215,9 @@ class Tree {
       if (rec_len < kRecordHeader || rec_len % 8 != 0 || rec_len > block_size_ - offset) {
         return Corrupt(block, "bad record length");
       }
-      if (record.ino != 0 &&
-          (record.name_len == 0 || record.name_len > rec_len - kRecordHeader ||
-           record.key > format::kDirKeyMax ||
-           HashPrefix(HashOfKey(record.key), prefix_bits) != prefix)) {
+      if (record.ino != 0 && (record.name_len == 0 || record.name_len > rec_len - kRecordHeader ||
+                              record.key > format::kDirKeyMax ||
+                              HashPrefix(HashOfKey(record.key), prefix_bits) != prefix)) {
         return Corrupt(block, "bad entry");
       }
       if (!fn(offset, record)) break;
@@ -245,8 +244,8 @@ class Tree {
       const uint64_t block = PointerBlock(ptr);
       path.index[depth] = {block, path.link_offset};
       path.depth = depth;
-      path.slot = static_cast<uint32_t>(HashPrefix(hash, End(depth)) &
-                                        ((uint64_t{1} << Width(depth)) - 1));
+      path.slot =
+          static_cast<uint32_t>(HashPrefix(hash, End(depth)) & ((uint64_t{1} << Width(depth)) - 1));
       path.link_offset = SlotOffset(block, path.slot);
       ptr = Slots(block)[path.slot];
     }
@@ -280,8 +279,7 @@ void AdjustNodes(Tx& tx, const Tree& tree, const Inode& dir, int64_t delta) {
 // transaction is consistent whether the caller commits or aborts it.
 class Builder {
  public:
-  Builder(const Tree& tree, Tx& tx, uint64_t goal)
-      : tree_(tree), tx_(tx), goal_(goal) {}
+  Builder(const Tree& tree, Tx& tx, uint64_t goal) : tree_(tree), tx_(tx), goal_(goal) {}
 
   int64_t nodes_delta() const { return nodes_delta_; }
 
@@ -378,8 +376,8 @@ class Builder {
       });
       const size_t lower_count = static_cast<size_t>(upper - items.begin());
       const size_t half = slots.size() / 2;
-      NVFS_TRY(Build(items.first(lower_count), prefix_bits + 1, prefix << 1, depth,
-                     slots.first(half)));
+      NVFS_TRY(
+          Build(items.first(lower_count), prefix_bits + 1, prefix << 1, depth, slots.first(half)));
       return Build(items.subspan(lower_count), prefix_bits + 1, (prefix << 1) | 1, depth,
                    slots.subspan(half));
     }
@@ -440,8 +438,8 @@ class Builder {
 
 // Where a name was found.
 struct Found {
-  uint64_t block = 0;    // the leaf
-  uint32_t offset = 0;   // the record
+  uint64_t block = 0;   // the leaf
+  uint32_t offset = 0;  // the record
   uint32_t chain_index = 0;
 };
 
@@ -483,13 +481,106 @@ Result<DirEntryRef> Directory::Lookup(const Inode& dir, std::string_view name) c
   return DirEntryRef{record.ino, record.file_type, record.key, tree.Name(record)};
 }
 
-// Store order. Room in a free record: the record body (key, name_len,
-// file_type, name) and, when the record is split, the header of the free
-// record after it are written fresh (the free record's bytes past its rec_len
-// mean nothing); then logged: the record's rec_len, its ino (which makes the
-// entry live), dir.entries. No room: the nodes are rebuilt aside (see the top
-// of this file), published by logged pointer stores, and the old leaves are
-// freed after commit. A crash before commit is undone whole by the journal.
+namespace {
+
+// Insert into a null slot (or an empty directory): one new leaf, over the
+// widest aligned run of null slots around the hash that one logged store may
+// rewrite, published by that store.
+Status AddLeafInHole(const Tree& tree, Builder& builder, const Path& path, const LeafItem& item) {
+  uint32_t run_log2 = 0;
+  uint32_t first = 0;
+  if (path.depth >= 0) {
+    const uint64_t* slots = tree.Slots(path.index[path.depth].block);
+    const uint32_t max_log2 = std::min(tree.Width(path.depth), kMaxLoggedSlotsLog2);
+    first = path.slot;
+    while (run_log2 < max_log2) {
+      const uint32_t wider = path.slot & ~((uint32_t{2} << run_log2) - 1);
+      if (!std::all_of(slots + wider, slots + wider + (uint32_t{2} << run_log2),
+                       [](uint64_t p) { return p == 0; })) {
+        break;
+      }
+      ++run_log2;
+      first = wider;
+    }
+  }
+  const uint32_t prefix_bits = tree.End(path.depth) - run_log2;
+  std::vector<uint64_t> ptrs(size_t{1} << run_log2);
+  NVFS_TRY(builder.Build({&item, 1}, prefix_bits, HashPrefix(HashOfKey(item.key), prefix_bits),
+                         path.depth, ptrs));
+  return builder.Publish(path, first, ptrs);
+}
+
+// Writes `item` into the free record at `offset` of leaf `block` (`rec_len`
+// bytes, enough for it). Store order: the entry's body and, when the record is
+// split, the header of the free record after it, fresh (in a free record only
+// rec_len means anything); then logged: the record's rec_len, its ino.
+void FillFreeRecord(const Tree& tree, Tx& tx, uint64_t block, uint32_t offset, uint32_t rec_len,
+                    const LeafItem& item) {
+  const uint64_t at = tree.BlockOffset(block) + offset;
+  const uint32_t name_len = static_cast<uint32_t>(item.name.size());
+  const uint32_t need = format::DirRecordLength(name_len);
+  const uint32_t rest = rec_len - need;
+  const uint32_t new_len = rest >= kRecordHeader ? need : rec_len;
+  if (new_len != rec_len) {
+    DirEntry free_record{};
+    free_record.rec_len = rest;
+    tx.StoreFresh(at + new_len, &free_record, sizeof free_record);
+  }
+  DirEntry body{};
+  body.key = item.key;
+  body.name_len = static_cast<uint8_t>(name_len);
+  body.file_type = item.file_type;
+  tx.StoreFresh(at + offsetof(DirEntry, key), &body.key, sizeof body.key);
+  tx.StoreFresh(at + offsetof(DirEntry, name_len), &body.name_len,
+                sizeof(DirEntry) - offsetof(DirEntry, name_len));
+  tx.StoreFresh(at + kRecordHeader, item.name.data(), name_len);
+  tx.FillFresh(at + kRecordHeader + name_len, 0, need - kRecordHeader - name_len);
+  if (new_len != rec_len) tx.Set(tree.Record(block, offset).rec_len, new_len);
+  tx.Store64(at + offsetof(DirEntry, ino), item.ino);
+}
+
+// Rebuilds the node `path` leads to (a leaf and its overflow leaves) with its
+// live entries and `item`: compacted or split into fresh blocks, published by
+// logged pointer stores; the old leaves are freed after commit.
+Status RebuildWith(const Tree& tree, Builder& builder, const Path& path, const Chain& chain,
+                   const LeafItem& item) {
+  std::vector<LeafItem> items;
+  for (uint32_t n = 0; n < chain.count; ++n) {
+    NVFS_TRY(tree.ScanLeaf(chain.blocks[n], [&](uint32_t, const DirEntry& record) {
+      if (record.ino != 0) {
+        items.push_back({record.key, record.ino, record.file_type, tree.Name(record)});
+      }
+      return true;
+    }));
+  }
+  items.push_back(item);
+  std::sort(items.begin(), items.end(),
+            [](const LeafItem& a, const LeafItem& b) { return a.key < b.key; });
+  const DirLeafHeader& leaf = tree.Leaf(chain.blocks[0]);
+  const uint32_t span = tree.Span(path.depth, leaf.prefix_bits);
+  const uint32_t first = path.slot & ~(span - 1);
+  if (path.depth >= 0) {
+    const uint64_t* slots = tree.Slots(path.index[path.depth].block);
+    if (!std::all_of(slots + first, slots + first + span,
+                     [&](uint64_t p) { return p == path.node; })) {
+      return Corrupt(path.index[path.depth].block, "leaf slots disagree with its prefix");
+    }
+  }
+  std::vector<uint64_t> ptrs(span);
+  NVFS_TRY(builder.Build(items, leaf.prefix_bits, leaf.prefix, path.depth, ptrs));
+  NVFS_TRY(builder.Publish(path, first, ptrs));
+  return builder.FreeNodes(chain.ToVector());
+}
+
+}  // namespace
+
+// Store order: a new entry goes into a free record of its leaf
+// (FillFreeRecord); when none is big enough, the leaf is rebuilt aside
+// (RebuildWith); into a null slot, a new leaf (AddLeafInHole). Then logged:
+// dir.entries, and dir.size and dir.blocks when nodes were added. Nothing is
+// logged before every block needed is allocated, so ENOSPC changes nothing
+// but the allocations, which the caller's Abort undoes. A crash before commit
+// is undone whole by the journal.
 Status Directory::Insert(Tx& tx, const Inode& dir, std::string_view name, uint64_t ino,
                          uint8_t file_type) {
   if (name.empty()) return Error(EINVAL);
@@ -499,41 +590,20 @@ Status Directory::Insert(Tx& tx, const Inode& dir, std::string_view name, uint64
   Result<Path> descended = tree.Descend(dir, hash);
   if (!descended.ok()) return descended.take_error();
   const Path& path = *descended;
-  const uint32_t need = format::DirRecordLength(static_cast<uint32_t>(name.size()));
   Builder builder(tree, tx, tree.Goal(dir));
 
   if (path.node == 0) {
-    // No name has this prefix yet: a new leaf, over the widest aligned run of
-    // null slots around the hash (up to what one logged store may rewrite).
-    const LeafItem item{DirKey(hash, 0), ino, file_type, name};
-    uint32_t run_log2 = 0;
-    uint32_t first = 0;
-    if (path.depth >= 0) {
-      const uint64_t* slots = tree.Slots(path.index[path.depth].block);
-      const uint32_t max_log2 = std::min(tree.Width(path.depth), kMaxLoggedSlotsLog2);
-      first = path.slot;
-      while (run_log2 < max_log2) {
-        const uint32_t wider = path.slot & ~((uint32_t{2} << run_log2) - 1);
-        if (!std::all_of(slots + wider, slots + wider + (uint32_t{2} << run_log2),
-                         [](uint64_t p) { return p == 0; })) {
-          break;
-        }
-        ++run_log2;
-        first = wider;
-      }
-    }
-    const uint32_t prefix_bits = tree.End(path.depth) - run_log2;
-    std::vector<uint64_t> ptrs(size_t{1} << run_log2);
-    Status built = builder.Build({&item, 1}, prefix_bits, HashPrefix(hash, prefix_bits),
-                                 path.depth, ptrs);
-    if (built.ok()) built = builder.Publish(path, first, ptrs);
-    if (!built.ok()) {
+    Status added = AddLeafInHole(tree, builder, path, {DirKey(hash, 0), ino, file_type, name});
+    if (!added.ok()) {
       builder.Cancel();
-      return built;
+      return added;
     }
   } else {
+    // One pass over the leaves: the name, the sequence numbers its hash
+    // already uses, the first free record big enough.
     Chain chain;
     NVFS_TRY(tree.ReadChain(PointerBlock(path.node), &chain));
+    const uint32_t need = format::DirRecordLength(static_cast<uint32_t>(name.size()));
     uint64_t used_seqs = 0;
     bool exists = false;
     Found fit;
@@ -560,62 +630,15 @@ Status Directory::Insert(Tx& tx, const Inode& dir, std::string_view name, uint64
     if (seq >= kMaxSeq) {
       return MakeError(ENOSPC, "%u names share one hash in this directory", kMaxSeq);
     }
-    const uint64_t key = DirKey(hash, seq);
-
+    const LeafItem item{DirKey(hash, seq), ino, file_type, name};
     if (fit_len != 0) {
-      const uint64_t at = tree.BlockOffset(fit.block) + fit.offset;
-      const uint32_t rest = fit_len - need;
-      const uint32_t rec_len = rest >= kRecordHeader ? need : fit_len;
-      if (rec_len != fit_len) {
-        DirEntry free_record{};
-        free_record.rec_len = rest;
-        tx.StoreFresh(at + rec_len, &free_record, sizeof free_record);
-      }
-      DirEntry body{};
-      body.key = key;
-      body.name_len = static_cast<uint8_t>(name.size());
-      body.file_type = file_type;
-      tx.StoreFresh(at + offsetof(DirEntry, key), &body.key, sizeof body.key);
-      tx.StoreFresh(at + offsetof(DirEntry, name_len), &body.name_len,
-                    sizeof(DirEntry) - offsetof(DirEntry, name_len));
-      tx.StoreFresh(at + kRecordHeader, name.data(), name.size());
-      tx.FillFresh(at + kRecordHeader + name.size(), 0, need - kRecordHeader - name.size());
-      const DirEntry& record = tree.Record(fit.block, fit.offset);
-      if (rec_len != fit_len) tx.Set(record.rec_len, rec_len);
-      tx.Store64(at + offsetof(DirEntry, ino), ino);
+      FillFreeRecord(tree, tx, fit.block, fit.offset, fit_len, item);
     } else {
-      // Rebuild the node (compact or split) with the new entry.
-      std::vector<LeafItem> items;
-      for (uint32_t n = 0; n < chain.count; ++n) {
-        NVFS_TRY(tree.ScanLeaf(chain.blocks[n], [&](uint32_t, const DirEntry& record) {
-          if (record.ino != 0) {
-            items.push_back({record.key, record.ino, record.file_type, tree.Name(record)});
-          }
-          return true;
-        }));
-      }
-      items.push_back({key, ino, file_type, name});
-      std::sort(items.begin(), items.end(),
-                [](const LeafItem& a, const LeafItem& b) { return a.key < b.key; });
-      const DirLeafHeader& leaf = tree.Leaf(chain.blocks[0]);
-      const uint32_t prefix_bits = leaf.prefix_bits;
-      const uint32_t span = tree.Span(path.depth, prefix_bits);
-      const uint32_t first = path.slot & ~(span - 1);
-      if (path.depth >= 0) {
-        const uint64_t* slots = tree.Slots(path.index[path.depth].block);
-        if (!std::all_of(slots + first, slots + first + span,
-                         [&](uint64_t p) { return p == path.node; })) {
-          return Corrupt(path.index[path.depth].block, "leaf slots disagree with its prefix");
-        }
-      }
-      std::vector<uint64_t> ptrs(span);
-      Status built = builder.Build(items, prefix_bits, leaf.prefix, path.depth, ptrs);
-      if (built.ok()) built = builder.Publish(path, first, ptrs);
-      if (!built.ok()) {
+      Status rebuilt = RebuildWith(tree, builder, path, chain, item);
+      if (!rebuilt.ok()) {
         builder.Cancel();
-        return built;
+        return rebuilt;
       }
-      NVFS_TRY(builder.FreeNodes(std::vector<uint64_t>(chain.blocks.begin(), chain.blocks.begin() + chain.count)));
     }
   }
   tx.Set(dir.map.dir.entries, dir.map.dir.entries + 1);
@@ -663,16 +686,17 @@ Status Directory::Remove(Tx& tx, const Inode& dir, std::string_view name) {
     const DirEntry& prev = tree.Record(block, prev_offset);
     tx.Set(prev.rec_len, prev.rec_len + rec_len);
   }
-  tx.Set(dir.map.dir.entries, dir.map.dir.entries - 1);
+  if (dir.map.dir.entries != 0) tx.Set(dir.map.dir.entries, dir.map.dir.entries - 1);
 
   if (live == 1) {
     Builder builder(tree, tx, 0);
     if (chain.count > 1) {
       // Unlink it from its chain.
       const uint64_t next = tree.Leaf(block).next;
-      const uint64_t link = found->chain_index == 0
-                                ? path.link_offset
-                                : tree.Offset(&tree.Leaf(chain.blocks[found->chain_index - 1]).next);
+      const uint64_t link =
+          found->chain_index == 0
+              ? path.link_offset
+              : tree.Offset(&tree.Leaf(chain.blocks[found->chain_index - 1]).next);
       tx.Store64(link, next);
       NVFS_TRY(builder.FreeNodes({block}));
     } else if (path.depth >= 0) {
@@ -721,8 +745,7 @@ namespace {
 // entries (and its overflow leaves') sorted by key in a DRAM buffer.
 class Lister {
  public:
-  Lister(const Tree& tree, uint64_t from_key,
-         const std::function<bool(const DirEntryRef&)>& fn)
+  Lister(const Tree& tree, uint64_t from_key, const std::function<bool(const DirEntryRef&)>& fn)
       : tree_(tree), from_key_(from_key), from_hash_(HashOfKey(from_key)), fn_(fn) {}
 
   Status Run(const Inode& dir) {
@@ -850,7 +873,7 @@ Result<bool> Directory::FreeTree(Tx& tx, const Inode& dir) {
       NVFS_TRY(tree.CheckLeaf(PointerBlock(root), -1, 0));
       NVFS_TRY(tree.ReadChain(PointerBlock(root), &chain));
       if (room() < (chain.count + 1) * kRecordCost + 8) break;
-      NVFS_TRY(builder.FreeNodes(std::vector<uint64_t>(chain.blocks.begin(), chain.blocks.begin() + chain.count)));
+      NVFS_TRY(builder.FreeNodes(chain.ToVector()));
       tx.Store64(root_offset, 0);
       continue;
     }
@@ -898,8 +921,7 @@ Result<bool> Directory::FreeTree(Tx& tx, const Inode& dir) {
       uint32_t end = slot + 1;
       while (end < span_end && slots[end] == ptr) ++end;
       NVFS_TRY(tree.ReadChain(leaf, &chain));
-      runs.push_back({slot, end - slot,
-                      std::vector<uint64_t>(chain.blocks.begin(), chain.blocks.begin() + chain.count)});
+      runs.push_back({slot, end - slot, chain.ToVector()});
       leaf_blocks += chain.count;
       slot = end;
     }

@@ -44,12 +44,18 @@ class Directory {
   // ENOENT if absent.
   Result<DirEntryRef> Lookup(const format::Inode& dir, std::string_view name) const;
 
-  // Adds name -> ino. EEXIST if present; ENOSPC when no block is free.
-  // REQUIRES: 1 <= name.size() <= kNameMax, name has no '/' or NUL.
+  // Adds name -> ino. EEXIST if present; ENOSPC when no block is free, when
+  // the journal slot is full, or when 64 names of the directory already share
+  // the name's 56-bit hash (every sequence number is taken). On failure the
+  // caller aborts the Tx (nothing is published before the last allocation).
+  // REQUIRES: 1 <= name.size() <= kNameMax (else EINVAL / ENAMETOOLONG), name
+  // has no '/' or NUL.
   Status Insert(Tx& tx, const format::Inode& dir, std::string_view name, uint64_t ino,
                 uint8_t file_type);
 
-  // Removes name. ENOENT if absent.
+  // Removes name. ENOENT if absent. A leaf left empty is unlinked and freed,
+  // except the root leaf (kept, like lost+found's, to take names without
+  // allocating).
   Status Remove(Tx& tx, const format::Inode& dir, std::string_view name);
 
   // Points an existing name at another inode (rename over an existing name):
@@ -65,8 +71,11 @@ class Directory {
                  const std::function<bool(const DirEntryRef&)>& fn) const;
 
   // Frees every node of the directory's tree (the directory must be empty or
-  // being deleted) and sets root to 0. Same early-stop contract as
-  // Bmap::Truncate: true when done.
+  // being deleted), takes them off size and blocks, and sets root and entries
+  // to 0. Same early-stop contract as Bmap::Truncate: true when done; false
+  // when the journal slot ran low (about 1 KiB is left for the caller), the
+  // tree then being smaller and still walkable, so the caller commits and
+  // calls again in a new Tx.
   Result<bool> FreeTree(Tx& tx, const format::Inode& dir);
 
  private:

@@ -138,37 +138,58 @@ static Result<size_t> ReadableBytes(const Inode& inode, uint64_t offset, size_t 
   return static_cast<size_t>(std::min<uint64_t>(len, inode.size - offset));
 }
 
+// Runs `copy` (which reads the file's mapping and size) under the data path's
+// sequence lock: retried if a writer changed the mapping meanwhile, and after
+// a few retries done under the shared lock instead, so readers cannot starve.
+// What a retried attempt wrote into the caller's buffer is overwritten.
+template <class Copy>
+static auto UnderSeqLock(CachedInode* ci, Copy&& copy) -> decltype(copy()) {
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    const uint64_t seq = ci->data_seq.load(std::memory_order_acquire);
+    if (seq & 1) continue;
+    auto result = copy();
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (ci->data_seq.load(std::memory_order_relaxed) == seq) return result;
+  }
+  std::shared_lock lock(ci->lock);
+  return copy();
+}
+
 Result<size_t> Filesystem::Read(FileHandle file, uint64_t offset, void* buf, size_t len) {
   CachedInode* ci = file->inode;
-  std::shared_lock lock(ci->lock);
-  Result<size_t> n = ReadableBytes(*ci->media, offset, len);
-  if (!n.ok() || *n == 0) return n;
-  BufferSink sink{static_cast<std::byte*>(buf)};
-  return CopyOut(*this, *ci->media, offset, *n, sink);
+  return UnderSeqLock(ci, [&]() -> Result<size_t> {
+    Result<size_t> n = ReadableBytes(*ci->media, offset, len);
+    if (!n.ok() || *n == 0) return n;
+    BufferSink sink{static_cast<std::byte*>(buf)};
+    return CopyOut(*this, *ci->media, offset, *n, sink);
+  });
 }
 
 Result<size_t> Filesystem::ReadIter(FileHandle file, uint64_t offset, const iovec* iov,
                                     int iovcnt) {
   if (iovcnt == 1) return Read(file, offset, iov[0].iov_base, iov[0].iov_len);
   CachedInode* ci = file->inode;
-  std::shared_lock lock(ci->lock);
-  Result<size_t> n = ReadableBytes(*ci->media, offset, IovecTotal(iov, iovcnt));
-  if (!n.ok() || *n == 0) return n;
-  IovecSink sink{iov, iov + iovcnt};
-  return CopyOut(*this, *ci->media, offset, *n, sink);
+  const size_t total = IovecTotal(iov, iovcnt);
+  return UnderSeqLock(ci, [&]() -> Result<size_t> {
+    Result<size_t> n = ReadableBytes(*ci->media, offset, total);
+    if (!n.ok() || *n == 0) return n;
+    IovecSink sink{iov, iov + iovcnt};
+    return CopyOut(*this, *ci->media, offset, *n, sink);
+  });
 }
 
 Result<size_t> Filesystem::Map(FileHandle file, uint64_t offset, size_t len, ReadRun* runs,
                                size_t max_runs, size_t* run_count) {
   CachedInode* ci = file->inode;
-  std::shared_lock lock(ci->lock);
-  *run_count = 0;
-  Result<size_t> n = ReadableBytes(*ci->media, offset, len);
-  if (!n.ok() || *n == 0) return n;
-  RunSink sink{runs, max_runs};
-  Result<size_t> mapped = CopyOut(*this, *ci->media, offset, *n, sink);
-  *run_count = sink.count;
-  return mapped;
+  return UnderSeqLock(ci, [&]() -> Result<size_t> {
+    *run_count = 0;
+    Result<size_t> n = ReadableBytes(*ci->media, offset, len);
+    if (!n.ok() || *n == 0) return n;
+    RunSink sink{runs, max_runs};
+    Result<size_t> mapped = CopyOut(*this, *ci->media, offset, *n, sink);
+    *run_count = sink.count;
+    return mapped;
+  });
 }
 
 namespace {
@@ -203,6 +224,7 @@ static Result<size_t> WriteCore(Filesystem& fs, FileHandle file, uint64_t offset
   if ((file->flags & O_ACCMODE) == O_RDONLY) return Error(EBADF);
   CachedInode* ci = file->inode;
   std::unique_lock lock(ci->lock);
+  const MappingChange change(ci);
   const Inode& inode = *ci->media;
   if (S_ISDIR(inode.mode)) return Error(EISDIR);
   if (!S_ISREG(inode.mode)) return Error(EINVAL);
@@ -296,6 +318,7 @@ Status Filesystem::Fallocate(FileHandle file, int mode, uint64_t offset, uint64_
   if (punch && !(mode & FALLOC_FL_KEEP_SIZE)) return Error(EOPNOTSUPP);
   CachedInode* ci = file->inode;
   std::unique_lock lock(ci->lock);
+  const MappingChange change(ci);
   const Inode& inode = *ci->media;
   if (S_ISDIR(inode.mode)) return Error(EISDIR);
   if (!S_ISREG(inode.mode)) return Error(ENODEV);

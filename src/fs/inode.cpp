@@ -23,6 +23,7 @@ Result<Attr> Filesystem::SetAttr(uint64_t ino, const SetAttrRequest& req) {
   Result<InodeRef> ref = FsOps::Get(*this, ino);
   if (!ref.ok()) return ref.take_error();
   std::unique_lock lock(ref.value()->lock);
+  const MappingChange change(ref->get());
   const Inode& inode = ref->media();
   if (req.valid & kSetSize) {
     if (S_ISDIR(inode.mode)) return Error(EISDIR);
@@ -63,6 +64,7 @@ Result<FileHandle> Filesystem::Open(uint64_t ino, int flags) {
   const int access = flags & O_ACCMODE;
   {
     std::unique_lock lock(ref.value()->lock);
+    const MappingChange change(ref->get());
     const Inode& inode = ref->media();
     if (S_ISDIR(inode.mode) && access != O_RDONLY) return Error(EISDIR);
     if (access != O_RDONLY && read_only_) return Error(EROFS);

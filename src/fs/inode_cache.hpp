@@ -6,6 +6,7 @@
 
 #include <boost/intrusive/set.hpp>
 
+#include <atomic>
 #include <cstdint>
 #include <mutex>
 #include <shared_mutex>
@@ -24,6 +25,13 @@ struct CachedInode : public boost::intrusive::set_base_hook<> {
   // mapping, the directory tree, the xattr block).
   std::shared_mutex lock;
 
+  // Readers of file data do not take `lock`: they read `data_seq`, copy, and
+  // retry if it changed (a sequence lock). Whoever changes the file's mapping
+  // or size bumps it to odd before and back to even after, while holding
+  // `lock` exclusively (MappingChange), so a reader never returns bytes of a
+  // block that was freed and reused under it.
+  std::atomic<uint64_t> data_seq{0};
+
   // Protected by the cache's mutex.
   uint64_t lookups = 0;  // FUSE references
   uint32_t opens = 0;    // open files
@@ -31,6 +39,22 @@ struct CachedInode : public boost::intrusive::set_base_hook<> {
   bool reclaiming = false;  // being freed: no new references
 
   bool Idle() const { return lookups == 0 && opens == 0 && pins == 0; }
+};
+
+// Marks a change of a file's mapping or size for the data path's sequence
+// lock. REQUIRES: the inode's lock held exclusively for its whole life.
+class MappingChange {
+ public:
+  explicit MappingChange(CachedInode* inode) : inode_(inode) {
+    inode_->data_seq.fetch_add(1, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_release);
+  }
+  ~MappingChange() { inode_->data_seq.fetch_add(1, std::memory_order_release); }
+  MappingChange(const MappingChange&) = delete;
+  MappingChange& operator=(const MappingChange&) = delete;
+
+ private:
+  CachedInode* inode_;
 };
 
 struct CachedInodeKey {

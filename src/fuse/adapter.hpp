@@ -1,0 +1,99 @@
+// The FUSE adapter: libfuse3's low-level operations (fuse_lowlevel_ops) over
+// the errno-returning core (nvfs::Filesystem). The core never sees a
+// fuse_req_t; the adapter is the only code that does.
+//
+// Rules every callback follows:
+//   - its state comes from fuse_req_userdata(req) (the FuseAdapter), never a
+//     global; the only per-thread state is the read/readdir buffers below;
+//   - it calls the core, then replies EXACTLY once, as the last thing it does
+//     (fuse_reply_* never throw, so nothing can follow a reply);
+//   - it holds no lock of its own, and the core drops its locks before it
+//     returns, so no lock is held across a reply;
+//   - no exception crosses into libfuse: std::bad_alloc becomes ENOMEM and
+//     anything else EIO (forget gets fuse_reply_none);
+//   - a reply the kernel refuses (the request was interrupted) undoes the
+//     references the reply would have handed over (Forget, Release).
+//
+// Inode numbers are the core's: the root is 1 == FUSE_ROOT_ID, and every
+// entry carries the inode's generation, so (ino, generation) is a stable,
+// NFS-export-safe handle (FUSE_CAP_EXPORT_SUPPORT).
+//
+// Caching (-o cache=):
+//   none  FUSE direct I/O (fi->direct_io): every read and write reaches the
+//         daemon, nothing is copied through the kernel's page cache — the
+//         DAX-like default. A shared writable mmap of a direct-I/O file fails
+//         with ENODEV on libfuse 3.14 (it cannot ask for
+//         FUSE_DIRECT_IO_ALLOW_MMAP); use cache=page for that.
+//   page  the kernel's page cache (fi->keep_cache), write-through: write()
+//         still reaches the core before it returns, so it stays durable on
+//         return. FUSE_CAP_WRITEBACK_CACHE is never asked for: it would let
+//         write() return with the data only in the kernel, which breaks the
+//         durability contract and loses data on kill -9 of the daemon.
+// Entry and attribute timeouts are 1 s in both modes. The kernel is the only
+// client of the namespace (the namespace is locked while mounted), and it
+// invalidates what its own requests change, so a timeout only bounds how
+// long the kernel trusts what it already asked; with cache=page it lets warm
+// reads run without a GETATTR each. Negative lookups are cached as long.
+#pragma once
+
+#ifndef FUSE_USE_VERSION
+#define FUSE_USE_VERSION 312
+#endif
+#include <fuse_lowlevel.h>
+
+#include <cstdint>
+
+#include "nvfs/fs.hpp"
+
+namespace nvfs {
+
+// Which core read path serves FUSE_READ (-o read_path=).
+enum class ReadPath {
+  kRead,  // Filesystem::Read into a per-thread buffer, fuse_reply_buf
+  kIter,  // Filesystem::ReadIter into that buffer as 4 KiB iovecs, fuse_reply_buf
+  kMap,   // Filesystem::Map: reply straight from the mapping (zero copy)
+};
+
+enum class CacheMode {
+  kNone,  // FUSE direct I/O
+  kPage,  // the kernel page cache, write-through
+};
+
+const char* ReadPathName(ReadPath path);
+const char* CacheModeName(CacheMode mode);
+
+struct AdapterOptions {
+  ReadPath read_path = ReadPath::kMap;
+  CacheMode cache = CacheMode::kNone;
+  double entry_timeout = 1.0;  // seconds; see above
+  double attr_timeout = 1.0;
+};
+
+// Largest FUSE_WRITE (and, through max_pages, FUSE_READ) the adapter asks
+// the kernel for.
+inline constexpr uint32_t kFuseMaxIo = 1u << 20;
+
+class FuseAdapter {
+ public:
+  explicit FuseAdapter(const AdapterOptions& options) : options_(options) {}
+  FuseAdapter(const FuseAdapter&) = delete;
+  FuseAdapter& operator=(const FuseAdapter&) = delete;
+
+  // The mounted core that requests go to. REQUIRES: called before the FUSE
+  // session is mounted (no request can arrive earlier); `fs` outlives the
+  // session loop.
+  void set_filesystem(Filesystem* fs) { fs_ = fs; }
+  Filesystem& fs() const { return *fs_; }
+  const AdapterOptions& options() const { return options_; }
+
+  // The operations table; pass `this` as the session's userdata.
+  static const fuse_lowlevel_ops& Ops();
+
+ private:
+  // Both set before the session mounts and constant while it runs, so the
+  // worker threads read them without a lock.
+  Filesystem* fs_ = nullptr;
+  const AdapterOptions options_;
+};
+
+}  // namespace nvfs
