@@ -446,3 +446,111 @@ TEST_CASE("threads on shared and separate directories", "[fs]") {
 
 }  // namespace
 }  // namespace nvfs::test
+
+namespace nvfs::test {
+namespace {
+
+// Readers take no lock (a sequence lock): while one thread truncates and
+// rewrites file A and another fills file B (reusing A's freed blocks), a
+// reader of A must only ever see A's bytes.
+TEST_CASE("lock-free readers never see bytes of a block reused by another file", "[fs]") {
+  FsImage img(64ull << 20);
+  Filesystem& fs = img.fs();
+  Attr a_attr, b_attr;
+  auto a = fs.Create(1, "a", 0644, O_RDWR, {0, 0}, &a_attr);
+  auto b = fs.Create(1, "b", 0644, O_RDWR, {0, 0}, &b_attr);
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  const std::string a_data(256 * 1024, 'A');
+  const std::string b_data(64 * 1024, 'B');
+  REQUIRE(*fs.Write(*a, 0, a_data.data(), a_data.size()) == a_data.size());
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> bad{0}, reads{0};
+  std::thread writer([&] {
+    SetAttrRequest req;
+    req.valid = kSetSize;
+    for (int i = 0; i < 200; ++i) {
+      req.size = 0;
+      (void)fs.SetAttr(a_attr.ino, req);
+      (void)fs.Write(*b, uint64_t(i % 8) * b_data.size(), b_data.data(), b_data.size());
+      req.size = 0;
+      (void)fs.SetAttr(b_attr.ino, req);
+      (void)fs.Write(*a, 0, a_data.data(), a_data.size());
+    }
+    stop = true;
+  });
+  std::thread reader([&] {
+    std::string buf(a_data.size(), '\0');
+    while (!stop) {
+      auto n = fs.Read(*a, 0, buf.data(), buf.size());
+      if (!n.ok()) { ++bad; continue; }
+      for (size_t i = 0; i < *n; ++i) {
+        if (buf[i] != 'A') { ++bad; break; }
+      }
+      ++reads;
+    }
+  });
+  writer.join();
+  reader.join();
+  CHECK(bad == 0);
+  CHECK(reads > 0);
+  fs.Release(*a);
+  fs.Release(*b);
+}
+
+}  // namespace
+}  // namespace nvfs::test
+
+namespace nvfs::test {
+namespace {
+
+TEST_CASE("mknod makes every special file type; rdev kept", "[fs]") {
+  FsImage img;
+  Filesystem& fs = img.fs();
+  const std::pair<const char*, uint32_t> kinds[] = {
+      {"fifo", S_IFIFO}, {"sock", S_IFSOCK}, {"chr", S_IFCHR}, {"blk", S_IFBLK}, {"reg", S_IFREG}};
+  for (auto [name, type] : kinds) {
+    auto a = fs.Mknod(1, name, type | 0600, 0x0801, {0, 0});
+    REQUIRE(a.ok());
+    CHECK((a->mode & S_IFMT) == type);
+    CHECK(a->rdev == ((type == S_IFCHR || type == S_IFBLK) ? 0x0801u : 0u));
+  }
+  CHECK(fs.Mknod(1, "dir", S_IFDIR | 0755, 0, {0, 0}).code() == EINVAL);
+  img.Remount();
+  CHECK((img->Lookup(1, "blk")->mode & S_IFMT) == S_IFBLK);
+  CHECK(img->Lookup(1, "chr")->rdev == 0x0801u);
+}
+
+TEST_CASE("EMLINK at the link limit, EFBIG past the largest file", "[fs]") {
+  FsImage img;
+  Filesystem& fs = img.fs();
+  auto f = fs.Mknod(1, "f", S_IFREG | 0644, 0, {0, 0});
+  REQUIRE(f.ok());
+  const uint64_t dir = fs.Mkdir(1, "links", 0755, {0, 0})->ino;
+  uint32_t nlink = 1;
+  Status last;
+  for (int i = 0; i < 70000; ++i) {
+    auto l = fs.Link(f->ino, dir, "l" + std::to_string(i));
+    if (!l.ok()) {
+      last = Status(l.take_error());
+      break;
+    }
+    fs.Forget(f->ino, 1);
+    ++nlink;
+  }
+  CHECK(last.code() == EMLINK);
+  CHECK(nlink == 65000);
+  CHECK(fs.GetAttr(f->ino)->nlink == 65000);
+  Attr attr;
+  auto h = fs.Create(1, "big", 0644, O_RDWR, {0, 0}, &attr);
+  REQUIRE(h.ok());
+  CHECK(fs.Write(*h, uint64_t{1} << 62, "x", 1).code() == EFBIG);
+  SetAttrRequest req;
+  req.valid = kSetSize;
+  req.size = uint64_t{1} << 62;
+  CHECK(fs.SetAttr(attr.ino, req).code() == EFBIG);
+  fs.Release(*h);
+}
+
+}  // namespace
+}  // namespace nvfs::test

@@ -173,6 +173,16 @@ void SetOpenReply(const FuseAdapter& adapter, fuse_file_info* fi, FileHandle fil
   fi->noflush = 1;  // flush has nothing to do: spare close(2) a round trip
 }
 
+// A bufvec of one memory buffer (FUSE_BUFVEC_INIT is a C compound literal).
+fuse_bufvec MemoryBufvec(void* mem, size_t size) {
+  fuse_bufvec v{};
+  v.count = 1;
+  v.buf[0].size = size;
+  v.buf[0].mem = mem;
+  v.buf[0].fd = -1;
+  return v;
+}
+
 // Runs a callback body; an exception still owes the request its one reply
 // (bodies reply last, and fuse_reply_* do not throw, so an exception always
 // comes before the reply).
@@ -518,8 +528,7 @@ void OpRead(fuse_req_t req, fuse_ino_t /*ino*/, size_t size, off_t off, fuse_fil
         if (count == 0) {
           fuse_reply_buf(req, nullptr, 0);
         } else if (count == 1) {
-          fuse_bufvec one = FUSE_BUFVEC_INIT(runs[0].len);
-          one.buf[0].mem = const_cast<void*>(runs[0].data);
+          fuse_bufvec one = MemoryBufvec(const_cast<void*>(runs[0].data), runs[0].len);
           fuse_reply_data(req, &one, FUSE_BUF_NO_SPLICE);
         } else {
           std::vector<iovec>& iov = tb.run_iov();
@@ -592,8 +601,7 @@ void OpWriteBuf(fuse_req_t req, fuse_ino_t /*ino*/, fuse_bufvec* bufv, off_t off
       n = fs.WriteIter(file, offset, iov.data(), static_cast<int>(iov.size()));
     } else {
       tb.Reserve(total, fs.block_size());
-      fuse_bufvec dst = FUSE_BUFVEC_INIT(total);
-      dst.buf[0].mem = tb.data();
+      fuse_bufvec dst = MemoryBufvec(tb.data(), total);
       const ssize_t got = fuse_buf_copy(&dst, bufv, FUSE_BUF_NO_SPLICE);
       if (got < 0) {
         fuse_reply_err(req, static_cast<int>(-got));
@@ -678,8 +686,7 @@ void ListDirectory(fuse_req_t req, fuse_ino_t ino, size_t size, off_t cookie, bo
     int error = 0;
   } l{req, adapter, tb, size, plus};
   // One capture, so the std::function stores it without allocating.
-  Status st = fs.ReadDir(ino, static_cast<uint64_t>(cookie),
-                         [s = &l](const Filesystem::DirEntry& e, uint64_t next) {
+  auto add = [s = &l](const Filesystem::DirEntry& e, uint64_t next) {
     char* out = s->tb.data() + s->used;
     const size_t room = s->size - s->used;
     char* name = s->tb.name();
@@ -687,10 +694,11 @@ void ListDirectory(fuse_req_t req, fuse_ino_t ino, size_t size, off_t cookie, bo
     std::memcpy(name, e.name.data(), len);
     name[len] = '\0';
     if (!s->plus) {
-      struct stat st {};
-      st.st_ino = e.ino;
-      st.st_mode = e.type << 12;
-      const size_t need = fuse_add_direntry(s->req, out, room, name, &st, static_cast<off_t>(next));
+      struct stat attr {};
+      attr.st_ino = e.ino;
+      attr.st_mode = e.type << 12;
+      const size_t need =
+          fuse_add_direntry(s->req, out, room, name, &attr, static_cast<off_t>(next));
       if (need > room) return false;
       s->used += need;
       return true;
@@ -714,7 +722,14 @@ void ListDirectory(fuse_req_t req, fuse_ino_t ino, size_t size, off_t cookie, bo
     fuse_add_direntry_plus(s->req, out, room, name, &entry, static_cast<off_t>(next));
     s->used += need;
     return true;
-  });
+  };
+  Status st;
+  try {
+    st = fs.ReadDir(ino, static_cast<uint64_t>(cookie), add);
+  } catch (...) {
+    for (uint64_t looked_up : tb.looked_up()) fs.Forget(looked_up, 1);
+    throw;  // Guarded replies
+  }
   if (l.used == 0 && (!st.ok() || l.error != 0)) {
     fuse_reply_err(req, st.ok() ? l.error : st.code());
     return;

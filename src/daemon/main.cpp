@@ -1,0 +1,294 @@
+// nvfs: mounts an nvfs namespace through FUSE (libfuse3, low-level API).
+//
+//   nvfs [-f] [-d] [-s] [-o OPTION,...] DEVICE MOUNTPOINT
+//
+// Life cycle, in this order, so that every refusal happens before anything
+// is mounted and leaves the namespace untouched or cleanly unmounted:
+//   1. parse the command line (fuse_opt): nvfs's own options are taken out,
+//      the rest goes to libfuse (fuse_session_new rejects what it does not
+//      know, before the namespace is opened);
+//   2. mount the core (Filesystem::Mount): a missing, foreign, damaged or
+//      in-use namespace fails here with one line and exit status 1;
+//   3. mount the FUSE file system, detach (unless -f), serve requests;
+//   4. on umount, SIGTERM, SIGINT or SIGHUP: leave the loop, unmount FUSE,
+//      then Filesystem::Unmount (exact counters, state clean) and exit 0.
+// After kill -9 nothing of this runs: every operation that returned is
+// durable already, and the next mount recovers (journal, orphans).
+#include <limits.h>
+#include <sys/stat.h>
+#include <syslog.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdarg>
+#include <cstddef>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "fuse/adapter.hpp"
+#include "nvfs/fs.hpp"
+
+namespace {
+
+constexpr const char* kUsage =
+    "Usage: nvfs [-f] [-d] [-s] [-o OPTION,...] DEVICE MOUNTPOINT\n"
+    "Mounts the nvfs filesystem on DEVICE (a DAX character device or an image\n"
+    "file made by mkfs.nvfs) at MOUNTPOINT.\n"
+    "\n"
+    "  -f                 stay in the foreground\n"
+    "  -d                 debug: print every FUSE request (implies -f)\n"
+    "  -s                 serve requests on one thread\n"
+    "  -o OPTION,...      mount options (below)\n"
+    "  -V, --version      print the version and exit\n"
+    "  -h, --help         print this help and exit\n"
+    "\n"
+    "nvfs options:\n"
+    "  read_path=read|iter|map  the core read path behind FUSE reads: one copy,\n"
+    "                           a copy into 4 KiB segments, or none (the reply\n"
+    "                           points into the mapping); default map\n"
+    "  cache=none|page          none: FUSE direct I/O, no page cache (default;\n"
+    "                           shared mmap fails with ENODEV); page: the kernel\n"
+    "                           page cache, write-through (mmap works)\n"
+    "  threads=N                at most N worker threads (default 10)\n"
+    "  ro                       mount read-only\n"
+    "\n"
+    "Usual FUSE and mount options are passed to libfuse: allow_other,\n"
+    "default_permissions (always on: the kernel checks permissions), fsname=\n"
+    "(default DEVICE), subtype= (default nvfs), max_read=N, noatime, nodev,\n"
+    "nosuid, noexec, ... Also usable as: mount -t fuse.nvfs DEVICE MOUNTPOINT -o ...\n";
+
+enum Key {
+  kKeyForeground,
+  kKeyDebug,
+  kKeySingle,
+  kKeyHelp,
+  kKeyVersion,
+  kKeyReadOnly,
+  kKeyReadWrite,
+  kKeyFsname,
+  kKeySubtype,
+};
+
+struct CommandLine {
+  char* read_path = nullptr;  // set by fuse_opt_parse (malloc'ed)
+  char* cache = nullptr;
+  unsigned threads = 0;
+  bool foreground = false;
+  bool debug = false;
+  bool single_thread = false;
+  bool help = false;
+  bool version = false;
+  bool read_only = false;
+  bool have_fsname = false;
+  bool have_subtype = false;
+  std::vector<std::string> positional;
+
+  ~CommandLine() {
+    std::free(read_path);
+    std::free(cache);
+  }
+};
+
+#define NVFS_OPT(templ, field) {templ, offsetof(CommandLine, field), 0}
+const fuse_opt kOptions[] = {
+    NVFS_OPT("read_path=%s", read_path),
+    NVFS_OPT("cache=%s", cache),
+    NVFS_OPT("threads=%u", threads),
+    FUSE_OPT_KEY("-f", kKeyForeground),
+    FUSE_OPT_KEY("-d", kKeyDebug),
+    FUSE_OPT_KEY("debug", kKeyDebug),
+    FUSE_OPT_KEY("-s", kKeySingle),
+    FUSE_OPT_KEY("-h", kKeyHelp),
+    FUSE_OPT_KEY("--help", kKeyHelp),
+    FUSE_OPT_KEY("-V", kKeyVersion),
+    FUSE_OPT_KEY("--version", kKeyVersion),
+    FUSE_OPT_KEY("ro", kKeyReadOnly),
+    FUSE_OPT_KEY("rw", kKeyReadWrite),
+    FUSE_OPT_KEY("fsname=", kKeyFsname),
+    FUSE_OPT_KEY("subtype=", kKeySubtype),
+    FUSE_OPT_END,
+};
+#undef NVFS_OPT
+
+// Returns 0 to take an argument out of what libfuse sees, 1 to keep it.
+int ProcessOption(void* data, const char* arg, int key, fuse_args* /*out*/) {
+  auto& cl = *static_cast<CommandLine*>(data);
+  switch (key) {
+    case FUSE_OPT_KEY_NONOPT: cl.positional.emplace_back(arg); return 0;
+    case kKeyForeground: cl.foreground = true; return 0;
+    case kKeyDebug: cl.debug = cl.foreground = true; return 1;
+    case kKeySingle: cl.single_thread = true; return 0;
+    case kKeyHelp: cl.help = true; return 0;
+    case kKeyVersion: cl.version = true; return 0;
+    case kKeyReadOnly: cl.read_only = true; return 1;
+    case kKeyReadWrite: cl.read_only = false; return 1;
+    case kKeyFsname: cl.have_fsname = true; return 1;
+    case kKeySubtype: cl.have_subtype = true; return 1;
+    default: return 1;
+  }
+}
+
+// Before the daemon detaches, messages go to stderr; after, to syslog too.
+bool g_detached = false;
+
+void Say(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+void Say(const char* fmt, ...) {
+  char line[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  std::vsnprintf(line, sizeof line, fmt, ap);
+  va_end(ap);
+  std::fprintf(stderr, "nvfs: %s\n", line);
+  if (g_detached) syslog(LOG_ERR, "%s", line);
+}
+
+int UsageError(const char* message) {
+  std::fprintf(stderr, "nvfs: %s\n%s", message, kUsage);
+  return 1;
+}
+
+// An absolute path, so it still names the same thing after the daemon
+// chdir()s to / (and reads well in /proc/mounts).
+std::string Absolute(const std::string& path) {
+  char resolved[PATH_MAX];
+  if (realpath(path.c_str(), resolved) != nullptr) return resolved;
+  return path;  // the open that follows reports why
+}
+
+// Unmounts the core; the one place a failure to leave the namespace clean
+// is reported.
+int UnmountCore(std::unique_ptr<nvfs::Filesystem> fs, const std::string& device) {
+  nvfs::Status st = fs->Unmount();
+  if (!st.ok()) {
+    Say("%s: unmount failed: %s", device.c_str(), st.error().Describe().c_str());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  fuse_args args = FUSE_ARGS_INIT(argc, argv);
+  std::unique_ptr<fuse_args, void (*)(fuse_args*)> args_owner(&args, fuse_opt_free_args);
+  CommandLine cl;
+  if (fuse_opt_parse(&args, &cl, kOptions, ProcessOption) != 0) return UsageError("bad option");
+  if (cl.help) {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  if (cl.version) {
+    std::printf("nvfs %s (libfuse %s)\n", NVFS_VERSION, fuse_pkgversion());
+    return 0;
+  }
+  if (cl.positional.size() != 2) {
+    return UsageError(cl.positional.empty()      ? "no DEVICE and MOUNTPOINT given"
+                      : cl.positional.size() == 1 ? "no MOUNTPOINT given"
+                                                  : "too many arguments");
+  }
+  nvfs::AdapterOptions adapter_options;
+  if (cl.read_path != nullptr) {
+    const std::string v = cl.read_path;
+    if (v == "read") {
+      adapter_options.read_path = nvfs::ReadPath::kRead;
+    } else if (v == "iter") {
+      adapter_options.read_path = nvfs::ReadPath::kIter;
+    } else if (v == "map") {
+      adapter_options.read_path = nvfs::ReadPath::kMap;
+    } else {
+      return UsageError("read_path must be read, iter or map");
+    }
+  }
+  if (cl.cache != nullptr) {
+    const std::string v = cl.cache;
+    if (v == "none") {
+      adapter_options.cache = nvfs::CacheMode::kNone;
+    } else if (v == "page") {
+      adapter_options.cache = nvfs::CacheMode::kPage;
+    } else {
+      return UsageError("cache must be none or page");
+    }
+  }
+  const std::string device = Absolute(cl.positional[0]);
+  const std::string mountpoint = Absolute(cl.positional[1]);
+  struct stat st;
+  if (stat(mountpoint.c_str(), &st) != 0) {
+    Say("%s: %s", mountpoint.c_str(), std::strerror(errno));
+    return 1;
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    Say("%s: not a directory", mountpoint.c_str());
+    return 1;
+  }
+
+  // The core checks no permissions: the kernel must. fsname and subtype make
+  // /proc/mounts read "DEVICE MOUNTPOINT fuse.nvfs".
+  fuse_opt_add_arg(&args, "-odefault_permissions");
+  if (!cl.have_subtype) fuse_opt_add_arg(&args, "-osubtype=nvfs");
+  if (!cl.have_fsname) {
+    char* opts = nullptr;
+    if (fuse_opt_add_opt_escaped(&opts, ("fsname=" + device).c_str()) != 0) return 1;
+    fuse_opt_add_arg(&args, ("-o" + std::string(opts)).c_str());
+    std::free(opts);
+  }
+
+  nvfs::FuseAdapter adapter(adapter_options);
+  fuse_session* se =
+      fuse_session_new(&args, &nvfs::FuseAdapter::Ops(), sizeof(fuse_lowlevel_ops), &adapter);
+  if (se == nullptr) return 1;  // libfuse said why (an unknown option)
+  std::unique_ptr<fuse_session, void (*)(fuse_session*)> session(se, fuse_session_destroy);
+
+  nvfs::MountOptions mount_options;
+  mount_options.read_only = cl.read_only;
+  auto mounted = nvfs::Filesystem::Mount(device, mount_options);
+  if (!mounted.ok()) {
+    Say("%s", mounted.error().Describe().c_str());
+    return 1;
+  }
+  std::unique_ptr<nvfs::Filesystem> fs = std::move(mounted.value());
+  adapter.set_filesystem(fs.get());
+
+  if (fuse_set_signal_handlers(se) != 0) {
+    Say("cannot set signal handlers");
+    (void)UnmountCore(std::move(fs), device);
+    return 1;
+  }
+  if (fuse_session_mount(se, mountpoint.c_str()) != 0) {
+    // libfuse printed why (e.g. "fuse: device not found").
+    Say("%s: cannot mount on %s", device.c_str(), mountpoint.c_str());
+    fuse_remove_signal_handlers(se);
+    (void)UnmountCore(std::move(fs), device);
+    return 1;
+  }
+  if (!cl.foreground) openlog("nvfs", LOG_PID, LOG_DAEMON);
+  fuse_daemonize(cl.foreground ? 1 : 0);
+  g_detached = !cl.foreground;
+
+  int loop;
+  if (cl.single_thread) {
+    loop = fuse_session_loop(se);
+  } else {
+    fuse_loop_config* config = fuse_loop_cfg_create();
+    fuse_loop_cfg_set_clone_fd(config, 1);
+    if (cl.threads != 0) {
+      fuse_loop_cfg_set_max_threads(config, cl.threads);
+      fuse_loop_cfg_set_idle_threads(config, cl.threads);
+    }
+    loop = fuse_session_loop_mt(se, config);
+    fuse_loop_cfg_destroy(config);
+  }
+  // Every worker has returned: nothing runs in the core any more.
+  fuse_session_unmount(se);
+  fuse_remove_signal_handlers(se);
+  session.reset();
+  int status = UnmountCore(std::move(fs), device);
+  if (loop < 0) {
+    Say("%s: session ended with an error: %s", mountpoint.c_str(), std::strerror(-loop));
+    status = 1;
+  }
+  return status;
+}
