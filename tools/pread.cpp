@@ -10,6 +10,7 @@
 #include <getopt.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -50,7 +51,8 @@ constexpr const char* kUsage =
     "  -r R            repetitions (default 3)\n"
     "  -b SIZES        block sizes, comma-separated (default 512,4k,64k,1m)\n"
     "  -P PATTERNS     same,seq,rand (default: all)\n"
-    "  -p PATHS        engine: read,read_iter,read_iter_4k,map,memcpy; file: pread,preadv\n"
+    "  -p PATHS        engine: read,read_iter,read_iter_4k,map,memcpy;\n"
+    "                  file: pread,preadv, and getxattr (a missing xattr: the round-trip floor)\n"
     "  -s SIZE         engine: size of the data file (default 256m)\n"
     "  -t THREADS      threads (file mode; default 1)\n"
     "  -d              O_DIRECT (file mode)\n"
@@ -307,6 +309,7 @@ int File(Options& o, const std::string& path) {
       for (int rep = 0; rep < o.reps; ++rep) {
         for (size_t p = 0; p < o.paths.size(); ++p) {
           const bool vectored = o.paths[p] == "preadv";
+          const bool floor = o.paths[p] == "getxattr";
           std::atomic<bool> failed{false};
           auto worker = [&](int t) {
             void* raw = nullptr;
@@ -320,6 +323,14 @@ int File(Options& o, const std::string& path) {
               iov.push_back({buf.get() + off, std::min<uint64_t>(4096, bs - off)});
             }
             for (uint64_t i = 0; i < ops; ++i) {
+              if (floor) {
+                // The cheapest request that always reaches the filesystem: a
+                // missing extended attribute (ENODATA).
+                if (fgetxattr(fd, "user.nvfs-pread-floor", buf.get(), 1) >= 0 || errno != ENODATA) {
+                  if (errno != ENOTSUP) failed = true;
+                }
+                continue;
+              }
               const uint64_t off = offsets[(i + static_cast<uint64_t>(t) * 7919) % offsets.size()];
               const ssize_t n = vectored ? preadv(fd, iov.data(), static_cast<int>(iov.size()),
                                                   static_cast<off_t>(off))

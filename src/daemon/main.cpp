@@ -147,7 +147,7 @@ void Say(const char* fmt, ...) {
 }
 
 int UsageError(const char* message) {
-  std::fprintf(stderr, "nvfs: %s\n%s", message, kUsage);
+  std::fprintf(stderr, "nvfs: %s\nTry 'nvfs --help' for more information.\n", message);
   return 1;
 }
 

@@ -1,0 +1,263 @@
+#!/usr/bin/env python3
+"""Side-by-side read benchmark of nvfs against the filesystems a user would
+otherwise pick. Called by tools/bench.sh (which installs and builds first).
+
+Targets, each holding the same data file:
+  nvfs-<read_path>-<cache>  nvfs mounted with read_path=map|read|iter, cache=none|page
+  fuse2fs, fuse2fs-dio      ext4 through FUSE on an image under /dev/shm (-o direct_io)
+  ext4-loop                 ext4 on a loop device over a /dev/shm file
+  tmpfs                     /dev/shm itself
+
+Every workload runs nvfs-pread (file mode) and fio on every target, targets
+alternating within each repetition; the table gives medians over the
+repetitions and ratios against tmpfs and fuse2fs computed from the same run.
+"""
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+TOP = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BUILD = os.environ.get("NVFS_BUILD", os.path.join(TOP, "build"))
+WORK = os.environ.get("BENCH_WORK", "/dev/shm/nvfs-bench")
+MNT = os.environ.get("BENCH_MNT", "/tmp/nvfs-bench")
+
+KIB, MIB = 1024, 1024 * 1024
+
+
+def run(cmd, check=True, capture=True, **kw):
+    res = subprocess.run(cmd, check=False, text=True,
+                         stdout=subprocess.PIPE if capture else None,
+                         stderr=subprocess.PIPE if capture else None, **kw)
+    if check and res.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({res.returncode}): {res.stderr.strip()}")
+    return res
+
+
+def mounted(path):
+    with open("/proc/mounts") as f:
+        return any(line.split()[1] == path for line in f)
+
+
+class Target:
+    def __init__(self, name, kind, **opts):
+        self.name, self.kind, self.opts = name, kind, opts
+        self.dir = os.path.join(MNT, name)
+        self.image = os.path.join(WORK, name + ".img")
+        self.loop = None
+
+    @property
+    def data(self):
+        return os.path.join(self.dir, "data")
+
+    @property
+    def page_cache(self):
+        return self.kind in ("tmpfs", "ext4-loop", "fuse2fs") or self.opts.get("cache") == "page"
+
+    def setup(self, size, source):
+        os.makedirs(self.dir, exist_ok=True)
+        img_size = str(size * 2 + 256 * MIB)
+        if self.kind == "tmpfs":
+            self.dir = os.path.join(WORK, "tmpfs")
+            os.makedirs(self.dir, exist_ok=True)
+        elif self.kind == "nvfs":
+            run([os.path.join(BUILD, "mkfs.nvfs"), "-q", "-f", "-s", img_size, self.image])
+            run([os.path.join(BUILD, "nvfs"), self.image, self.dir, "-o",
+                 f"read_path={self.opts['read_path']},cache={self.opts['cache']}"])
+        elif self.kind in ("fuse2fs",):
+            run(["truncate", "-s", img_size, self.image])
+            run(["mkfs.ext4", "-q", "-F", self.image])
+            opts = "fakeroot" + (",direct_io" if self.opts.get("direct_io") else "")
+            run(["fuse2fs", self.image, self.dir, "-o", opts])
+        elif self.kind == "ext4-loop":
+            run(["truncate", "-s", img_size, self.image])
+            self.loop = run(["losetup", "-f", "--show", self.image]).stdout.strip()
+            run(["mkfs.ext4", "-q", "-F", self.loop])
+            run(["mount", self.loop, self.dir])
+        shutil.copyfile(source, self.data)
+        os.sync()
+
+    def teardown(self):
+        if self.kind in ("nvfs", "fuse2fs") and mounted(self.dir):
+            if run(["fusermount3", "-u", self.dir], check=False).returncode != 0:
+                time.sleep(0.5)
+                run(["fusermount3", "-uz", self.dir], check=False)
+        if self.kind == "ext4-loop":
+            if mounted(self.dir):
+                run(["umount", self.dir], check=False)
+            if self.loop:
+                run(["losetup", "-d", self.loop], check=False)
+        if self.kind == "tmpfs":
+            shutil.rmtree(self.dir, ignore_errors=True)
+        if os.path.exists(self.image):
+            os.unlink(self.image)
+
+
+# name, block size, pattern, threads, cold (drop caches first)
+WORKLOADS = [
+    ("seq-512", 512, "seq", 1, False),
+    ("seq-4k", 4 * KIB, "seq", 1, False),
+    ("seq-64k", 64 * KIB, "seq", 1, False),
+    ("seq-1m", MIB, "seq", 1, False),
+    ("rand-4k", 4 * KIB, "rand", 1, False),
+    ("rand-1m", MIB, "rand", 1, False),
+    ("rand-4k-2t", 4 * KIB, "rand", 2, False),
+    ("seq-1m-2t", MIB, "seq", 2, False),
+    ("seq-1m-cold", MIB, "seq", 1, True),
+    ("floor", 4 * KIB, "same", 1, False),
+]
+
+
+def ops_for(bs, size, quick):
+    budget = (64 if quick else 256) * MIB
+    return max(64, min(20000 if bs <= 4 * KIB else 100000, budget // bs, size // bs))
+
+
+def drop_caches():
+    os.sync()
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("3\n")
+
+
+def pread_once(target, wl, size, quick):
+    name, bs, pattern, threads, cold = wl
+    if cold:
+        drop_caches()
+    paths = "getxattr" if name == "floor" else "pread"
+    cmd = [os.path.join(BUILD, "nvfs-pread"), "file", "--json", "-r", "1", "-b", str(bs),
+           "-P", pattern, "-t", str(threads), "-p", paths, "-T", target.name,
+           "-N", str(ops_for(bs, size, quick) if not cold else size // bs), target.data]
+    out = run(cmd).stdout.strip().splitlines()
+    rec = json.loads(out[-1])
+    return rec["ns_per_op"], rec["gbps"]
+
+
+def fio_once(target, wl, size, quick):
+    name, bs, pattern, threads, cold = wl
+    if name == "floor":
+        return None
+    if cold:
+        drop_caches()
+    rw = "read" if pattern == "seq" else "randread"
+    cmd = ["fio", "--name=b", f"--filename={target.data}", f"--rw={rw}", f"--bs={bs}",
+           f"--size={size}", "--ioengine=psync", f"--numjobs={threads}", "--group_reporting",
+           "--output-format=json", "--invalidate=0"]
+    if cold:
+        cmd += [f"--io_size={size}"]
+    else:
+        cmd += ["--time_based", f"--runtime={0.5 if quick else 1}"]
+    res = json.loads(run(cmd).stdout)
+    job = res["jobs"][0]["read"]
+    return job["bw_bytes"] / 1e9
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--size", type=int, default=256 * MIB, help="bytes of the data file")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--quick", action="store_true", help="smaller runs (a smoke test)")
+    ap.add_argument("--targets", default="", help="comma-separated subset of target names")
+    ap.add_argument("--json-out", default=os.path.join(WORK, "results.json"))
+    ap.add_argument("--chart", default=os.path.join(TOP, "doc", "bench.png"))
+    args = ap.parse_args()
+
+    targets = [Target("tmpfs", "tmpfs"), Target("ext4-loop", "ext4-loop"),
+               Target("fuse2fs", "fuse2fs"), Target("fuse2fs-dio", "fuse2fs", direct_io=True)]
+    for cache in ("none", "page"):
+        for path in ("map", "read", "iter"):
+            targets.append(Target(f"nvfs-{path}-{cache}", "nvfs", read_path=path, cache=cache))
+    if args.targets:
+        wanted = set(args.targets.split(","))
+        targets = [t for t in targets if t.name in wanted]
+
+    os.makedirs(WORK, exist_ok=True)
+    os.makedirs(MNT, exist_ok=True)
+    source = os.path.join(WORK, "source.dat")
+    with open(source, "wb") as f:
+        f.write(os.urandom(args.size))
+    results = {}  # (target, workload) -> {"ns": [], "gbps": [], "fio": []}
+    try:
+        for t in targets:
+            print(f"setting up {t.name}", file=sys.stderr)
+            t.setup(args.size, source)
+        for rep in range(args.reps):
+            for wl in WORKLOADS:
+                # Alternate the order of targets between repetitions.
+                order = targets if rep % 2 == 0 else list(reversed(targets))
+                for t in order:
+                    print(f"rep {rep + 1}/{args.reps} {wl[0]:12} {t.name}", file=sys.stderr)
+                    ns, gbps = pread_once(t, wl, args.size, args.quick)
+                    fio = fio_once(t, wl, args.size, args.quick)
+                    r = results.setdefault((t.name, wl[0]), {"ns": [], "gbps": [], "fio": []})
+                    r["ns"].append(ns)
+                    r["gbps"].append(gbps)
+                    if fio is not None:
+                        r["fio"].append(fio)
+    finally:
+        for t in targets:
+            t.teardown()
+        if os.path.exists(source):
+            os.unlink(source)
+
+    med = {k: {m: (statistics.median(v) if v else None) for m, v in r.items()}
+           for k, r in results.items()}
+    with open(args.json_out, "w") as f:
+        json.dump({f"{k[0]}|{k[1]}": v for k, v in med.items()}, f, indent=1)
+
+    def ratio(t, wl, ref, key="gbps"):
+        a, b = med.get((t, wl)), med.get((ref, wl))
+        if not a or not b or not a[key] or not b[key]:
+            return "-"
+        if wl == "floor":  # lower is better: time per request
+            return f"{b['ns'] / a['ns']:.2f}"
+        return f"{a[key] / b[key]:.2f}"
+
+    print(f"\n{args.reps} repetitions, medians; data file {args.size // MIB} MiB; "
+          f"ratios are throughput against the reference in the same run")
+    hdr = f"{'workload':12} {'target':16} {'ns/op':>10} {'GB/s':>8} {'fio GB/s':>9} {'x tmpfs':>8} {'x fuse2fs':>9} {'x f2fs-dio':>10}"
+    print(hdr)
+    print("-" * len(hdr))
+    for wl in WORKLOADS:
+        for t in targets:
+            m = med.get((t.name, wl[0]))
+            if not m:
+                continue
+            fio = f"{m['fio']:.3f}" if m.get("fio") else "-"
+            print(f"{wl[0]:12} {t.name:16} {m['ns']:10.0f} {m['gbps']:8.3f} {fio:>9} "
+                  f"{ratio(t.name, wl[0], 'tmpfs'):>8} {ratio(t.name, wl[0], 'fuse2fs'):>9} "
+                  f"{ratio(t.name, wl[0], 'fuse2fs-dio'):>10}")
+        print()
+
+    # Agreement of nvfs-pread with fio where both measure the same workload.
+    worst = 0.0
+    for (t, wl), m in med.items():
+        if m.get("fio") and m["gbps"] and not wl.endswith("cold"):
+            worst = max(worst, abs(m["gbps"] - m["fio"]) / m["fio"])
+    print(f"largest nvfs-pread vs fio disagreement: {worst * 100:.1f}%")
+
+    if shutil.which("gnuplot"):
+        dat = os.path.join(WORK, "chart.dat")
+        sizes = [("seq-512", 512), ("seq-4k", 4096), ("seq-64k", 65536), ("seq-1m", MIB)]
+        with open(dat, "w") as f:
+            f.write("bs " + " ".join(t.name for t in targets) + "\n")
+            for wl, bs in sizes:
+                f.write(str(bs) + " " + " ".join(
+                    f"{med[(t.name, wl)]['gbps']:.4f}" if (t.name, wl) in med else "NaN"
+                    for t in targets) + "\n")
+        plot = ", ".join(f"'{dat}' using 1:{i + 2} with linespoints title '{t.name}'"
+                         for i, t in enumerate(targets))
+        script = (f"set terminal pngcairo size 1000,620; set output '{args.chart}';"
+                  "set logscale xy; set xlabel 'block size (bytes)'; set ylabel 'GB/s (pread, sequential)';"
+                  "set key outside right; set grid;"
+                  "set xtics ('512' 512, '4K' 4096, '64K' 65536, '1M' 1048576);"
+                  f"plot {plot}")
+        run(["gnuplot", "-e", script])
+        print(f"chart: {args.chart}")
+
+
+if __name__ == "__main__":
+    main()
