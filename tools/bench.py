@@ -112,9 +112,7 @@ WORKLOADS = [
 ]
 
 
-def ops_for(bs, size, quick):
-    budget = (64 if quick else 256) * MIB
-    return max(64, min(20000 if bs <= 4 * KIB else 100000, budget // bs, size // bs))
+DURATION = {False: 1.0, True: 0.3}  # seconds per measurement
 
 
 def drop_caches():
@@ -129,8 +127,10 @@ def pread_once(target, wl, size, quick):
         drop_caches()
     paths = "getxattr" if name == "floor" else "pread"
     cmd = [os.path.join(BUILD, "nvfs-pread"), "file", "--json", "-r", "1", "-b", str(bs),
-           "-P", pattern, "-t", str(threads), "-p", paths, "-T", target.name,
-           "-N", str(ops_for(bs, size, quick) if not cold else size // bs), target.data]
+           "-P", pattern, "-t", str(threads), "-p", paths, "-T", target.name]
+    # Cold: one pass over the file; warm: time-based, as fio runs.
+    cmd += ["-N", str(size // bs)] if cold else ["-D", str(DURATION[quick])]
+    cmd.append(target.data)
     out = run(cmd).stdout.strip().splitlines()
     rec = json.loads(out[-1])
     return rec["ns_per_op"], rec["gbps"]
@@ -143,13 +143,16 @@ def fio_once(target, wl, size, quick):
     if cold:
         drop_caches()
     rw = "read" if pattern == "seq" else "randread"
+    # gtod_reduce: no per-I/O latency clock reads, so fio's own overhead does
+    # not dominate small reads (throughput is what is compared).
     cmd = ["fio", "--name=b", f"--filename={target.data}", f"--rw={rw}", f"--bs={bs}",
            f"--size={size}", "--ioengine=psync", f"--numjobs={threads}", "--group_reporting",
-           "--output-format=json", "--invalidate=0"]
+           "--output-format=json", "--invalidate=0", "--gtod_reduce=1", "--norandommap",
+           "--randrepeat=1"]
     if cold:
         cmd += [f"--io_size={size}"]
     else:
-        cmd += ["--time_based", f"--runtime={0.5 if quick else 1}"]
+        cmd += ["--time_based", f"--runtime={DURATION[quick]}"]
     res = json.loads(run(cmd).stdout)
     job = res["jobs"][0]["read"]
     return job["bw_bytes"] / 1e9
@@ -233,11 +236,15 @@ def main():
         print()
 
     # Agreement of nvfs-pread with fio where both measure the same workload.
-    worst = 0.0
+    # fio spends a few hundred ns of its own per I/O (accounting), so below
+    # ~5 us per read the two measure different things; above, they must agree.
+    worst, worst_at = 0.0, "-"
     for (t, wl), m in med.items():
-        if m.get("fio") and m["gbps"] and not wl.endswith("cold"):
-            worst = max(worst, abs(m["gbps"] - m["fio"]) / m["fio"])
-    print(f"largest nvfs-pread vs fio disagreement: {worst * 100:.1f}%")
+        if m.get("fio") and m["gbps"] and m["ns"] >= 5000:
+            d = abs(m["gbps"] - m["fio"]) / m["fio"]
+            if d > worst:
+                worst, worst_at = d, f"{wl} on {t}"
+    print(f"nvfs-pread vs fio, reads of 5 us or more: largest disagreement {worst * 100:.1f}% ({worst_at})")
 
     if shutil.which("gnuplot"):
         dat = os.path.join(WORK, "chart.dat")

@@ -55,6 +55,7 @@ constexpr const char* kUsage =
     "                  file: pread,preadv, and getxattr (a missing xattr: the round-trip floor)\n"
     "  -s SIZE         engine: size of the data file (default 256m)\n"
     "  -t THREADS      threads (file mode; default 1)\n"
+    "  -D SECONDS      file mode: run each measurement for this long instead of N ops\n"
     "  -d              O_DIRECT (file mode)\n"
     "  -T TARGET       a name for the target in the output (default: the path)\n"
     "  --json          one JSON object per line instead of a table\n"
@@ -69,6 +70,7 @@ struct Options {
   std::vector<std::string> paths;
   uint64_t file_size = 256ull << 20;
   int threads = 1;
+  double duration = 0;  // seconds per run (file mode); 0: a fixed operation count
   bool direct = false;
   bool json = false;
   std::string target;
@@ -304,13 +306,16 @@ int File(Options& o, const std::string& path) {
       const uint64_t ops = o.matrix_ops ? o.matrix_ops
                            : pattern == "same" ? std::min<uint64_t>(o.seed_ops, 1 << 18)
                                                : std::clamp<uint64_t>((256ull << 20) / bs, 256, 1 << 16);
-      const std::vector<uint64_t> offsets = Offsets(pattern, bs, size, ops, bs);
+      const std::vector<uint64_t> offsets =
+          Offsets(pattern, bs, size, o.duration > 0 ? (1 << 20) : ops, bs);
       std::vector<std::vector<double>> results(o.paths.size());
+      uint64_t last_ops = 0;
       for (int rep = 0; rep < o.reps; ++rep) {
         for (size_t p = 0; p < o.paths.size(); ++p) {
           const bool vectored = o.paths[p] == "preadv";
           const bool floor = o.paths[p] == "getxattr";
           std::atomic<bool> failed{false};
+          std::atomic<uint64_t> total_ops{0};
           auto worker = [&](int t) {
             void* raw = nullptr;
             if (posix_memalign(&raw, 4096, bs) != 0) {
@@ -322,7 +327,18 @@ int File(Options& o, const std::string& path) {
             for (uint64_t off = 0; off < bs; off += 4096) {
               iov.push_back({buf.get() + off, std::min<uint64_t>(4096, bs - off)});
             }
-            for (uint64_t i = 0; i < ops; ++i) {
+            const auto start = std::chrono::steady_clock::now();
+            uint64_t i = 0;
+            for (;; ++i) {
+              if (o.duration > 0) {
+                // Time-based, as fio's time_based: the clock is read every 64 ops.
+                if ((i & 63) == 0 && std::chrono::duration<double>(
+                                         std::chrono::steady_clock::now() - start).count() >= o.duration) {
+                  break;
+                }
+              } else if (i >= ops) {
+                break;
+              }
               if (floor) {
                 // The cheapest request that always reaches the filesystem: a
                 // missing extended attribute (ENODATA).
@@ -340,19 +356,24 @@ int File(Options& o, const std::string& path) {
                 return;
               }
             }
+            total_ops += i;
           };
-          const double ns = TimeNs(ops, [&] {
+          const double elapsed = TimeNs(1, [&] {
             std::vector<std::thread> pool;
             for (int t = 1; t < o.threads; ++t) pool.emplace_back(worker, t);
             worker(0);
             for (auto& th : pool) th.join();
           });
+          // Per-thread time per operation, as in the fixed-count case.
+          const double ns = elapsed * o.threads / static_cast<double>(std::max<uint64_t>(total_ops, 1));
+          last_ops = total_ops / static_cast<uint64_t>(o.threads);
           if (failed) Die(path + ": read failed: " + std::strerror(errno));
           results[p].push_back(ns);
         }
       }
       for (size_t p = 0; p < o.paths.size(); ++p) {
-        Report(o, "file", o.paths[p], pattern, bs, o.threads, ops, results[p]);
+        Report(o, "file", o.paths[p], pattern, bs, o.threads, o.duration > 0 ? last_ops : ops,
+               results[p]);
       }
     }
   }
@@ -387,7 +408,7 @@ int main(int argc, char** argv) {
     if (!v || *v == 0) Die(std::string("invalid size: ") + text);
     return *v;
   };
-  while ((opt = getopt_long(argc, argv, "n:N:r:b:P:p:s:t:dT:jh", kLong, nullptr)) != -1) {
+  while ((opt = getopt_long(argc, argv, "n:N:r:b:P:p:s:t:D:dT:jh", kLong, nullptr)) != -1) {
     switch (opt) {
       case 'n': o.seed_ops = size_arg(optarg); break;
       case 'N': o.matrix_ops = size_arg(optarg); break;
@@ -401,6 +422,7 @@ int main(int argc, char** argv) {
       case 's': o.file_size = size_arg(optarg); break;
       case 't': o.threads = static_cast<int>(size_arg(optarg)); break;
       case 'd': o.direct = true; break;
+      case 'D': o.duration = std::atof(optarg); break;
       case 'T': o.target = optarg; break;
       case 'j': o.json = true; break;
       case 'h': std::fputs(kUsage, stdout); return 0;

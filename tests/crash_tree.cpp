@@ -1,0 +1,234 @@
+#include "crash_tree.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+
+#include <cinttypes>
+#include <cstdio>
+#include <set>
+#include <vector>
+
+namespace nvfs::test {
+
+namespace {
+
+struct Entry {
+  std::string name;
+  uint64_t ino;
+};
+
+Result<std::vector<Entry>> ListDir(Filesystem& fs, uint64_t dir, uint64_t* dot,
+                                   uint64_t* dotdot) {
+  std::vector<Entry> entries;
+  Status st = fs.ReadDir(dir, 0, [&](const Filesystem::DirEntry& e, uint64_t) {
+    if (e.name == ".") {
+      *dot = e.ino;
+    } else if (e.name == "..") {
+      *dotdot = e.ino;
+    } else {
+      entries.push_back({std::string(e.name), e.ino});
+    }
+    return true;
+  });
+  if (!st.ok()) return st.take_error();
+  return entries;
+}
+
+Error PathError(const std::string& path, const char* what, const Error& error) {
+  return Error(error.code, path + ": " + what + ": " + error.Describe());
+}
+
+Status ReadXattrs(Filesystem& fs, uint64_t ino, const std::string& path, TreeNode* node) {
+  Result<size_t> size = fs.ListXattr(ino, nullptr, 0);
+  if (!size.ok()) return PathError(path, "listxattr", size.error());
+  std::string names(*size, '\0');
+  if (*size != 0) {
+    Result<size_t> got = fs.ListXattr(ino, names.data(), names.size());
+    if (!got.ok()) return PathError(path, "listxattr", got.error());
+  }
+  for (size_t pos = 0; pos < names.size();) {
+    const std::string name = names.c_str() + pos;
+    pos += name.size() + 1;
+    Result<size_t> len = fs.GetXattr(ino, name, nullptr, 0);
+    if (!len.ok()) return PathError(path, name.c_str(), len.error());
+    std::string value(*len, '\0');
+    if (*len != 0) {
+      Result<size_t> got = fs.GetXattr(ino, name, value.data(), value.size());
+      if (!got.ok()) return PathError(path, name.c_str(), got.error());
+    }
+    node->xattrs[name] = value;
+  }
+  return Status::Ok();
+}
+
+Status ReadContent(Filesystem& fs, uint64_t ino, const std::string& path, TreeNode* node) {
+  if (S_ISLNK(node->mode)) {
+    Result<std::string> target = fs.Readlink(ino);
+    if (!target.ok()) return PathError(path, "readlink", target.error());
+    node->content = *target;
+    return Status::Ok();
+  }
+  if (!S_ISREG(node->mode)) return Status::Ok();
+  Result<FileHandle> file = fs.Open(ino, O_RDONLY);
+  if (!file.ok()) return PathError(path, "open", file.error());
+  node->content.resize(node->size);
+  Result<size_t> got = fs.Read(*file, 0, node->content.data(), node->content.size());
+  fs.Release(*file);
+  if (!got.ok()) return PathError(path, "read", got.error());
+  if (*got != node->size) {
+    return MakeError(EIO, "%s: read %zu of %" PRIu64 " bytes", path.c_str(), *got, node->size);
+  }
+  return Status::Ok();
+}
+
+Status Walk(Filesystem& fs, uint64_t dir, const std::string& path, uint64_t parent, Tree* tree,
+            std::set<uint64_t>* dirs_seen) {
+  if (!dirs_seen->insert(dir).second) {
+    return MakeError(EUCLEAN, "%s: directory inode %" PRIu64 " reached twice", path.c_str(), dir);
+  }
+  uint64_t dot = 0, dotdot = 0;
+  Result<std::vector<Entry>> entries = ListDir(fs, dir, &dot, &dotdot);
+  if (!entries.ok()) return PathError(path, "readdir", entries.error());
+  if (dot != dir || dotdot != parent) {
+    return MakeError(EUCLEAN, "%s: '.' is %" PRIu64 ", '..' is %" PRIu64 "; expected %" PRIu64
+                     ", %" PRIu64, path.c_str(), dot, dotdot, dir, parent);
+  }
+  for (const Entry& e : *entries) {
+    const std::string child = (path == "/" ? "/" : path + "/") + e.name;
+    Result<Attr> attr = fs.GetAttr(e.ino);
+    if (!attr.ok()) return PathError(child, "getattr", attr.error());
+    TreeNode node;
+    node.ino = e.ino;
+    node.mode = attr->mode;
+    node.uid = attr->uid;
+    node.gid = attr->gid;
+    node.nlink = attr->nlink;
+    node.size = attr->size;
+    node.blocks = attr->blocks;
+    node.rdev = attr->rdev;
+    NVFS_TRY(ReadXattrs(fs, e.ino, child, &node));
+    NVFS_TRY(ReadContent(fs, e.ino, child, &node));
+    if (S_ISDIR(node.mode)) node.parent = dir;
+    (*tree)[child] = node;
+    if (S_ISDIR(node.mode)) NVFS_TRY(Walk(fs, e.ino, child, dir, tree, dirs_seen));
+  }
+  return Status::Ok();
+}
+
+std::string Describe(const TreeNode& n) {
+  char buf[256];
+  std::snprintf(buf, sizeof buf,
+                "ino %" PRIu64 " mode 0%o uid %u gid %u nlink %u size %" PRIu64
+                " blocks %" PRIu64 " rdev %" PRIu64 " parent %" PRIu64 " xattrs %zu",
+                n.ino, n.mode, n.uid, n.gid, n.nlink, n.size, n.blocks, n.rdev, n.parent,
+                n.xattrs.size());
+  return buf;
+}
+
+}  // namespace
+
+Result<Tree> SnapshotTree(Filesystem& fs) {
+  Tree tree;
+  Result<Attr> root = fs.GetAttr(format::kRootIno);
+  if (!root.ok()) return PathError("/", "getattr", root.error());
+  TreeNode node;
+  node.ino = format::kRootIno;
+  node.mode = root->mode;
+  node.uid = root->uid;
+  node.gid = root->gid;
+  node.nlink = root->nlink;
+  node.size = root->size;
+  node.blocks = root->blocks;
+  node.parent = format::kRootIno;
+  NVFS_TRY(ReadXattrs(fs, format::kRootIno, "/", &node));
+  tree["/"] = node;
+  std::set<uint64_t> dirs_seen;
+  NVFS_TRY(Walk(fs, format::kRootIno, "/", format::kRootIno, &tree, &dirs_seen));
+  return tree;
+}
+
+std::string TreeDiff(const Tree& expected, const Tree& actual) {
+  for (const auto& [path, node] : expected) {
+    auto it = actual.find(path);
+    if (it == actual.end()) return path + ": missing (expected " + Describe(node) + ")";
+    const TreeNode& got = it->second;
+    if (got == node) continue;
+    std::string out = path + ": expected " + Describe(node) + ", got " + Describe(got);
+    if (got.content != node.content) {
+      size_t i = 0;
+      while (i < got.content.size() && i < node.content.size() && got.content[i] == node.content[i]) ++i;
+      out += "; content differs from byte " + std::to_string(i);
+    }
+    if (got.xattrs != node.xattrs) out += "; xattrs differ";
+    return out;
+  }
+  for (const auto& [path, node] : actual) {
+    if (!expected.count(path)) return path + ": unexpected (" + Describe(node) + ")";
+  }
+  return "";
+}
+
+bool TreeMatches(const Tree& actual, const Tree& before, const Tree& after,
+                 const MixedRange* mixed) {
+  if (actual == before || actual == after) return true;
+  if (mixed == nullptr) return false;
+  auto a = actual.find(mixed->path);
+  auto b = before.find(mixed->path);
+  auto c = after.find(mixed->path);
+  if (a == actual.end() || b == before.end() || c == after.end()) return false;
+  const std::string& old_bytes = b->second.content;
+  const std::string& new_bytes = c->second.content;
+  std::string content = a->second.content;
+  if (content.size() != new_bytes.size()) return false;
+  const uint64_t end = std::min<uint64_t>(mixed->offset + mixed->len, content.size());
+  for (uint64_t i = mixed->offset; i < end; ++i) {
+    if (i < old_bytes.size() && content[i] == old_bytes[i]) content[i] = new_bytes[i];
+  }
+  Tree adjusted = actual;
+  adjusted[mixed->path].content = content;
+  return adjusted == after;
+}
+
+Result<uint64_t> ResolvePath(Filesystem& fs, std::string_view path) {
+  uint64_t ino = format::kRootIno;
+  size_t pos = 0;
+  while (pos < path.size()) {
+    if (path[pos] == '/') {
+      ++pos;
+      continue;
+    }
+    const size_t end = std::min(path.find('/', pos), path.size());
+    Result<Attr> attr = fs.Lookup(ino, path.substr(pos, end - pos));
+    if (!attr.ok()) return attr.take_error();
+    fs.Forget(attr->ino, 1);
+    ino = attr->ino;
+    pos = end;
+  }
+  return ino;
+}
+
+namespace {
+
+Status EmptyDir(Filesystem& fs, uint64_t dir) {
+  uint64_t dot = 0, dotdot = 0;
+  Result<std::vector<Entry>> entries = ListDir(fs, dir, &dot, &dotdot);
+  if (!entries.ok()) return entries.take_error();
+  for (const Entry& e : *entries) {
+    Result<Attr> attr = fs.GetAttr(e.ino);
+    if (!attr.ok()) return attr.take_error();
+    if (S_ISDIR(attr->mode)) {
+      NVFS_TRY(EmptyDir(fs, e.ino));
+      if (dir == format::kRootIno && e.name == "lost+found") continue;
+      NVFS_TRY(fs.Rmdir(dir, e.name));
+    } else {
+      NVFS_TRY(fs.Unlink(dir, e.name));
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status DeleteAll(Filesystem& fs) { return EmptyDir(fs, format::kRootIno); }
+
+}  // namespace nvfs::test

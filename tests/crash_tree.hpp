@@ -1,0 +1,63 @@
+// What a crash test compares: the whole visible tree of a mounted filesystem,
+// read through the core API only (so it sees what a user would), and the
+// helpers that walk or empty it.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+
+#include "nvfs/fs.hpp"
+#include "nvfs/result.hpp"
+
+namespace nvfs::test {
+
+// One reachable inode, as seen at one path. Times are left out: they are the
+// one thing an operation may change that a crash state need not reproduce.
+struct TreeNode {
+  uint64_t ino = 0;
+  uint32_t mode = 0;
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+  uint32_t nlink = 0;
+  uint64_t size = 0;
+  uint64_t blocks = 0;   // 512-byte units
+  uint64_t rdev = 0;
+  uint64_t parent = 0;   // directories: what ".." names
+  std::string content;   // regular files: every byte; symlinks: the target
+  std::map<std::string, std::string> xattrs;
+  bool operator==(const TreeNode&) const = default;
+};
+
+// Path ("/", "/d1", "/d1/f1", ...) to node.
+using Tree = std::map<std::string, TreeNode>;
+
+// Walks every directory from the root. Fails (with the path) on any error the
+// core reports, on a "." or ".." that names the wrong inode, or on a directory
+// reached twice (a cycle or a second link to a directory).
+Result<Tree> SnapshotTree(Filesystem& fs);
+
+// The first difference between two trees, "" when they are equal.
+std::string TreeDiff(const Tree& expected, const Tree& actual);
+
+// A file whose bytes [offset, offset + len) may each hold their old or their
+// new value after a crash (an overwrite is durable, not atomic).
+struct MixedRange {
+  std::string path;
+  uint64_t offset = 0;
+  uint64_t len = 0;
+};
+
+// True if `actual` is `before`, `after`, or (with a range) `after` except for
+// bytes of the range that hold their `before` value.
+bool TreeMatches(const Tree& actual, const Tree& before, const Tree& after,
+                 const MixedRange* mixed);
+
+// The inode at `path`, resolved with Lookup (its reference is forgotten).
+Result<uint64_t> ResolvePath(Filesystem& fs, std::string_view path);
+
+// Removes every name but lost+found (whose contents go too).
+Status DeleteAll(Filesystem& fs);
+
+}  // namespace nvfs::test

@@ -1,0 +1,96 @@
+// A real nvfs mount for the mount tests: a fresh image under /dev/shm, a
+// mount directory under /tmp, and the `nvfs` daemon (NVFS_DAEMON) serving
+// it in the foreground as a child of the test. The destructor ALWAYS
+// unmounts (fusermount3 -u, then -uz), reaps the daemon (killing only its
+// own child, by PID, if it will not go), and removes the directory and the
+// image — also when a REQUIRE failed halfway through a test.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace nvfs::test {
+
+// True if /dev/fuse can be used; otherwise prints, once and loudly, why the
+// mount tests are skipped. Tests return early (and pass) when it is false.
+bool FuseAvailable();
+
+#define NVFS_REQUIRE_FUSE()                                      \
+  do {                                                           \
+    if (!::nvfs::test::FuseAvailable()) {                        \
+      WARN("SKIPPED: /dev/fuse is not usable on this machine");  \
+      return;                                                    \
+    }                                                            \
+  } while (0)
+
+// True if `dir` is a mount point (per /proc/self/mountinfo).
+bool IsMountPoint(const std::string& dir);
+
+// Runs argv (argv[0] looked up in PATH), output to `log` (or /dev/null if
+// empty); returns the exit status, or 128 + signal.
+int RunProgram(const std::vector<std::string>& argv, const std::string& log = "");
+
+struct DaemonResult {
+  int exit_code = -1;      // 128 + signal if killed
+  std::string output;      // stdout and stderr
+  bool mounted = false;    // the mount point showed up (it was unmounted again)
+};
+
+// Runs `nvfs -f ARGS` expecting it to fail before mounting; if it mounts
+// anyway, unmounts it, stops it and says so in `mounted`.
+DaemonResult RunDaemonExpectingFailure(const std::vector<std::string>& args,
+                                       const std::string& mount_dir);
+
+class MountedFs {
+ public:
+  // Formats a fresh image of `image_size` bytes and makes the mount
+  // directory; nothing is mounted yet (Start does it).
+  explicit MountedFs(uint64_t image_size = 256ull << 20);
+  ~MountedFs();
+  MountedFs(const MountedFs&) = delete;
+  MountedFs& operator=(const MountedFs&) = delete;
+
+  // Starts `nvfs -f [-o OPTIONS] IMAGE DIR` and waits (REQUIRE, 10 s) until
+  // the mount shows in /proc/self/mountinfo.
+  void Start(const std::string& options = "");
+  // Unmounts with fusermount3 -u and waits for the daemon to exit; returns
+  // its exit status (0 for a clean shutdown).
+  int Stop();
+  // Sends `sig` to the daemon and waits for it to exit; returns its status
+  // (128 + signal if it died of it). For SIGKILL the dead mount is then
+  // unmounted (fusermount3 -u).
+  int Signal(int sig);
+
+  const std::string& dir() const { return dir_; }
+  const std::string& image() const { return image_; }
+  std::string path(const std::string& relative) const { return dir_ + "/" + relative; }
+  pid_t pid() const { return pid_; }
+  bool running() const { return pid_ > 0; }
+  // What the daemon printed so far.
+  std::string log() const;
+
+ private:
+  // Waits up to `seconds` for the daemon to exit; -1 if it did not.
+  int Reap(double seconds);
+
+  std::string image_;
+  std::string dir_;
+  std::string log_;
+  pid_t pid_ = -1;
+};
+
+// Runs fsck.nvfs -n on an image; exit status and output.
+struct FsckResult {
+  int exit_code = -1;
+  std::string output;
+};
+FsckResult FsckImage(const std::string& image);
+
+// Waits until no process holds the image's lock (the daemon has exited and
+// released the namespace), up to `seconds`. True if it is free.
+bool WaitImageFree(const std::string& image, double seconds);
+
+}  // namespace nvfs::test
