@@ -71,7 +71,7 @@ int main(int argc, char** argv) {
       **media, mode,
       [&](const std::string& line) { std::printf("%s\n", line.c_str()); },
       [&](uint64_t done, uint64_t total) {
-        if (!progress) progress = std::make_unique<nvfs::Progress>("checking groups", total, false);
+        if (!progress) progress = std::make_unique<nvfs::Progress>("checking", total, false);
         progress->Update(done);
       });
   progress.reset();
@@ -86,6 +86,13 @@ int main(int argc, char** argv) {
     if (verbose) {
       std::printf("  %" PRIu64 " problems found, %" PRIu64 " corrected\n", report.problems,
                   report.corrected);
+      std::printf("  %" PRIu64 " inodes, %" PRIu64 " directories, %" PRIu64 " entries checked "
+                  "in %.3f s (%.0f inodes/s)\n",
+                  report.inodes_checked, report.directories, report.entries, report.seconds,
+                  report.seconds > 0 ? report.inodes_checked / report.seconds : 0.0);
+      for (const auto& [pass, seconds] : report.pass_seconds) {
+        std::printf("    %-13s %.3f s\n", pass.c_str(), seconds);
+      }
     }
   }
   return report.exit_code;

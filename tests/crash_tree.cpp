@@ -1,5 +1,7 @@
 #include "crash_tree.hpp"
 
+#include "nvfs/format.hpp"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 

@@ -1,5 +1,7 @@
 #include "mount_fixture.hpp"
 
+#include "test_util.hpp"
+
 #include <catch2/catch.hpp>
 
 #include <fcntl.h>

@@ -7,8 +7,11 @@
 
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <cinttypes>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <random>
 #include <set>
@@ -219,10 +222,10 @@ void CheckCounts(FsFixture& fs, uint64_t dir) {
   CHECK(inode.size == inode.blocks * fs.geometry().block_size());
 }
 
-std::string NumberedName(const char* stem, int i) {
-  char name[64];
-  std::snprintf(name, sizeof name, "%s-%06d", stem, i);
-  return name;
+std::string NumberedName(const std::string& stem, int i) {
+  char number[16];
+  std::snprintf(number, sizeof number, "-%06d", i);
+  return stem + number;
 }
 
 // ---------------------------------------------------------------------------
@@ -284,7 +287,7 @@ std::string CollidingName(uint64_t seed, uint64_t target, size_t length, std::mt
 // ---------------------------------------------------------------------------
 
 TEST_CASE("insert, lookup, replace and remove", "[dir]") {
-  const uint32_t block_size = GENERATE(4096u, 65536u);
+  const uint32_t block_size = GENERATE(4096u, 65536u, 1u << 20);
   CAPTURE(block_size);
   FsFixture fs(256ull << 20, block_size);
   const uint64_t dir = MakeDirectory(fs);
@@ -433,15 +436,14 @@ TEST_CASE("100,000 names: found, listed once in key order, blocks not wasted", "
                 << " leaves; entries' records fill " << data_blocks << " blocks; levels "
                 << stats.levels);
   CHECK(nodes <= 3 * data_blocks + 4);
+  CHECK(stats.leaves <= 2 * data_blocks);  // leaves at least half full on average
   // A constant number of hops: the root index and one level below it.
   CHECK(stats.levels <= 2);
   CHECK(stats.overflow_leaves == 0);
   if (std::getenv("NVFS_TEST_VERBOSE") != nullptr) {
-    std::printf(
-        "100k names: %llu nodes (%llu index, %llu leaves), records fill %llu blocks, "
-        "%d index levels\n",
-        (unsigned long long)nodes, (unsigned long long)stats.index_nodes,
-        (unsigned long long)stats.leaves, (unsigned long long)data_blocks, stats.levels);
+    std::printf("%d names: %" PRIu64 " nodes (%" PRIu64 " index, %" PRIu64
+                " leaves); their records fill %" PRIu64 " blocks; %d index levels\n",
+                kNames, nodes, stats.index_nodes, stats.leaves, data_blocks, stats.levels);
   }
 }
 
@@ -677,6 +679,43 @@ TEST_CASE("a crash in the middle of a remove that frees a leaf recovers the stat
   FAIL("no remove freed a leaf");
 }
 
+// A record freed earlier in the same transaction is not free space for the
+// undo log: rename-like operations (remove, then insert into the hole) must
+// still abort, or crash, back to the old name intact.
+TEST_CASE("remove then insert into the hole in one transaction aborts cleanly", "[dir][crash]") {
+  FsFixture fs;
+  const uint64_t dir = MakeDirectory(fs);
+  // "old-name" is the leaf's first record; its hole is the first fit.
+  REQUIRE(Insert(fs, dir, "old-name", 11) == 0);
+  for (int i = 0; i < 20; ++i) REQUIRE(Insert(fs, dir, NumberedName("x", i), 100 + i) == 0);
+  const uint64_t free_blocks = fs.alloc().free_blocks();
+  for (bool crash : {false, true}) {
+    CAPTURE(crash);
+    {
+      Directory d(fs.ctx());
+      Tx tx(fs.journal(), "rename");
+      REQUIRE(d.Remove(tx, InodeOf(fs, dir), "old-name").ok());
+      REQUIRE(d.Insert(tx, InodeOf(fs, dir), "new-name", 12, DT_REG).ok());
+      REQUIRE(LookupIno(fs, dir, "new-name") == 12);
+      if (crash) {
+        const std::vector<std::byte> snapshot = Snapshot(fs.media());
+        tx.Abort();
+        CrashTo(fs, snapshot);
+      } else {
+        tx.Abort();
+      }
+    }
+    CHECK(LookupIno(fs, dir, "old-name") == 11);
+    CHECK(LookupIno(fs, dir, "new-name") == 0);
+    const std::vector<Listed> all = List(fs, dir);
+    REQUIRE(all.size() == 21);
+    CHECK(std::count_if(all.begin(), all.end(),
+                        [](const Listed& e) { return e.name == "old-name"; }) == 1);
+    CHECK(fs.alloc().free_blocks() == free_blocks);
+    CheckCounts(fs, dir);
+  }
+}
+
 TEST_CASE("a remount keeps every name", "[dir]") {
   FsFixture fs;
   const uint64_t dir = MakeDirectory(fs);
@@ -798,6 +837,29 @@ int FreeWholeTree(FsFixture& fs, uint64_t dir, size_t leave_room) {
     REQUIRE(tx.Commit().ok());
   }
   return transactions;
+}
+
+TEST_CASE("1 MiB blocks: 17-bit index levels, copied on split", "[dir]") {
+  FsFixture fs(256ull << 20, 1u << 20);
+  const uint64_t dir = MakeDirectory(fs);
+  const uint64_t free_blocks = fs.alloc().free_blocks();
+  // 128-byte records: 8191 per leaf, so the root leaf is pushed down and its
+  // halves (65536 slots each) are split again.
+  const std::string stem(95, 'm');
+  constexpr int kNames = 26000;
+  for (int i = 0; i < kNames; ++i) REQUIRE(Insert(fs, dir, NumberedName(stem, i), 1 + i) == 0);
+  for (int i = 0; i < kNames; i += 7) {
+    REQUIRE(LookupIno(fs, dir, NumberedName(stem, i)) == uint64_t(1 + i));
+  }
+  const TreeStats stats = Walk(fs, dir);
+  CHECK(stats.index_nodes == 1);
+  CHECK(stats.leaves >= 4);
+  std::vector<Listed> all = ListInBatches(fs, dir, 5000);
+  CHECK(all.size() == kNames);
+  CHECK(StrictlyIncreasing(all));
+  CheckCounts(fs, dir);
+  CHECK(FreeWholeTree(fs, dir, 60000) == 1);
+  CHECK(fs.alloc().free_blocks() == free_blocks);
 }
 
 TEST_CASE("FreeTree returns every block, also across transactions", "[dir]") {

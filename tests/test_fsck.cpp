@@ -1,9 +1,13 @@
 // fsck.nvfs against fresh, damaged, foreign and broken namespaces: the exit
 // codes fsck(8) defines, -n never writing, repairs that leave a clean
 // namespace behind, and refusals that are one clear line.
+#include <dirent.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
+#include <cinttypes>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -12,6 +16,9 @@
 
 #include <catch2/catch.hpp>
 
+#include "fs_fixture.hpp"
+#include "fs_image.hpp"
+#include "nvfs/fs.hpp"
 #include "nvfs/fsck.hpp"
 #include "nvfs/media.hpp"
 #include "nvfs/mkfs.hpp"
@@ -27,6 +34,7 @@ using test::FlipByte;
 using test::Lines;
 using test::MakeFile;
 using test::ReadAt;
+using test::ReadFile;
 using test::Run;
 using test::RunResult;
 using test::TempPath;
@@ -126,18 +134,23 @@ TEST_CASE("CheckNamespace reports counts and progress per group", "[fsck]") {
   options.read_only = true;
   auto media = OpenMedia(image.path(), options);
   REQUIRE(media.ok());
-  uint64_t calls = 0;
+  uint64_t calls = 0, last = 0;
   std::vector<std::string> lines;
   const FsckReport report = CheckNamespace(
       **media, RepairMode::kNone, [&](const std::string& l) { lines.push_back(l); },
       [&](uint64_t done, uint64_t total) {
         ++calls;
-        CHECK(done == calls);
-        CHECK(total == g.group_count());
+        CHECK(done > last);  // advances with every call
+        last = done;
+        CHECK(total == 2 * g.group_count());  // inode pass, then directory pass
       });
   CHECK(report.exit_code == kFsckClean);
   CHECK(lines.empty());
-  CHECK(calls == 3);
+  CHECK(calls >= g.group_count());
+  CHECK(last == 2 * g.group_count());
+  CHECK(report.inodes_checked == 2);  // root and lost+found
+  CHECK(report.directories == 2);
+  CHECK(report.entries == 1);
   CHECK(report.inode_count == g.inode_count());
   CHECK(report.block_count == g.block_count());
   CHECK(report.inodes_used == 3);
@@ -254,27 +267,25 @@ TEST_CASE("fsck: a damaged group descriptor is detected and repaired", "[fsck][g
   }
 }
 
-TEST_CASE("fsck: damage it cannot repair yet is reported, not claimed fixed", "[fsck]") {
-  TempPath image("unfixable");
+TEST_CASE("fsck: damaged fixed metadata is repaired", "[fsck]") {
+  TempPath image("fixed-meta");
   MakeNvfsImage(image.path());
   const Geometry g = GeometryOf(image.path());
-  SECTION("a reserved block-bitmap bit cleared") {
+  SECTION("a reserved block-bitmap bit cleared: -p sets it again") {
     FlipByte(image.path(), g.BlockOffset(g.BlockBitmapBlock(0)), 0x01);  // the superblock's bit
-    const RunResult r = Fsck({"-y", image.path()});
-    INFO(r.out);
-    CHECK(r.exit_code == kFsckUncorrected);
-    CHECK_THAT(r.out, Catch::Contains("group 0: 1 reserved bitmap bits are clear"));
-    CHECK_THAT(r.out, !Catch::Contains("clear: fixing"));
+    RequireFoundThenRepaired(image.path(), "group 0: block bitmap: 0 blocks in use but not "
+                             "referenced (leaked), 1 referenced but free: +0", "-p");
   }
-  SECTION("a journal slot header") {
+  SECTION("a journal slot header: -p stops, -y rewrites it idle") {
     FlipByte(image.path(), g.JournalSlotOffset(3));
     const FileDigest before = DigestFile(image.path());
-    const RunResult r = Fsck({"-y", image.path()});
+    const RunResult r = Fsck({"-p", image.path()});
     INFO(r.out);
     CHECK(r.exit_code == kFsckUncorrected);
-    CHECK_THAT(r.out, Catch::Contains("journal slot 3: header damaged"));
-    CHECK_THAT(r.out, !Catch::Contains("damaged: fixing"));
+    CHECK_THAT(r.out, Catch::Contains("journal slot 3: header damaged: not fixed (needs a "
+                                      "decision; run fsck.nvfs -y)"));
     CHECK(DigestFile(image.path()) == before);
+    RequireFoundThenRepaired(image.path(), "journal slot 3: header damaged");
   }
 }
 
@@ -438,6 +449,609 @@ TEST_CASE("fsck refuses a namespace in use", "[fsck][lock]") {
   }
   held->reset();
   RequireClean(image.path());
+}
+
+
+// ---------------------------------------------------------------------------
+// The tree check: damage made by hand in a populated namespace, each kind
+// found by -n (exit 4, nothing written), repaired by -p or -y (exit 1), then
+// clean (exit 0), and the repaired namespace mounts and reads.
+// ---------------------------------------------------------------------------
+
+const Cred kCred{1000, 1000};
+
+// A namespace with a bit of everything, unmounted cleanly.
+struct Populated {
+  test::FsImage image{64 << 20};
+  Geometry g;
+  uint64_t small = 0;    // 3 data blocks
+  uint64_t medium = 0;   // 20 blocks: direct and a depth-1 tree
+  uint64_t sparse = 0;   // one block deep in the depth-2 tree
+  uint64_t dir = 0;      // /d, holding f1..f3 and sub/
+  uint64_t sub = 0;      // /d/sub, holding leaf
+  uint64_t f1 = 0;       // /d/f1, also linked as /d/f1-link
+  uint64_t f2 = 0;
+  uint64_t leaf = 0;     // /d/sub/leaf
+  uint64_t with_xattr = 0;
+  uint64_t short_link = 0, long_link = 0;
+
+  Populated() {
+    Filesystem& fs = image.fs();
+    const std::string block(4096, 'x');
+    small = Create(1, "small", std::string(3 * 4096, 's'));
+    medium = Create(1, "medium", std::string(20 * 4096, 'm'));
+    sparse = Create(1, "sparse", "");
+    WriteAt(sparse, (11 + 512 + 700) * 4096ull, block);
+    dir = Mkdir(1, "d");
+    f1 = Create(dir, "f1", "one");
+    f2 = Create(dir, "f2", "two");
+    Create(dir, "f3", "three");
+    REQUIRE(fs.Link(f1, dir, "f1-link").ok());
+    fs.Forget(f1, 1);
+    sub = Mkdir(dir, "sub");
+    leaf = Create(sub, "leaf", "leaf");
+    with_xattr = Create(1, "xattr", "x");
+    REQUIRE(fs.SetXattr(with_xattr, "user.color", "blue", 4, 0).ok());
+    auto s1 = fs.Symlink(1, "short-link", "small", kCred);
+    REQUIRE(s1.ok());
+    short_link = s1->ino;
+    fs.Forget(short_link, 1);
+    auto s2 = fs.Symlink(1, "long-link", std::string(300, 'L'), kCred);
+    REQUIRE(s2.ok());
+    long_link = s2->ino;
+    fs.Forget(long_link, 1);
+    image.Unmount();
+    g = GeometryOf(path());
+  }
+
+  const std::string& path() const { return image.path(); }
+
+  uint64_t Create(uint64_t parent, const std::string& name, const std::string& content) {
+    Filesystem& fs = image.fs();
+    Attr attr;
+    auto f = fs.Create(parent, name, 0644, O_RDWR, kCred, &attr);
+    REQUIRE(f.ok());
+    if (!content.empty()) REQUIRE(fs.Write(*f, 0, content.data(), content.size()).ok());
+    fs.Release(*f);
+    fs.Forget(attr.ino, 1);
+    return attr.ino;
+  }
+  void WriteAt(uint64_t ino, uint64_t offset, const std::string& content) {
+    Filesystem& fs = image.fs();
+    auto f = fs.Open(ino, O_RDWR);
+    REQUIRE(f.ok());
+    REQUIRE(fs.Write(*f, offset, content.data(), content.size()).ok());
+    fs.Release(*f);
+  }
+  uint64_t Mkdir(uint64_t parent, const std::string& name) {
+    auto a = image.fs().Mkdir(parent, name, 0755, kCred);
+    REQUIRE(a.ok());
+    image.fs().Forget(a->ino, 1);
+    return a->ino;
+  }
+
+  // Raw access to the image.
+  format::Inode Inode(uint64_t ino) const {
+    format::Inode inode;
+    std::memcpy(&inode, ReadAt(path(), g.InodeOffset(ino), sizeof inode).data(), sizeof inode);
+    return inode;
+  }
+  void PutInode(uint64_t ino, const format::Inode& inode) const {
+    test::WriteAt(path(), g.InodeOffset(ino), &inode, sizeof inode);
+  }
+  template <class T>
+  void Put(uint64_t offset, const T& value) const {
+    test::WriteAt(path(), offset, &value, sizeof value);
+  }
+  template <class T>
+  T Get(uint64_t offset) const {
+    T value;
+    std::memcpy(&value, ReadAt(path(), offset, sizeof value).data(), sizeof value);
+    return value;
+  }
+  // Media offset of the record naming `name` in `dir`, whose tree is one leaf.
+  uint64_t Record(uint64_t dir_ino, const std::string& name) const {
+    const format::Inode d = Inode(dir_ino);
+    REQUIRE(d.map.dir.root != 0);
+    REQUIRE((d.map.dir.root & format::kDirNodeIndexBit) == 0);
+    const uint64_t leaf = g.BlockOffset(d.map.dir.root);
+    const std::vector<char> bytes = ReadAt(path(), leaf, g.block_size());
+    for (const test::LeafRecord& r :
+         test::ParseDirLeaf(reinterpret_cast<const std::byte*>(bytes.data()), bytes.size())) {
+      if (r.entry.ino != 0 && r.name == name) return leaf + r.offset;
+    }
+    FAIL("no entry " << name);
+    return 0;
+  }
+  uint64_t DirLeaf(uint64_t dir_ino) const { return Inode(dir_ino).map.dir.root; }
+  void SetBlockBit(uint64_t block_no, bool value) const {
+    const uint32_t group = static_cast<uint32_t>(block_no / g.blocks_per_group());
+    const uint64_t bit = block_no % g.blocks_per_group();
+    const uint64_t at = g.BlockOffset(g.BlockBitmapBlock(group)) + bit / 8;
+    uint8_t byte = Get<uint8_t>(at);
+    byte = value ? (byte | (1u << (bit % 8))) : (byte & ~(1u << (bit % 8)));
+    Put(at, byte);
+  }
+  // The first block past everything in use in group 0.
+  uint64_t FreeBlock() const {
+    const std::vector<char> bitmap =
+        ReadAt(path(), g.BlockOffset(g.BlockBitmapBlock(0)), g.block_size());
+    for (uint64_t b = g.FirstDataBlock(0); b < g.GroupBlocks(0); ++b) {
+      if (!(bitmap[b / 8] & (1 << (b % 8)))) return b + 10;
+    }
+    FAIL("group 0 full");
+    return 0;
+  }
+};
+
+// Mounts the image, walks every directory from the root and reads every
+// file: what fsck leaves must be usable.
+void RequireUsable(const std::string& path, std::vector<std::string>* names = nullptr) {
+  auto mounted = Filesystem::Mount(path, MountOptions{});
+  REQUIRE(mounted.ok());
+  Filesystem& fs = **mounted;
+  std::vector<std::pair<uint64_t, std::string>> todo{{1, ""}};
+  while (!todo.empty()) {
+    const auto [dir, prefix] = todo.back();
+    todo.pop_back();
+    std::vector<Filesystem::DirEntry> entries;
+    std::vector<std::string> storage;
+    Status st = fs.ReadDir(dir, 0, [&](const Filesystem::DirEntry& e, uint64_t) {
+      storage.emplace_back(e.name);
+      entries.push_back({{}, e.ino, e.type});
+      return true;
+    });
+    REQUIRE(st.ok());
+    for (size_t i = 0; i < entries.size(); ++i) {
+      const std::string& name = storage[i];
+      if (name == "." || name == "..") continue;
+      if (names) names->push_back(prefix + "/" + name);
+      auto attr = fs.Lookup(dir, name);
+      REQUIRE(attr.ok());
+      if (S_ISDIR(attr->mode)) {
+        todo.push_back({attr->ino, prefix + "/" + name});
+      } else if (S_ISREG(attr->mode)) {
+        auto f = fs.Open(attr->ino, O_RDONLY);
+        REQUIRE(f.ok());
+        std::string data(attr->size, '\0');
+        auto n = fs.Read(*f, 0, data.data(), data.size());
+        fs.Release(*f);
+        REQUIRE(n.ok());
+      } else if (S_ISLNK(attr->mode)) {
+        REQUIRE(fs.Readlink(attr->ino).ok());
+      }
+      fs.Forget(attr->ino, 1);
+    }
+  }
+  REQUIRE(fs.Unmount().ok());
+}
+
+bool Contains(const std::vector<std::string>& names, const std::string& name) {
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+TEST_CASE("fsck on a populated namespace: clean, and nothing written", "[fsck][tree]") {
+  Populated p;
+  RequireClean(p.path());
+  const FileDigest before = DigestFile(p.path());
+  for (const char* mode : {"-p", "-y"}) {
+    const RunResult r = Fsck({mode, "-v", p.path()});
+    INFO(r.out);
+    CHECK(r.exit_code == kFsckClean);
+    CHECK_THAT(r.out, Catch::Contains("0 problems found"));
+    CHECK_THAT(r.out, Catch::Contains("inodes/s"));
+  }
+  CHECK(DigestFile(p.path()) == before);
+}
+
+TEST_CASE("fsck: a leaked block is freed by -p", "[fsck][tree]") {
+  Populated p;
+  const uint64_t block = p.FreeBlock();
+  p.SetBlockBit(block, true);
+  RequireFoundThenRepaired(p.path(), "1 blocks in use but not referenced (leaked), 0 referenced "
+                           "but free: -" + std::to_string(block), "-p");
+  RequireUsable(p.path());
+}
+
+TEST_CASE("fsck: a block owned twice stays with its first owner (-y)", "[fsck][tree]") {
+  Populated p;
+  format::Inode medium = p.Inode(p.medium);
+  const uint64_t stolen = p.Inode(p.small).map.file.direct[1];
+  SECTION("two files") {
+    medium.map.file.direct[4] = stolen;
+    p.PutInode(p.medium, medium);
+    RequireFoundThenRepaired(p.path(), "inode " + std::to_string(p.medium) +
+                             ": block pointer " + std::to_string(stolen) +
+                             " for file block 4 points to a block already in use");
+  }
+  SECTION("twice in one file") {
+    medium.map.file.direct[4] = medium.map.file.direct[3];
+    p.PutInode(p.medium, medium);
+    RequireFoundThenRepaired(p.path(), "for file block 4 points to a block already in use");
+  }
+  SECTION("a directory leaf used as a file's block") {
+    // Files are checked before directories: the file keeps the block, the
+    // directory's entries go to /lost+found.
+    format::Inode file = p.Inode(p.small);
+    const uint64_t leaf = p.DirLeaf(p.sub);
+    file.map.file.direct[2] = leaf;
+    p.PutInode(p.small, file);
+    char pointer[32];
+    std::snprintf(pointer, sizeof pointer, "%#" PRIx64, leaf);
+    RequireFoundThenRepaired(p.path(), "directory " + std::to_string(p.sub) + ": node pointer " +
+                             pointer + " to a block already in use; clearing it");
+  }
+  // Inodes count their blocks again; the first owner's data is intact.
+  CHECK(p.Inode(p.medium).blocks == p.Inode(p.medium).blocks);
+  RequireUsable(p.path());
+}
+
+TEST_CASE("fsck: bad block pointers are cleared by -y", "[fsck][tree]") {
+  Populated p;
+  format::Inode medium = p.Inode(p.medium);
+  SECTION("outside the filesystem") {
+    medium.map.file.direct[1] = p.g.block_count() + 5;
+    p.PutInode(p.medium, medium);
+    RequireFoundThenRepaired(p.path(), "for file block 1 points outside the filesystem");
+  }
+  SECTION("into an inode table") {
+    medium.map.file.direct[1] = p.g.InodeTableBlock(0) + 1;
+    p.PutInode(p.medium, medium);
+    RequireFoundThenRepaired(p.path(), "for file block 1 points into metadata");
+  }
+  SECTION("in a pointer block") {
+    const uint64_t tree = medium.map.file.indirect[0];
+    REQUIRE(tree != 0);
+    p.Put(p.g.BlockOffset(tree) + 8 * 3, uint64_t{0xFFFFFFFFFFFFull});
+    RequireFoundThenRepaired(p.path(), "for file block 14 points outside the filesystem");
+  }
+  SECTION("an indirect pointer to a data block of another file") {
+    // The "pointers" there are someone's data: the pointer to the block is
+    // cleared, not the data.
+    const std::vector<char> data_before =
+        ReadAt(p.path(), p.g.BlockOffset(p.Inode(p.small).map.file.direct[0]), 4096);
+    format::Inode sparse = p.Inode(p.sparse);
+    sparse.map.file.indirect[0] = p.Inode(p.small).map.file.direct[0];
+    p.PutInode(p.sparse, sparse);
+    RequireFoundThenRepaired(p.path(), "for file block 11 points to a block already in use");
+    CHECK(ReadAt(p.path(), p.g.BlockOffset(p.Inode(p.small).map.file.direct[0]), 4096) ==
+          data_before);
+  }
+  SECTION("a depth-2 tree's pointer past everything") {
+    const uint64_t tree = p.Inode(p.sparse).map.file.indirect[1];
+    REQUIRE(tree != 0);
+    p.Put(p.g.BlockOffset(tree) + 8 * 1, uint64_t{p.g.block_count()});
+    RequireFoundThenRepaired(p.path(), "for file block 1035 points outside the filesystem");
+  }
+  RequireUsable(p.path());
+}
+
+TEST_CASE("fsck: a bad directory entry is dropped by -y, its inode kept in /lost+found",
+          "[fsck][tree]") {
+  Populated p;
+  const uint64_t record = p.Record(p.dir, "f2");
+  SECTION("a name that does not hash to its key") {
+    p.Put(record + sizeof(format::DirEntry), 'X');  // "f2" -> "X2"
+    RequireFoundThenRepaired(p.path(), "entry 'X2' (inode " + std::to_string(p.f2) +
+                             ") has a key that is not its name's hash; dropping it");
+  }
+  SECTION("an entry naming a free inode") {
+    p.Put(record, uint64_t{p.g.inodes_per_group() - 3});
+    RequireFoundThenRepaired(p.path(), "entry 'f2' (inode " +
+                             std::to_string(p.g.inodes_per_group() - 3) +
+                             ") names an inode not in use; dropping it");
+  }
+  SECTION("a name_len past its record") {
+    p.Put(record + offsetof(format::DirEntry, name_len), uint8_t{200});
+    RequireFoundThenRepaired(p.path(), "has a bad name length; dropping it");
+  }
+  std::vector<std::string> names;
+  RequireUsable(p.path(), &names);
+  CHECK(Contains(names, "/lost+found/#" + std::to_string(p.f2)));
+}
+
+TEST_CASE("fsck: wrong link counts are fixed by -p", "[fsck][tree]") {
+  Populated p;
+  SECTION("a file") {
+    format::Inode f1 = p.Inode(p.f1);
+    REQUIRE(f1.nlink == 2);
+    f1.nlink = 5;
+    p.PutInode(p.f1, f1);
+    RequireFoundThenRepaired(p.path(), "inode " + std::to_string(p.f1) +
+                             ": link count 5, should be 2", "-p");
+    CHECK(p.Inode(p.f1).nlink == 2);
+  }
+  SECTION("a file with no links left") {
+    format::Inode f2 = p.Inode(p.f2);
+    f2.nlink = 0;
+    p.PutInode(p.f2, f2);
+    RequireFoundThenRepaired(p.path(), "link count 0, should be 1", "-p");
+  }
+  SECTION("a directory") {
+    format::Inode d = p.Inode(p.dir);
+    REQUIRE(d.nlink == 3);
+    d.nlink = 2;
+    p.PutInode(p.dir, d);
+    RequireFoundThenRepaired(p.path(), "directory " + std::to_string(p.dir) +
+                             ": link count 2, should be 3", "-p");
+  }
+  RequireUsable(p.path());
+}
+
+TEST_CASE("fsck: what no directory names goes to /lost+found with -p", "[fsck][tree]") {
+  Populated p;
+  std::string expect;
+  SECTION("a file") {
+    p.Put(p.Record(p.dir, "f2"), uint64_t{0});
+    RequireFoundThenRepaired(p.path(), "inode " + std::to_string(p.f2) +
+                             " (file) is in no directory; connecting it to /lost+found", "-p");
+    expect = "/lost+found/#" + std::to_string(p.f2);
+  }
+  SECTION("a directory and what it holds") {
+    p.Put(p.Record(p.dir, "sub"), uint64_t{0});
+    RequireFoundThenRepaired(p.path(), "directory " + std::to_string(p.sub) +
+                             " is in no directory; connecting it to /lost+found", "-p");
+    expect = "/lost+found/#" + std::to_string(p.sub) + "/leaf";
+  }
+  SECTION("two directories naming each other, and nothing else naming them") {
+    // /d/sub/leaf now names /d, and the root's entry for /d is gone: a loop.
+    const uint64_t leaf_record = p.Record(p.sub, "leaf");
+    p.Put(leaf_record, p.dir);
+    p.Put(leaf_record + offsetof(format::DirEntry, file_type), uint8_t{DT_DIR});
+    p.Put(p.Record(1, "d"), uint64_t{0});
+    RequireFoundThenRepaired(p.path(), "is in a loop of directories unreachable from the root; "
+                             "connecting it to /lost+found", "-p");
+    expect = "/lost+found/#" + std::to_string(p.sub) + "/leaf/f1";  // the loop, cut
+  }
+  SECTION("with /lost+found itself gone") {
+    p.Put(p.Record(1, "lost+found"), uint64_t{0});
+    p.Put(p.Record(p.dir, "f1"), uint64_t{0});
+    p.Put(p.Record(p.dir, "f1-link"), uint64_t{0});
+    RequireFoundThenRepaired(p.path(), "/lost+found not found; creating it", "-p");
+    expect = "/lost+found/#2";  // the old one, found in no directory
+  }
+  std::vector<std::string> names;
+  RequireUsable(p.path(), &names);
+  std::string all;
+  for (const std::string& name : names) all += name + "\n";
+  INFO(all);
+  CHECK(Contains(names, expect));
+}
+
+TEST_CASE("fsck: wrong counters are fixed by -p", "[fsck][tree]") {
+  Populated p;
+  SECTION("superblock free counts") {
+    auto dyn = p.Get<format::SuperDynamic>(format::kSuperDynamicOffset);
+    dyn.free_blocks += 7;
+    dyn.checksum = SuperDynamicChecksum(dyn);
+    p.Put(format::kSuperDynamicOffset, dyn);
+    RequireFoundThenRepaired(p.path(), "superblock free counts", "-p");
+  }
+  SECTION("a file's block count") {
+    format::Inode medium = p.Inode(p.medium);
+    const uint64_t right = medium.blocks;
+    medium.blocks += 3;
+    p.PutInode(p.medium, medium);
+    RequireFoundThenRepaired(p.path(), "i_blocks is " + std::to_string(right + 3) +
+                             ", counted " + std::to_string(right), "-p");
+  }
+  SECTION("a directory's entry count") {
+    format::Inode d = p.Inode(p.dir);
+    d.map.dir.entries = 99;
+    p.PutInode(p.dir, d);
+    RequireFoundThenRepaired(p.path(), "entry count 99, should be 5", "-p");
+  }
+  SECTION("a directory's parent") {
+    format::Inode sub = p.Inode(p.sub);
+    sub.parent = 1;
+    p.PutInode(p.sub, sub);
+    RequireFoundThenRepaired(p.path(), "parent is 1, should be " + std::to_string(p.dir), "-p");
+  }
+  SECTION("an entry's file type") {
+    p.Put(p.Record(p.dir, "f3") + offsetof(format::DirEntry, file_type), uint8_t{DT_LNK});
+    RequireFoundThenRepaired(p.path(), "has file type 10, its inode type 8", "-p");
+  }
+  RequireUsable(p.path());
+}
+
+// Opens and unlinks files, then keeps the image as a crash at that instant
+// leaves it: the files are on the orphan list.
+std::string OrphanImage(Populated& p, int count, std::vector<uint64_t>* orphans) {
+  p.image.Mount();
+  Filesystem& fs = p.image.fs();
+  std::vector<FileHandle> open;
+  for (int i = 0; i < count; ++i) {
+    const uint64_t ino = p.Create(1, "doomed" + std::to_string(i), "bye");
+    auto f = fs.Open(ino, O_RDONLY);
+    REQUIRE(f.ok());
+    open.push_back(*f);
+    REQUIRE(fs.Unlink(1, "doomed" + std::to_string(i)).ok());
+    orphans->push_back(ino);
+  }
+  const std::vector<char> crashed = ReadFile(p.path());
+  for (FileHandle f : open) fs.Release(f);
+  p.image.Unmount();
+  test::WriteAt(p.path(), 0, crashed.data(), crashed.size());
+  return p.path();
+}
+
+TEST_CASE("fsck: orphans awaiting the next mount are no problem", "[fsck][tree][orphan]") {
+  Populated p;
+  std::vector<uint64_t> orphans;
+  OrphanImage(p, 2, &orphans);
+  REQUIRE(p.Get<format::SuperDynamic>(format::kSuperDynamicOffset).orphan_head == orphans[1]);
+  const RunResult r = Fsck({"-n", p.path()});
+  INFO(r.out);
+  CHECK(r.exit_code == kFsckClean);
+  CHECK_THAT(r.out, Catch::Contains("not cleanly unmounted"));
+  RequireUsable(p.path());
+  RequireClean(p.path());
+}
+
+TEST_CASE("fsck: a bad orphan list is cut and rebuilt by -p", "[fsck][tree][orphan]") {
+  Populated p;
+  std::vector<uint64_t> orphans;
+  OrphanImage(p, 2, &orphans);
+  SECTION("the head names an inode that is no orphan") {
+    auto dyn = p.Get<format::SuperDynamic>(format::kSuperDynamicOffset);
+    dyn.orphan_head = p.small;
+    dyn.checksum = SuperDynamicChecksum(dyn);
+    p.Put(format::kSuperDynamicOffset, dyn);
+    RequireFoundThenRepaired(p.path(), "orphan list: inode " + std::to_string(p.small) +
+                             " is not flagged as an orphan; cutting the list there", "-p");
+  }
+  SECTION("a loop") {
+    format::Inode last = p.Inode(orphans[0]);  // the list's tail
+    last.orphan_next = orphans[1];
+    p.PutInode(orphans[0], last);
+    RequireFoundThenRepaired(p.path(), "is on it twice (a loop); cutting the list there", "-p");
+  }
+  SECTION("a link out of range") {
+    format::Inode head = p.Inode(orphans[1]);
+    head.orphan_next = p.g.inode_count() + 1;
+    p.PutInode(orphans[1], head);
+    RequireFoundThenRepaired(p.path(), "is out of range; cutting the list there", "-p");
+    // orphans[0], cut off, is put back on the list.
+    CHECK(p.Get<format::SuperDynamic>(format::kSuperDynamicOffset).orphan_head == orphans[0]);
+  }
+  // The next mount frees both orphans.
+  RequireUsable(p.path());
+  RequireClean(p.path());
+  CHECK(p.Get<format::SuperDynamic>(format::kSuperDynamicOffset).orphan_head == 0);
+}
+
+TEST_CASE("fsck -p stops at damage that needs a decision", "[fsck][tree]") {
+  Populated p;
+  format::Inode medium = p.Inode(p.medium);
+  medium.map.file.direct[1] = p.g.block_count() + 5;
+  p.PutInode(p.medium, medium);
+  const FileDigest before = DigestFile(p.path());
+  const RunResult r = Fsck({"-p", p.path()});
+  INFO(r.out);
+  CHECK(r.exit_code == kFsckUncorrected);
+  CHECK_THAT(r.out, Catch::Contains("points outside the filesystem; clearing it: not fixed "
+                                    "(needs a decision; run fsck.nvfs -y)"));
+  CHECK_THAT(r.out, Catch::Contains("UNEXPECTED INCONSISTENCY"));
+  CHECK(DigestFile(p.path()) == before);
+  RequireFoundThenRepaired(p.path(), "points outside the filesystem");
+}
+
+TEST_CASE("fsck: damaged directory structure is repaired by -y", "[fsck][tree]") {
+  Populated p;
+  std::string expect;
+  SECTION("a leaf without its magic") {
+    p.Put(p.g.BlockOffset(p.DirLeaf(p.sub)), uint32_t{0x12345678});
+    RequireFoundThenRepaired(p.path(), "directory " + std::to_string(p.sub) +
+                             ": node pointer " , "-y");
+    expect = "/lost+found/#" + std::to_string(p.leaf);
+  }
+  SECTION("a broken record chain") {
+    p.Put(p.Record(p.dir, "f2") + offsetof(format::DirEntry, rec_len), uint32_t{4097});
+    RequireFoundThenRepaired(p.path(), "has a bad length (4097); the rest of the leaf is lost");
+  }
+  SECTION("a node pointer with reserved bits") {
+    format::Inode sub = p.Inode(p.sub);
+    sub.map.dir.root |= uint64_t{1} << 60;
+    p.PutInode(p.sub, sub);
+    RequireFoundThenRepaired(p.path(), "has reserved bits set; clearing it");
+    expect = "/lost+found/#" + std::to_string(p.leaf);
+  }
+  SECTION("a second name of a directory") {
+    p.Put(p.Record(p.dir, "f3"), p.sub);
+    p.Put(p.Record(p.dir, "f3") + offsetof(format::DirEntry, file_type), uint8_t{DT_DIR});
+    RequireFoundThenRepaired(p.path(), "is a second name of a directory; dropping it");
+  }
+  SECTION("a directory node shared with a file") {
+    format::Inode sub = p.Inode(p.sub);
+    sub.map.dir.root = p.Inode(p.small).map.file.direct[0];
+    p.PutInode(p.sub, sub);
+    RequireFoundThenRepaired(p.path(), "to a block already in use; clearing it");
+    expect = "/lost+found/#" + std::to_string(p.leaf);
+  }
+  std::vector<std::string> names;
+  RequireUsable(p.path(), &names);
+  if (!expect.empty()) CHECK(Contains(names, expect));
+}
+
+TEST_CASE("fsck: damaged inodes are cleared or mended by -y", "[fsck][tree]") {
+  Populated p;
+  SECTION("an invalid mode") {
+    format::Inode f = p.Inode(p.f2);
+    f.mode = 0170644;
+    p.PutInode(p.f2, f);
+    RequireFoundThenRepaired(p.path(), "inode " + std::to_string(p.f2) +
+                             ": invalid mode 0170644; clearing it");
+  }
+  SECTION("a symlink of no length") {
+    format::Inode s = p.Inode(p.short_link);
+    s.size = 0;
+    p.PutInode(p.short_link, s);
+    RequireFoundThenRepaired(p.path(), "symlink of 0 bytes; clearing it");
+  }
+  SECTION("a long symlink without its block") {
+    format::Inode s = p.Inode(p.long_link);
+    s.map.file.direct[0] = p.g.block_count();
+    p.PutInode(p.long_link, s);
+    RequireFoundThenRepaired(p.path(), "symlink target damaged; clearing it");
+  }
+  SECTION("a damaged xattr block") {
+    p.Put(p.g.BlockOffset(p.Inode(p.with_xattr).xattr_block) + 8, uint32_t{9000});
+    RequireFoundThenRepaired(p.path(), "extended attribute block");
+  }
+  SECTION("unknown flags") {
+    format::Inode f = p.Inode(p.f1);
+    f.flags |= 0x80;
+    p.PutInode(p.f1, f);
+    RequireFoundThenRepaired(p.path(), "unknown flags 0x80", "-p");
+  }
+  RequireUsable(p.path());
+}
+
+TEST_CASE("fsck: a damaged root is made anew by -y, the rest kept in /lost+found",
+          "[fsck][tree]") {
+  Populated p;
+  format::Inode root = p.Inode(1);
+  root.mode = S_IFREG | 0644;
+  p.PutInode(1, root);
+  RequireFoundThenRepaired(p.path(), "root inode is not a directory (mode 0100644); making a "
+                           "new, empty root");
+  std::vector<std::string> names;
+  RequireUsable(p.path(), &names);
+  CHECK(Contains(names, "/lost+found/#2"));  // the old lost+found
+  CHECK(Contains(names, "/lost+found/#" + std::to_string(p.dir) + "/sub/leaf"));
+}
+
+TEST_CASE("fsck on a namespace that needs journal recovery", "[fsck][journal]") {
+  test::FsFixture fixture;
+  const Geometry& g = fixture.geometry();
+  TempPath crashed("crashed");
+  {
+    // An operation in flight: the root's link count changed, logged, not committed.
+    Tx tx(fixture.journal(), "test");
+    const format::Inode& root = fixture.ctx().InodeAt(1);
+    tx.Set(root.nlink, uint32_t{7});
+    const std::vector<char> bytes = ReadFile(fixture.path());
+    MakeFile(crashed.path(), bytes.size());
+    WriteAt(crashed.path(), 0, bytes.data(), bytes.size());
+    tx.Abort();
+  }
+  format::Inode root;
+  std::memcpy(&root, ReadAt(crashed.path(), g.InodeOffset(1), sizeof root).data(), sizeof root);
+  REQUIRE(root.nlink == 7);
+  const FileDigest before = DigestFile(crashed.path());
+  const RunResult check = Fsck({"-n", crashed.path()});
+  INFO(check.out);
+  // -n checks what recovery will leave, so the half-done change is no problem.
+  CHECK(check.exit_code == kFsckClean);
+  CHECK_THAT(check.out, Catch::Contains("checking the namespace as recovery will leave it"));
+  CHECK(DigestFile(crashed.path()) == before);
+  const RunResult fix = Fsck({"-p", crashed.path()});
+  INFO(fix.out);
+  CHECK(fix.exit_code == kFsckCorrected);
+  CHECK_THAT(fix.out, Catch::Contains("journal: 1 operations undone"));
+  std::memcpy(&root, ReadAt(crashed.path(), g.InodeOffset(1), sizeof root).data(), sizeof root);
+  CHECK(root.nlink == 3);
+  RequireClean(crashed.path());
 }
 
 }  // namespace

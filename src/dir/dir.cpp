@@ -511,31 +511,38 @@ Status AddLeafInHole(const Tree& tree, Builder& builder, const Path& path, const
 }
 
 // Writes `item` into the free record at `offset` of leaf `block` (`rec_len`
-// bytes, enough for it). Store order: the entry's body and, when the record is
-// split, the header of the free record after it, fresh (in a free record only
-// rec_len means anything); then logged: the record's rec_len, its ino.
+// bytes, enough for it). Store order, both logged: the record past its ino
+// (key, rec_len, name_len, file_type, name and padding, then, when the record
+// is split, the header of the free record after it) in one store; then its
+// ino, which makes the entry live.
+// The body is logged, not stored fresh, although nothing reads a free record
+// past its rec_len: the record may have been freed earlier in this same
+// transaction (a rename removes, then inserts), and an abort or a crash must
+// bring that entry back whole.
 void FillFreeRecord(const Tree& tree, Tx& tx, uint64_t block, uint32_t offset, uint32_t rec_len,
                     const LeafItem& item) {
-  const uint64_t at = tree.BlockOffset(block) + offset;
   const uint32_t name_len = static_cast<uint32_t>(item.name.size());
   const uint32_t need = format::DirRecordLength(name_len);
   const uint32_t rest = rec_len - need;
   const uint32_t new_len = rest >= kRecordHeader ? need : rec_len;
+  std::array<std::byte, format::DirRecordLength(format::kNameMax) + kRecordHeader> bytes{};
+  DirEntry header{};
+  header.key = item.key;
+  header.rec_len = new_len;
+  header.name_len = static_cast<uint8_t>(name_len);
+  header.file_type = item.file_type;
+  std::memcpy(bytes.data(), &header, sizeof header);
+  std::memcpy(bytes.data() + kRecordHeader, item.name.data(), name_len);
+  uint32_t len = need;
   if (new_len != rec_len) {
     DirEntry free_record{};
     free_record.rec_len = rest;
-    tx.StoreFresh(at + new_len, &free_record, sizeof free_record);
+    std::memcpy(bytes.data() + need, &free_record, sizeof free_record);
+    len += kRecordHeader;
   }
-  DirEntry body{};
-  body.key = item.key;
-  body.name_len = static_cast<uint8_t>(name_len);
-  body.file_type = item.file_type;
-  tx.StoreFresh(at + offsetof(DirEntry, key), &body.key, sizeof body.key);
-  tx.StoreFresh(at + offsetof(DirEntry, name_len), &body.name_len,
-                sizeof(DirEntry) - offsetof(DirEntry, name_len));
-  tx.StoreFresh(at + kRecordHeader, item.name.data(), name_len);
-  tx.FillFresh(at + kRecordHeader + name_len, 0, need - kRecordHeader - name_len);
-  if (new_len != rec_len) tx.Set(tree.Record(block, offset).rec_len, new_len);
+  const uint64_t at = tree.BlockOffset(block) + offset;
+  constexpr uint32_t kBody = offsetof(DirEntry, key);
+  tx.Store(at + kBody, bytes.data() + kBody, len - kBody);
   tx.Store64(at + offsetof(DirEntry, ino), item.ino);
 }
 
@@ -574,8 +581,8 @@ Status RebuildWith(const Tree& tree, Builder& builder, const Path& path, const C
 
 }  // namespace
 
-// Store order: a new entry goes into a free record of its leaf
-// (FillFreeRecord); when none is big enough, the leaf is rebuilt aside
+// Store order: a new entry goes into a free record of its leaf with logged
+// stores (FillFreeRecord); when none is big enough, the leaf is rebuilt aside
 // (RebuildWith); into a null slot, a new leaf (AddLeafInHole). Then logged:
 // dir.entries, and dir.size and dir.blocks when nodes were added. Nothing is
 // logged before every block needed is allocated, so ENOSPC changes nothing

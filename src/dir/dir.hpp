@@ -10,11 +10,12 @@
 //    magic, bad rec_len or name_len, trees deeper than the hash bits allow and
 //    overflow chains with cycles are corruption (EUCLEAN), never followed out
 //    of the mapping, never looped on forever.
-//  - Changes follow write-before-publish (doc/integrity.md): new entries are
-//    written into free space (fresh stores) and published by logged stores of
-//    the record header; new or rewritten nodes are built in fresh blocks and
-//    published by one logged store of the parent pointer; replaced blocks are
-//    freed through deferred-free records.
+//  - Changes follow write-before-publish (doc/integrity.md): a new entry is
+//    written into a free record by logged stores (the record may have been
+//    freed earlier in the same Tx, so its old bytes must come back on abort)
+//    and made live by the logged store of its ino; new or rewritten nodes are
+//    built in fresh blocks and published by logged stores of the parent
+//    pointer(s); replaced blocks are freed through deferred-free records.
 //  - Each change keeps dir.map.dir.entries (live entries), dir.size
 //    (block_size * nodes) and dir.blocks (nodes) right, through the Tx.
 #pragma once

@@ -1,59 +1,42 @@
+// The fsck driver: the order of the passes, the superblock, group descriptors
+// and counters, and the report. The passes themselves are in fsck_*.cpp
+// (checker.hpp lists them).
 #include "nvfs/fsck.hpp"
 
-#include <sys/stat.h>
-
+#include <algorithm>
 #include <cinttypes>
 #include <cstdarg>
 #include <cstring>
-#include <vector>
+#include <new>
 
+#include "fsck/checker.hpp"
 #include "nvfs/bitmap.hpp"
 #include "nvfs/cli.hpp"
 #include "nvfs/superblock.hpp"
 
-namespace nvfs {
-
-namespace {
+namespace nvfs::fsck {
 
 using format::GroupDesc;
 using format::SuperDynamic;
 using format::SuperStatic;
 
-class Checker {
- public:
-  Checker(Media& media, RepairMode mode, const std::function<void(const std::string&)>& say,
-          const std::function<void(uint64_t, uint64_t)>& progress)
-      : media_(media), mode_(mode), say_(say), progress_(progress) {}
+namespace {
 
-  FsckReport Run();
+constexpr uint64_t kSaturated = ~uint64_t{0};
 
- private:
-  void Say(const char* fmt, ...) __attribute__((format(printf, 2, 3)));
-  // Records a problem; returns true if the caller should repair it.
-  bool Problem(const char* fmt, ...) __attribute__((format(printf, 2, 3)));
-  // Records a problem this version cannot repair in any mode.
-  void Unrepairable(const char* fmt, ...) __attribute__((format(printf, 2, 3)));
-  void Fixed() { ++report_.corrected; }
-  bool CanWrite() const { return mode_ != RepairMode::kNone; }
+uint64_t SaturatingAdd(uint64_t a, uint64_t b) { return a > kSaturated - b ? kSaturated : a + b; }
+uint64_t SaturatingMul(uint64_t a, uint64_t b) {
+  return b != 0 && a > kSaturated / b ? kSaturated : a * b;
+}
 
-  void CheckStaticCopies(const FoundSuper& found);
-  void CheckDynamic();
-  void CheckGroup(uint32_t group);
-  void CheckJournal();
-  void CheckRoot();
+}  // namespace
 
-  Media& media_;
-  RepairMode mode_;
-  const std::function<void(const std::string&)>& say_;
-  const std::function<void(uint64_t, uint64_t)>& progress_;
-  FsckReport report_;
-  Geometry geometry_;
-  SuperDynamic dynamic_{};
-  bool dynamic_ok_ = false;
-  bool rebuild_dynamic_ = false;
-  uint64_t free_blocks_ = 0;
-  uint64_t free_inodes_ = 0;
-};
+Checker::Checker(Media& media, RepairMode mode,
+                 const std::function<void(const std::string&)>& say,
+                 const std::function<void(uint64_t, uint64_t)>& progress)
+    : media_(media), mode_(mode), say_(say), progress_(progress) {}
+
+Checker::~Checker() = default;
 
 void Checker::Say(const char* fmt, ...) {
   char buf[512];
@@ -64,15 +47,25 @@ void Checker::Say(const char* fmt, ...) {
   if (say_) say_(buf);
 }
 
-bool Checker::Problem(const char* fmt, ...) {
+bool Checker::Problem(Repair repair, const char* fmt, ...) {
   char buf[512];
   va_list ap;
   va_start(ap, fmt);
   std::vsnprintf(buf, sizeof buf, fmt, ap);
   va_end(ap);
   ++report_.problems;
-  if (say_) say_(std::string(buf) + (CanWrite() ? ": fixing" : ": not fixed (-n)"));
-  return CanWrite();
+  const char* outcome = ": fixing";
+  bool fix = true;
+  if (mode_ == RepairMode::kNone) {
+    outcome = ": not fixed (-n)";
+    fix = false;
+  } else if (mode_ == RepairMode::kPreen && repair == Repair::kDecision) {
+    outcome = ": not fixed (needs a decision; run fsck.nvfs -y)";
+    fix = false;
+    halted_ = true;
+  }
+  if (say_) say_(std::string(buf) + outcome);
+  return fix;
 }
 
 void Checker::Unrepairable(const char* fmt, ...) {
@@ -82,10 +75,59 @@ void Checker::Unrepairable(const char* fmt, ...) {
   std::vsnprintf(buf, sizeof buf, fmt, ap);
   va_end(ap);
   ++report_.problems;
-  if (say_) say_(std::string(buf) + ": not fixed (needs the full check)");
+  if (say_) say_(std::string(buf) + ": not fixed (cannot be repaired)");
+}
+
+void Checker::Write(uint64_t offset, const void* src, size_t len) {
+  media_.Store(offset, src, len);
+  media_.Persist(offset, len);
+}
+
+void Checker::Write64(uint64_t offset, uint64_t value) {
+  media_.Store64(offset, value);
+  media_.Persist(offset, 8);
+}
+
+const char* Checker::FaultName(BlockFault fault) {
+  switch (fault) {
+    case BlockFault::kNone: return "valid";
+    case BlockFault::kOutOfRange: return "outside the filesystem";
+    case BlockFault::kMetadata: return "into metadata";
+    case BlockFault::kShared: return "to a block already in use";
+  }
+  return "?";
+}
+
+bool Checker::IsMetadata(uint64_t block_no) const {
+  const Geometry& g = geometry_;
+  const uint32_t group = static_cast<uint32_t>(block_no / g.blocks_per_group());
+  return block_no - g.GroupFirstBlock(group) < g.GroupMetaBlocks(group) ||
+         block_no == g.BackupBlock();
+}
+
+Checker::BlockFault Checker::CheckBlock(uint64_t block_no) const {
+  if (block_no == 0 || block_no >= geometry_.block_count()) return BlockFault::kOutOfRange;
+  if (Claimed(block_no)) {
+    return IsMetadata(block_no) ? BlockFault::kMetadata : BlockFault::kShared;
+  }
+  return BlockFault::kNone;
+}
+
+DirInfo* Checker::FindDir(uint64_t ino) {
+  auto it = std::lower_bound(dirs_.begin(), dirs_.end(), ino,
+                             [](const DirInfo& d, uint64_t n) { return d.ino < n; });
+  return it != dirs_.end() && it->ino == ino ? &*it : nullptr;
+}
+
+void Checker::Progress(uint64_t done) {
+  if (progress_ && done > progress_done_) {
+    progress_done_ = done;
+    progress_(done, progress_total_);
+  }
 }
 
 FsckReport Checker::Run() {
+  start_time_ = std::chrono::steady_clock::now();
   Result<FoundSuper> found = FindSuper(media_.base(), media_.size());
   if (!found.ok()) {
     Say("%s: %s", media_.path().c_str(), found.error().message.c_str());
@@ -93,6 +135,10 @@ FsckReport Checker::Run() {
     return report_;
   }
   geometry_ = found->geometry;
+  super_ = found->sb;
+  base_ = media_.base();
+  block_shift_ = geometry_.block_shift();
+  block_size_ = geometry_.block_size();
   report_.inode_count = geometry_.inode_count();
   report_.block_count = geometry_.block_count();
   if (UnknownRoCompat(found->sb) != 0 && CanWrite()) {
@@ -101,46 +147,74 @@ FsckReport Checker::Run() {
     report_.exit_code = kFsckOperational;
     return report_;
   }
-  CheckStaticCopies(found.value());
-  CheckDynamic();
-  for (uint32_t group = 0; group < geometry_.group_count(); ++group) {
-    CheckGroup(group);
-    if (progress_) progress_(group + 1, geometry_.group_count());
+  // The file-map ranges, as Bmap computes them (format.md, "Inodes").
+  const uint64_t ptrs = block_size_ / 8;
+  uint64_t total = format::kDirectPointers;
+  uint64_t range = 1;
+  for (uint32_t depth = 1; depth <= format::kIndirectPointers; ++depth) {
+    range = SaturatingMul(range, ptrs);
+    start_[depth] = total;
+    total = SaturatingAdd(total, range);
   }
-  CheckJournal();
-  CheckRoot();
-  if (rebuild_dynamic_) {
-    // Marked not clean, so the next mount runs recovery and recounts.
-    SuperDynamic fresh{};
-    std::memcpy(fresh.magic, format::kSuperDynamicMagic, sizeof fresh.magic);
-    fresh.state = static_cast<uint32_t>(format::FsState::kMounted);
-    fresh.free_blocks = free_blocks_;
-    fresh.free_inodes = free_inodes_;
-    fresh.next_generation = RandomU64() >> 32;
-    fresh.checksum = SuperDynamicChecksum(fresh);
-    media_.Store(format::kSuperDynamicOffset, &fresh, sizeof fresh);
-    media_.Persist(format::kSuperDynamicOffset, sizeof fresh);
-    Fixed();
-  } else if (dynamic_ok_ && report_.clean_state &&
-      (dynamic_.free_blocks != free_blocks_ || dynamic_.free_inodes != free_inodes_)) {
-    if (Problem("superblock free counts %" PRIu64 " blocks, %" PRIu64 " inodes; bitmaps say %"
-                PRIu64 ", %" PRIu64, dynamic_.free_blocks, dynamic_.free_inodes, free_blocks_,
-                free_inodes_)) {
-      dynamic_.free_blocks = free_blocks_;
-      dynamic_.free_inodes = free_inodes_;
-      dynamic_.checksum = SuperDynamicChecksum(dynamic_);
-      media_.Store(format::kSuperDynamicOffset, &dynamic_, sizeof dynamic_);
-      media_.Persist(format::kSuperDynamicOffset, sizeof dynamic_);
-      Fixed();
+  start_[format::kIndirectPointers + 1] = total;
+  max_file_blocks_ = std::min(total, (uint64_t{1} << 63) >> block_shift_);
+  progress_total_ = 2 * uint64_t{geometry_.group_count()};
+
+  // The passes, in order; in -p mode the first problem that needs a decision
+  // stops the check after its pass.
+  CheckStaticCopies(found.value());
+  const bool busy_journal = CheckJournalHeaders();
+  if (!halted_ && busy_journal) {
+    if (CanWrite()) {
+      RecoverJournal();
+    } else {
+      BuildOverlay();
     }
   }
-  report_.inodes_used = geometry_.inode_count() - free_inodes_;
-  report_.blocks_used = geometry_.block_count() - free_blocks_;
+  if (!halted_) {
+    CheckDynamic();
+    // Metadata blocks count as claimed from the start, so a pointer to them
+    // is caught like a pointer to a block in use.
+    claimed_.assign((geometry_.block_count() + 63) / 64, 0);
+    for (uint32_t group = 0; group < geometry_.group_count(); ++group) {
+      const uint64_t first = geometry_.GroupFirstBlock(group);
+      for (uint64_t b = 0; b < geometry_.GroupMetaBlocks(group); ++b) Claim(first + b);
+    }
+    Claim(geometry_.BackupBlock());
+    state_.assign(geometry_.inode_count(), kFree);
+    links_.assign(geometry_.inode_count(), 0);
+  }
+  const std::pair<const char*, void (Checker::*)()> passes[] = {
+      {"inodes", &Checker::CheckInodes},
+      {"orphan list", &Checker::CheckOrphans},
+      {"directories", &Checker::CheckDirectories},
+      {"connectivity", &Checker::CheckConnectivity},
+      {"link counts", &Checker::CheckLinkCounts},
+      {"bitmaps", &Checker::CheckBitmaps},
+      {"lost+found", &Checker::Reconnect},
+      {"counters", &Checker::CheckCounters},
+      {"superblock", &Checker::WriteDynamic},
+  };
+  auto lap = std::chrono::steady_clock::now();
+  for (const auto& [name, pass] : passes) {
+    if (halted_) break;
+    (this->*pass)();
+    const auto now = std::chrono::steady_clock::now();
+    report_.pass_seconds.emplace_back(name, std::chrono::duration<double>(now - lap).count());
+    lap = now;
+  }
+
+  if (halted_) {
+    report_.halted = true;
+    Say("UNEXPECTED INCONSISTENCY: stopped; run fsck.nvfs -y");
+  }
   if (report_.problems > report_.corrected) {
     report_.exit_code = kFsckUncorrected;
   } else if (report_.corrected > 0) {
     report_.exit_code = kFsckCorrected;
   }
+  report_.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start_time_).count();
   return report_;
 }
 
@@ -150,7 +224,7 @@ void Checker::CheckStaticCopies(const FoundSuper& found) {
   if (found.from_backup) {
     Say("primary superblock is damaged (%s); using the backup copy at byte %" PRIu64,
         found.primary_error.c_str(), backup);
-    if (Problem("primary superblock damaged")) {
+    if (Problem(Repair::kSafe, "primary superblock damaged")) {
       media_.Store(format::kSuperStaticOffset, &found.sb, sizeof found.sb);
       media_.Persist(format::kSuperStaticOffset, sizeof found.sb);
       Fixed();
@@ -161,7 +235,7 @@ void Checker::CheckStaticCopies(const FoundSuper& found) {
   std::memcpy(&copy, media_.base() + backup, sizeof copy);
   if (std::memcmp(&copy, &found.sb, sizeof copy) != 0) {
     Result<Geometry> valid = CheckSuperStatic(copy, media_.size());
-    if (Problem("backup superblock at byte %" PRIu64 " %s", backup,
+    if (Problem(Repair::kSafe, "backup superblock at byte %" PRIu64 " %s", backup,
                 valid.ok() ? "differs from the primary" : "is damaged")) {
       media_.Store(backup, &found.sb, sizeof found.sb);
       media_.Persist(backup, sizeof found.sb);
@@ -171,117 +245,119 @@ void Checker::CheckStaticCopies(const FoundSuper& found) {
 }
 
 void Checker::CheckDynamic() {
-  std::memcpy(&dynamic_, media_.base() + format::kSuperDynamicOffset, sizeof dynamic_);
+  std::memcpy(&dynamic_, Block(0) + format::kSuperDynamicOffset, sizeof dynamic_);
   Status st = CheckSuperDynamic(dynamic_);
   if (st.ok()) {
     dynamic_ok_ = true;
     report_.clean_state = dynamic_.state == static_cast<uint32_t>(format::FsState::kClean);
-    if (!report_.clean_state) {
+    if (!report_.clean_state && !recovered_) {
       Say("filesystem was not cleanly unmounted; the next mount recovers it");
     }
-    if (dynamic_.errors != 0) Unrepairable("superblock records earlier errors");
+    // Cleared at the end, once the whole check has repaired everything.
+    if (dynamic_.errors != 0) clear_errors_ = Problem(Repair::kSafe, "superblock records earlier errors");
     return;
   }
-  // Rebuilt by Run() once the groups are counted.
-  if (Problem("%s", st.error().message.c_str())) rebuild_dynamic_ = true;
+  // Rebuilt by WriteDynamic() once the groups are counted; meanwhile the
+  // orphan list is taken as empty (inodes flagged as orphans are put back on
+  // it by CheckOrphans).
+  if (Problem(Repair::kSafe, "%s", st.error().message.c_str())) rebuild_dynamic_ = true;
+  std::memset(&dynamic_, 0, sizeof dynamic_);
+  std::memcpy(dynamic_.magic, format::kSuperDynamicMagic, sizeof dynamic_.magic);
+  dynamic_.state = static_cast<uint32_t>(format::FsState::kMounted);
+  dynamic_.next_generation = RandomU64() >> 32;
 }
 
-void Checker::CheckGroup(uint32_t group) {
+// Group descriptors and the free counts, against the bitmaps as pass 5 left
+// them (on the media after -p/-y; computed, for -n). Counts are exact only
+// when the superblock says the filesystem is clean, so only then compared.
+void Checker::CheckCounters() {
   const Geometry& g = geometry_;
-  const uint64_t desc_offset = g.BlockOffset(g.GroupDescBlock(group));
-  GroupDesc desc;
-  std::memcpy(&desc, media_.base() + desc_offset, sizeof desc);
-  const std::byte* block_bitmap = media_.base() + g.BlockOffset(g.BlockBitmapBlock(group));
-  const std::byte* inode_bitmap = media_.base() + g.BlockOffset(g.InodeBitmapBlock(group));
-
-  // Bits that must always be set: metadata, past the end, the backup block,
-  // inode 0, inodes past inodes_per_group.
-  uint64_t missing = 0;
-  for (uint64_t b = 0; b < g.GroupMetaBlocks(group); ++b) missing += !TestBit(block_bitmap, b);
-  for (uint64_t b = g.GroupBlocks(group); b < g.blocks_per_group(); ++b) {
-    missing += !TestBit(block_bitmap, b);
+  uint64_t free_blocks = 0, free_inodes = 0;
+  for (uint32_t group = 0; group < g.group_count(); ++group) {
+    const uint32_t group_free_blocks = group_free_blocks_[group];
+    const uint32_t group_free_inodes = group_free_inodes_[group];
+    free_blocks += group_free_blocks;
+    free_inodes += group_free_inodes;
+    const uint64_t desc_offset = g.BlockOffset(g.GroupDescBlock(group));
+    GroupDesc desc;
+    std::memcpy(&desc, Block(g.GroupDescBlock(group)), sizeof desc);
+    const bool desc_valid = desc.magic == format::kGroupDescMagic && desc.group == group &&
+                            desc.checksum == GroupDescChecksum(desc);
+    const bool counts_right =
+        desc.free_blocks == group_free_blocks && desc.free_inodes == group_free_inodes;
+    if (desc_valid && (counts_right || !report_.clean_state)) continue;
+    const bool fix =
+        desc_valid
+            ? Problem(Repair::kSafe,
+                      "group %u: descriptor counts %u free blocks, %u free inodes; bitmaps say "
+                      "%u, %u",
+                      group, desc.free_blocks, desc.free_inodes, group_free_blocks,
+                      group_free_inodes)
+            : Problem(Repair::kSafe, "group %u: descriptor damaged", group);
+    if (!fix) continue;
+    GroupDesc fresh{};
+    fresh.magic = format::kGroupDescMagic;
+    fresh.group = group;
+    fresh.free_blocks = group_free_blocks;
+    fresh.free_inodes = group_free_inodes;
+    fresh.used_dirs = desc_valid ? desc.used_dirs : 0;
+    fresh.checksum = GroupDescChecksum(fresh);
+    media_.Store(desc_offset, &fresh, sizeof fresh);
+    media_.Persist(desc_offset, sizeof fresh);
+    Fixed();
   }
-  if (group == g.group_count() - 1) {
-    missing += !TestBit(block_bitmap, g.BackupBlock() - g.GroupFirstBlock(group));
+  report_.inodes_used = g.inode_count() - free_inodes;
+  report_.blocks_used = g.block_count() - free_blocks;
+  if (rebuild_dynamic_) {
+    dynamic_.free_blocks = free_blocks;
+    dynamic_.free_inodes = free_inodes;
+    return;
   }
-  for (uint64_t i = g.inodes_per_group(); i < g.blocks_per_group(); ++i) {
-    missing += !TestBit(inode_bitmap, i);
-  }
-  if (group == 0) missing += !TestBit(inode_bitmap, 0);
-  if (missing != 0) {
-    Unrepairable("group %u: %" PRIu64 " reserved bitmap bits are clear", group, missing);
-    // Setting them needs the reachability check of the full fsck (a block
-    // marked free may have been handed out); left for it.
-  }
-
-  const uint64_t used_blocks = CountSetBits(block_bitmap, g.GroupBlocks(group));
-  const uint64_t used_inodes = CountSetBits(inode_bitmap, g.inodes_per_group());
-  const uint32_t free_blocks = static_cast<uint32_t>(g.GroupBlocks(group) - used_blocks);
-  const uint32_t free_inodes = static_cast<uint32_t>(g.inodes_per_group() - used_inodes);
-  free_blocks_ += free_blocks;
-  free_inodes_ += free_inodes;
-
-  const bool desc_valid = desc.magic == format::kGroupDescMagic && desc.group == group &&
-                          desc.checksum == GroupDescChecksum(desc);
-  const bool counts_right = desc.free_blocks == free_blocks && desc.free_inodes == free_inodes;
-  if (desc_valid && (counts_right || !report_.clean_state)) return;
-  const bool fix = desc_valid
-      ? Problem("group %u: descriptor counts %u free blocks, %u free inodes; bitmaps say %u, %u",
-                group, desc.free_blocks, desc.free_inodes, free_blocks, free_inodes)
-      : Problem("group %u: descriptor damaged", group);
-  if (!fix) return;
-  GroupDesc fresh{};
-  fresh.magic = format::kGroupDescMagic;
-  fresh.group = group;
-  fresh.free_blocks = free_blocks;
-  fresh.free_inodes = free_inodes;
-  fresh.used_dirs = desc_valid ? desc.used_dirs : 0;
-  fresh.checksum = GroupDescChecksum(fresh);
-  media_.Store(desc_offset, &fresh, sizeof fresh);
-  media_.Persist(desc_offset, sizeof fresh);
-  Fixed();
-}
-
-void Checker::CheckJournal() {
-  const Geometry& g = geometry_;
-  for (uint32_t slot = 0; slot < g.journal_slots(); ++slot) {
-    format::JournalSlotHeader header;
-    std::memcpy(&header, media_.base() + g.JournalSlotOffset(slot), sizeof header);
-    if (std::memcmp(header.magic, format::kJournalMagic, sizeof header.magic) != 0 ||
-        header.slot != slot || header.state > 2) {
-      Unrepairable("journal slot %u: header damaged", slot);
-      continue;
-    }
-    if (header.state != static_cast<uint32_t>(format::JournalState::kIdle)) {
-      if (report_.clean_state) {
-        Unrepairable("journal slot %u holds an unfinished operation on a cleanly unmounted "
-                     "filesystem", slot);
-      } else {
-        Say("journal slot %u holds an unfinished operation; the next mount recovers it", slot);
-      }
+  if (dynamic_ok_ && report_.clean_state &&
+      (dynamic_.free_blocks != free_blocks || dynamic_.free_inodes != free_inodes)) {
+    if (Problem(Repair::kSafe,
+                "superblock free counts %" PRIu64 " blocks, %" PRIu64 " inodes; bitmaps say %"
+                PRIu64 ", %" PRIu64,
+                dynamic_.free_blocks, dynamic_.free_inodes, free_blocks, free_inodes)) {
+      dynamic_.free_blocks = free_blocks;
+      dynamic_.free_inodes = free_inodes;
+      dynamic_dirty_ = true;
+      Fixed();
     }
   }
 }
 
-void Checker::CheckRoot() {
-  const Geometry& g = geometry_;
-  const std::byte* inode_bitmap = media_.base() + g.BlockOffset(g.InodeBitmapBlock(0));
-  if (!TestBit(inode_bitmap, format::kRootIno)) {
-    Unrepairable("root inode is not allocated");
-    return;
+// One store of the whole dynamic half with its checksum. A rebuilt half is
+// marked not clean, so the next mount recounts.
+void Checker::WriteDynamic() {
+  if (clear_errors_ && report_.problems == report_.corrected + 1) {
+    dynamic_.errors = 0;
+    dynamic_dirty_ = true;
+    Fixed();
   }
-  format::Inode root;
-  std::memcpy(&root, media_.base() + g.InodeOffset(format::kRootIno), sizeof root);
-  if (!S_ISDIR(root.mode)) Unrepairable("root inode is not a directory (mode 0%o)", root.mode);
+  if (!CanWrite() || !(rebuild_dynamic_ || dynamic_dirty_)) return;
+  dynamic_.checksum = SuperDynamicChecksum(dynamic_);
+  media_.Store(format::kSuperDynamicOffset, &dynamic_, sizeof dynamic_);
+  media_.Persist(format::kSuperDynamicOffset, sizeof dynamic_);
+  if (rebuild_dynamic_) Fixed();
 }
 
-}  // namespace
+}  // namespace nvfs::fsck
+
+namespace nvfs {
 
 FsckReport CheckNamespace(Media& media, RepairMode mode,
                           const std::function<void(const std::string&)>& say,
                           const std::function<void(uint64_t, uint64_t)>& progress) {
-  Checker checker(media, mode, say, progress);
-  return checker.Run();
+  try {
+    fsck::Checker checker(media, mode, say, progress);
+    return checker.Run();
+  } catch (const std::bad_alloc&) {
+    if (say) say(media.path() + ": out of memory");
+    FsckReport report;
+    report.exit_code = kFsckOperational;
+    return report;
+  }
 }
 
 }  // namespace nvfs

@@ -145,55 +145,90 @@ std::vector<ReadRecord> ReadRecords(const Media& media, uint64_t slot_offset,
 
 }  // namespace
 
-Result<Journal::RecoveryStats> Journal::Recover() {
-  RecoveryStats stats;
+Status Journal::CheckSlotHeaders() const {
+  for (uint32_t slot = 0; slot < geometry_.journal_slots(); ++slot) {
+    JournalSlotHeader header;
+    std::memcpy(&header, media_.base() + geometry_.JournalSlotOffset(slot), sizeof header);
+    if (std::memcmp(header.magic, format::kJournalMagic, sizeof header.magic) != 0 ||
+        header.slot != slot || header.state > static_cast<uint32_t>(JournalState::kCommitted)) {
+      return MakeError(EUCLEAN, "journal slot %u is damaged; run fsck.nvfs", slot);
+    }
+  }
+  return Status::Ok();
+}
+
+void Journal::ForEachStep(uint32_t slot,
+                          const std::function<void(const RecoveryStep& step)>& fn) const {
+  const uint64_t slot_offset = geometry_.JournalSlotOffset(slot);
+  JournalSlotHeader header;
+  std::memcpy(&header, media_.base() + slot_offset, sizeof header);
+  const auto state = static_cast<JournalState>(header.state);
+  if (state == JournalState::kIdle) return;
   const auto valid = [this](const JournalRecord& r) { return ValidRecord(r); };
+  const std::vector<ReadRecord> records = ReadRecords(
+      media_, slot_offset, geometry_.journal_slot_size(), header.tx_seq, valid);
+  const auto is_free = [](const ReadRecord& r) {
+    const auto type = static_cast<JournalRecordType>(r.header.type);
+    return type == JournalRecordType::kDeferredFree || type == JournalRecordType::kInodeFree;
+  };
+  const auto step = [&](const ReadRecord& r) {
+    fn(RecoveryStep{static_cast<JournalRecordType>(r.header.type), r.header.target,
+                    r.header.length, r.payload});
+  };
+  if (state == JournalState::kActive) {
+    // Undone in reverse; its frees were never committed, so nothing was freed.
+    for (auto it = records.rbegin(); it != records.rend(); ++it) {
+      if (!is_free(*it)) step(*it);
+    }
+  } else {
+    for (const ReadRecord& record : records) {
+      if (is_free(record)) step(record);
+    }
+  }
+}
+
+Status Journal::PlanRecovery(
+    const std::function<void(uint32_t slot, const RecoveryStep& step)>& fn) const {
+  NVFS_TRY(CheckSlotHeaders());
+  for (uint32_t slot = 0; slot < geometry_.journal_slots(); ++slot) {
+    ForEachStep(slot, [&](const RecoveryStep& step) { fn(slot, step); });
+  }
+  return Status::Ok();
+}
+
+// Every header is checked before anything is written, so a damaged journal
+// fails the mount with the namespace untouched.
+Result<Journal::RecoveryStats> Journal::Recover() {
+  NVFS_TRY(CheckSlotHeaders());
+  RecoveryStats stats;
   uint64_t max_seq = 0;
   for (uint32_t slot = 0; slot < geometry_.journal_slots(); ++slot) {
     const uint64_t slot_offset = geometry_.JournalSlotOffset(slot);
     JournalSlotHeader header;
     std::memcpy(&header, media_.base() + slot_offset, sizeof header);
-    if (std::memcmp(header.magic, format::kJournalMagic, sizeof header.magic) != 0 ||
-        header.slot != slot || header.state > static_cast<uint32_t>(JournalState::kCommitted)) {
-      return MakeError(EUCLEAN, "journal slot %u is damaged; run fsck.nvfs", slot);
-    }
     max_seq = std::max(max_seq, header.tx_seq);
     const auto state = static_cast<JournalState>(header.state);
     if (state == JournalState::kIdle) continue;
-    const std::vector<ReadRecord> records = ReadRecords(
-        media_, slot_offset, geometry_.journal_slot_size(), header.tx_seq, valid);
-    if (state == JournalState::kActive) {
-      for (auto it = records.rbegin(); it != records.rend(); ++it) {
-        const JournalRecord& r = it->header;
-        switch (static_cast<JournalRecordType>(r.type)) {
-          case JournalRecordType::kUndo:
-            media_.Store(r.target, it->payload, r.length);
-            media_.Flush(r.target, r.length);
-            break;
-          case JournalRecordType::kBitmapSet:
-            ClearMediaBits(media_, geometry_, BitmapKind::kBlocks, r.target, r.length);
-            break;
-          case JournalRecordType::kInodeSet:
-            ClearMediaBits(media_, geometry_, BitmapKind::kInodes, r.target, r.length);
-            break;
-          case JournalRecordType::kDeferredFree:
-          case JournalRecordType::kInodeFree:
-            break;  // never committed: nothing was freed
-        }
-        ++stats.records;
+    ForEachStep(slot, [&](const RecoveryStep& step) {
+      switch (step.type) {
+        case JournalRecordType::kUndo:
+          media_.Store(step.target, step.payload, step.length);
+          media_.Flush(step.target, step.length);
+          break;
+        case JournalRecordType::kBitmapSet:
+        case JournalRecordType::kDeferredFree:
+          ClearMediaBits(media_, geometry_, BitmapKind::kBlocks, step.target, step.length);
+          break;
+        case JournalRecordType::kInodeSet:
+        case JournalRecordType::kInodeFree:
+          ClearMediaBits(media_, geometry_, BitmapKind::kInodes, step.target, step.length);
+          break;
       }
+      ++stats.records;
+    });
+    if (state == JournalState::kActive) {
       ++stats.undone;
     } else {
-      for (const ReadRecord& record : records) {
-        const auto type = static_cast<JournalRecordType>(record.header.type);
-        if (type == JournalRecordType::kDeferredFree || type == JournalRecordType::kInodeFree) {
-          ClearMediaBits(media_, geometry_,
-                         type == JournalRecordType::kDeferredFree ? BitmapKind::kBlocks
-                                                                  : BitmapKind::kInodes,
-                         record.header.target, record.header.length);
-          ++stats.records;
-        }
-      }
       ++stats.completed;
     }
     media_.Drain();

@@ -5,6 +5,7 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <vector>
 
@@ -123,8 +124,27 @@ class Journal {
   };
   // Brings every slot to idle (section 3, "Recovery"). Single-threaded, at
   // mount, before anything else writes. Never reads or writes outside the
-  // mapping whatever the slots hold; a damaged slot header fails with EUCLEAN.
+  // mapping whatever the slots hold; a damaged slot header fails with EUCLEAN
+  // before anything is written.
   Result<RecoveryStats> Recover();
+
+  // One action of recovery: kUndo restores `length` bytes of `payload` (in
+  // the mapping) at byte offset `target`; kBitmapSet and kDeferredFree clear
+  // block bits [target, target + length), kInodeSet and kInodeFree inode bits.
+  struct RecoveryStep {
+    format::JournalRecordType type;
+    uint64_t target;
+    uint32_t length;
+    const std::byte* payload;
+  };
+  // What Recover would do, without doing it (fsck -n checks the namespace as
+  // recovery would leave it): calls fn for each step of each slot that is not
+  // idle, in the order Recover applies them. EUCLEAN on a damaged slot header
+  // (before any call). Reads nothing outside the mapping.
+  Status PlanRecovery(
+      const std::function<void(uint32_t slot, const RecoveryStep& step)>& fn) const;
+  // EUCLEAN naming the first slot whose header is damaged.
+  Status CheckSlotHeaders() const;
 
   void set_sink(AllocationSink* sink) { sink_ = sink; }
   Media& media() const { return media_; }
@@ -134,6 +154,8 @@ class Journal {
   friend class Tx;
   uint32_t AcquireSlot();
   void ReleaseSlot(uint32_t slot);
+  // The recovery steps of one slot, whose header is valid.
+  void ForEachStep(uint32_t slot, const std::function<void(const RecoveryStep& step)>& fn) const;
   // Validity of a record's target, shared by recovery and its tests.
   bool ValidRecord(const format::JournalRecord& record) const;
 

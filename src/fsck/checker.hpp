@@ -1,0 +1,243 @@
+// The full check behind CheckNamespace (include/nvfs/fsck.hpp): one Checker
+// per run. Its passes, split by concern over the files of src/fsck/:
+//
+//   fsck.cpp          the driver: superblock copies, the dynamic half, group
+//                     descriptors, free counters, the report
+//   fsck_journal.cpp  journal slot headers; recovery (-p, -y) or, for -n, a
+//                     DRAM overlay showing the image as recovery would leave it
+//   fsck_inodes.cpp   pass 1: every allocated inode (mode, flags, file maps,
+//                     xattr blocks, symlinks); the orphan list
+//   fsck_dirs.cpp     pass 2: every directory tree and entry; pass 3: every
+//                     directory reachable from the root exactly once
+//   fsck_links.cpp    pass 4: link counts and unattached inodes; pass 5:
+//                     bitmaps against reachability; reconnection to lost+found
+//
+// Memory: per inode one state byte and one 32-bit link counter; per block one
+// bit; per directory a DirInfo. Nothing is allocated per inode.
+//
+// Repairs. Each is one small store (a pointer, a record, an inode field, a
+// bitmap block), persisted before the check goes on, so a crash during a
+// repair leaves damage that the next run finds again — never a state worse
+// than the one found. Reconnecting to lost+found goes through the core's
+// directory code in journal transactions (crash-atomic). In -n mode nothing is
+// written and the check goes on as if each repair had been made, so one
+// fault is reported once rather than cascading.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "nvfs/format.hpp"
+#include "nvfs/fsck.hpp"
+#include "nvfs/geometry.hpp"
+#include "nvfs/media.hpp"
+#include "nvfs/superblock.hpp"
+
+namespace nvfs::fsck {
+
+// What a repair needs before -p may make it.
+enum class Repair {
+  kSafe,      // -p makes it: counters, leaks, link counts, lost+found, orphans
+  kDecision,  // only -y: data may be lost (pointers cleared, entries dropped)
+};
+
+// Per-inode state (one byte per inode).
+enum InodeState : uint8_t {
+  kKindMask = 0x07,
+  kFree = 0,      // not allocated, or found invalid (treated as free)
+  kRegular = 1,
+  kDirectory = 2,
+  kSymlink = 3,
+  kSpecial = 4,   // character or block device, FIFO, socket
+  kOrphanFlag = 1u << 3,  // kInodeFlagOrphan is set on the media
+  kOnOrphanList = 1u << 4,
+  kReferenced = 1u << 5,  // some directory entry names it
+};
+
+// A directory found in pass 1, completed by passes 2 and 3.
+struct DirInfo {
+  uint64_t ino = 0;
+  uint64_t parent_entry = 0;  // the directory whose entry names it (0: none yet)
+  uint64_t entry_at = 0;      // media offset of that entry's record
+  uint64_t entries = 0;       // live entries counted in pass 2
+  uint32_t nlink = 0;         // on the media
+  uint32_t subdirs = 0;       // entries naming directories
+  uint32_t walk = 0;          // pass 3: the walk that last visited it
+  bool connected = false;     // pass 3: reaches the root
+  bool reconnect = false;     // to be linked into lost+found
+  uint8_t xattr = 0;          // 1 if it holds a valid xattr block
+  bool empty_root = false;    // a root made anew (-n: as if made): no tree to walk
+};
+
+// A live entry of one leaf chain, gathered before its key is compared with
+// the chain's others.
+struct ChainEntry {
+  uint64_t key;
+  uint64_t ino;
+  uint64_t at;  // media offset of the record
+  const char* name;
+  uint8_t name_len;
+  uint8_t file_type;
+};
+
+class Checker {
+ public:
+  Checker(Media& media, RepairMode mode, const std::function<void(const std::string&)>& say,
+          const std::function<void(uint64_t, uint64_t)>& progress);
+  ~Checker();
+
+  FsckReport Run();
+
+  // --- Reporting (fsck.cpp) ---------------------------------------------
+  void Say(const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+  // Records a problem; returns true if the caller should repair it now. In
+  // -p mode a kDecision problem stops the check (halted()).
+  bool Problem(Repair repair, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
+  // Records a problem this version cannot repair in any mode.
+  void Unrepairable(const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+  void Fixed() { ++report_.corrected; }
+  bool CanWrite() const { return mode_ != RepairMode::kNone; }
+  bool halted() const { return halted_; }
+
+  // --- Reading: every read of the media goes through these, so the -n
+  // recovery overlay sees them (fsck_journal.cpp).
+  const std::byte* Block(uint64_t block_no) const {
+    if (!overlay_.empty()) return OverlayBlock(block_no);
+    return base_ + (block_no << block_shift_);
+  }
+  const format::Inode& InodeAt(uint64_t ino) const {
+    const uint64_t offset = geometry_.InodeOffset(ino);
+    return *reinterpret_cast<const format::Inode*>(Block(offset >> block_shift_) +
+                                                   (offset & (block_size_ - 1)));
+  }
+  // Media offset of a byte read through Block() (for repairs).
+  uint64_t OffsetIn(uint64_t block_no, const void* in_block) const {
+    return (block_no << block_shift_) +
+           static_cast<uint64_t>(static_cast<const std::byte*>(in_block) - Block(block_no));
+  }
+  uint64_t InodeOffset(uint64_t ino) const { return geometry_.InodeOffset(ino); }
+
+  // --- Writing (repairs; never in -n mode) ---------------------------------
+  void Write(uint64_t offset, const void* src, size_t len);
+  void Write64(uint64_t offset, uint64_t value);
+  template <class T>
+  void WriteField(uint64_t ino, const T& field_in_inode, const T& value) {
+    const auto* inode = reinterpret_cast<const std::byte*>(&InodeAt(ino));
+    const uint64_t at = InodeOffset(ino) +
+                        static_cast<uint64_t>(reinterpret_cast<const std::byte*>(&field_in_inode) -
+                                              inode);
+    Write(at, &value, sizeof value);
+  }
+
+  // --- Blocks ---------------------------------------------------------------
+  // Why a block pointer may not be followed.
+  enum class BlockFault { kNone, kOutOfRange, kMetadata, kShared };
+  static const char* FaultName(BlockFault fault);
+  bool IsMetadata(uint64_t block_no) const;
+  BlockFault CheckBlock(uint64_t block_no) const;
+  // Marks the block as referenced. REQUIRES: CheckBlock() == kNone.
+  void Claim(uint64_t block_no) { claimed_[block_no / 64] |= uint64_t{1} << (block_no % 64); }
+  bool Claimed(uint64_t block_no) const { return (claimed_[block_no / 64] >> (block_no % 64)) & 1; }
+
+  // --- Inodes ---------------------------------------------------------------
+  uint8_t Kind(uint64_t ino) const { return state_[ino] & kKindMask; }
+  DirInfo* FindDir(uint64_t ino);
+  // An unlinked directory being freed: on the orphan list with no links (no
+  // entry names it; pass 2 drops any that does). It needs no parent.
+  bool DeadDir(const DirInfo& dir) const {
+    return (state_[dir.ino] & kOnOrphanList) && dir.nlink == 0;
+  }
+
+ private:
+  // Driver (fsck.cpp).
+  void CheckStaticCopies(const FoundSuper& found);
+  void CheckDynamic();
+  void CheckCounters();
+  void WriteDynamic();
+  void Progress(uint64_t done);
+
+  // Journal (fsck_journal.cpp).
+  bool CheckJournalHeaders();
+  void RecoverJournal();
+  void BuildOverlay();
+  const std::byte* OverlayBlock(uint64_t block_no) const;
+  std::byte* PatchBlock(uint64_t block_no);
+
+  // Pass 1 (fsck_inodes.cpp).
+  void CheckInodes();
+  void CheckInode(uint64_t ino);
+  bool ClearInode(uint64_t ino, const char* why);
+  uint64_t CheckFileMap(uint64_t ino, const format::Inode& inode, uint64_t* mapped_end);
+  uint64_t CheckPointerBlock(uint64_t ino, uint64_t slot_at, uint64_t block_no, uint32_t height,
+                             uint64_t base, uint64_t* mapped_end);
+  bool CheckDataPointer(uint64_t ino, uint64_t slot_at, uint64_t block_no, uint64_t index);
+  void BadPointer(uint64_t ino, uint64_t slot_at, uint64_t block_no, const char* what,
+                  uint64_t index);
+  uint64_t CheckXattrBlock(uint64_t ino, const format::Inode& inode);
+  bool ValidSymlink(uint64_t ino, const format::Inode& inode, bool in_block);
+  void CheckOrphans();
+
+  // Passes 2 and 3 (fsck_dirs.cpp).
+  void CheckDirectories();
+  void CheckDirectory(DirInfo& dir);
+  void CheckConnectivity();
+
+  // Passes 4 and 5, lost+found (fsck_links.cpp).
+  void CheckLinkCounts();
+  void CheckBitmaps();
+  void Reconnect();
+
+  class DirWalker;
+  friend class DirWalker;
+
+  Media& media_;
+  const RepairMode mode_;
+  const std::function<void(const std::string&)>& say_;
+  const std::function<void(uint64_t, uint64_t)>& progress_;
+  FsckReport report_;
+  bool halted_ = false;  // -p met a problem that needs -y
+
+  Geometry geometry_;
+  format::SuperStatic super_{};
+  const std::byte* base_ = nullptr;
+  uint32_t block_shift_ = 0;
+  uint32_t block_size_ = 0;
+  uint64_t max_file_blocks_ = 0;
+  // start_[d]: first file block of the depth-d tree; start_[6]: end of depth 5.
+  uint64_t start_[format::kIndirectPointers + 2] = {};
+  uint64_t progress_done_ = 0;
+  uint64_t progress_total_ = 0;
+
+  format::SuperDynamic dynamic_{};
+  bool dynamic_ok_ = false;
+  bool rebuild_dynamic_ = false;
+  bool dynamic_dirty_ = false;   // dynamic_ changed: written at the end
+  bool clear_errors_ = false;    // dynamic_.errors to be cleared at the end
+  bool recovered_ = false;       // journal recovery ran (or, -n, was simulated)
+
+  // Blocks of the recovery overlay (-n only): patched copies.
+  std::unordered_map<uint64_t, std::unique_ptr<std::byte[]>> overlay_;
+
+  std::vector<uint64_t> claimed_;  // one bit per block: metadata or referenced
+  std::vector<uint8_t> state_;     // InodeState per inode
+  // Non-directories: nlink from the media minus the entries found; 0 when
+  // they agree (wraps below zero).
+  std::vector<uint32_t> links_;
+  std::vector<DirInfo> dirs_;      // in inode order
+  std::vector<ChainEntry> chain_entries_;  // pass 2 scratch, reused
+  std::vector<uint64_t> unattached_;  // non-directories to connect to lost+found
+  // Free counts per group of the bitmaps as pass 5 leaves them.
+  std::vector<uint32_t> group_free_blocks_;
+  std::vector<uint32_t> group_free_inodes_;
+  uint64_t lost_found_ = 0;        // inode of /lost+found, 0 if none
+  uint64_t orphan_count_ = 0;
+  std::chrono::steady_clock::time_point start_time_;
+};
+
+}  // namespace nvfs::fsck

@@ -1,0 +1,510 @@
+// Pass 2: every directory, in inode order — its tree (node pointers, index
+// slots, leaf headers and prefixes, overflow chains), its records (the
+// rec_len chain, names, keys against the name hash), and its entries' targets
+// (in use, of the type the entry says, a directory named once). Pass 3: every
+// directory reaches the root through the entries that name them.
+//
+// The tree rules are doc/format.md's ("Directories"); src/dir/dir.cpp is the
+// code that must be able to use what this pass accepts.
+#include <dirent.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstring>
+#include <string>
+
+#include "fsck/checker.hpp"
+#include "nvfs/name_hash.hpp"
+
+namespace nvfs::fsck {
+
+using format::DirEntry;
+using format::DirLeafHeader;
+using format::Inode;
+using format::kDirHashBits;
+
+namespace {
+
+constexpr uint64_t kPointerReservedBits =
+    ~(format::kDirNodeIndexBit | format::kDirNodeBlockMask);
+constexpr uint32_t kLeafHeader = sizeof(DirLeafHeader);
+constexpr uint32_t kRecordHeader = sizeof(DirEntry);
+constexpr uint32_t kMaxChainLeaves = 1u << format::kDirSeqBits;
+
+// A name as it may be printed: at most 64 bytes, unprintable bytes as '?'.
+std::string Printable(const char* name, size_t len) {
+  std::string out;
+  for (size_t i = 0; i < len && i < 64; ++i) {
+    const unsigned char c = static_cast<unsigned char>(name[i]);
+    out += (c >= 0x20 && c < 0x7f) ? static_cast<char>(c) : '?';
+  }
+  if (len > 64) out += "...";
+  return out;
+}
+
+uint8_t DirTypeOf(uint8_t kind, uint32_t mode) {
+  switch (kind) {
+    case kRegular: return DT_REG;
+    case kDirectory: return DT_DIR;
+    case kSymlink: return DT_LNK;
+    default: return static_cast<uint8_t>((mode & S_IFMT) >> 12);
+  }
+}
+
+}  // namespace
+
+// One directory's walk. Every pointer is checked before it is followed, and
+// every block claimed before it is read as a node, so a loop in the tree is a
+// block met twice.
+class Checker::DirWalker {
+ public:
+  DirWalker(Checker& checker, DirInfo& dir)
+      : c_(checker),
+        dir_(dir),
+        inode_(checker.InodeAt(dir.ino)),
+        fanout_bits_(checker.block_shift_ - 3),
+        max_depth_(static_cast<int>((kDirHashBits + fanout_bits_ - 1) / fanout_bits_) - 1),
+        live_(!((checker.state_[dir.ino] & kOnOrphanList) && dir.nlink == 0)) {}
+
+  void Run() {
+    ++c_.report_.directories;
+    if (dir_.empty_root) return;
+    const uint64_t root_at = c_.InodeOffset(dir_.ino) + offsetof(Inode, map) +
+                             offsetof(format::InodeDirMap, root);
+    const uint64_t ptr = inode_.map.dir.root;
+    if (ptr != 0) {
+      uint64_t block = 0;
+      const char* fault = PointerFault(ptr, &block);
+      if (fault == nullptr && (ptr & format::kDirNodeIndexBit)) {
+        c_.Claim(block);
+        VisitIndex(block, 0, 0);
+      } else {
+        if (fault == nullptr) fault = LeafHeaderFault(block, -1, 0);
+        if (fault != nullptr) {
+          ClearSlots(root_at, 1, ptr, fault);
+        } else {
+          c_.Claim(block);
+          VisitChain(block);
+        }
+      }
+    }
+    if (c_.halted_) return;
+    const uint64_t size = nodes_ << c_.block_shift_;
+    if (inode_.size != size &&
+        c_.Problem(Repair::kSafe, "directory %" PRIu64 ": size %" PRIu64 ", should be %" PRIu64
+                   " (%" PRIu64 " nodes)", dir_.ino, inode_.size, size, nodes_)) {
+      c_.WriteField(dir_.ino, inode_.size, size);
+      c_.Fixed();
+    }
+    const uint64_t blocks = nodes_ + dir_.xattr;
+    if (inode_.blocks != blocks &&
+        c_.Problem(Repair::kSafe, "directory %" PRIu64 ": i_blocks is %" PRIu64 ", counted %"
+                   PRIu64, dir_.ino, inode_.blocks, blocks)) {
+      c_.WriteField(dir_.ino, inode_.blocks, blocks);
+      c_.Fixed();
+    }
+  }
+
+ private:
+  uint32_t Start(int depth) const { return depth < 0 ? 0 : depth * fanout_bits_; }
+  uint32_t End(int depth) const {
+    return depth < 0 ? 0 : std::min<uint32_t>((depth + 1) * fanout_bits_, kDirHashBits);
+  }
+  uint32_t Width(int depth) const { return End(depth) - Start(depth); }
+  const DirLeafHeader& Leaf(uint64_t block) const {
+    return *reinterpret_cast<const DirLeafHeader*>(c_.Block(block));
+  }
+
+  const char* PointerFault(uint64_t ptr, uint64_t* block) const {
+    if ((ptr & kPointerReservedBits) != 0) return "has reserved bits set";
+    *block = ptr & format::kDirNodeBlockMask;
+    const BlockFault fault = c_.CheckBlock(*block);
+    return fault == BlockFault::kNone ? nullptr : FaultName(fault);
+  }
+
+  // The header of a leaf reached through a slot of a depth-`depth` index node
+  // whose hashes begin with `path_bits` (End(depth) bits).
+  const char* LeafHeaderFault(uint64_t block, int depth, uint64_t path_bits) const {
+    const DirLeafHeader& leaf = Leaf(block);
+    if (leaf.magic != format::kDirLeafMagic) return "to a block that is no directory leaf";
+    const uint32_t bits = leaf.prefix_bits;
+    if (bits < Start(depth) || bits > End(depth)) return "to a leaf of the wrong prefix length";
+    if (leaf.prefix != path_bits >> (End(depth) - bits)) return "to a leaf of another prefix";
+    return nullptr;
+  }
+
+  void ClearSlots(uint64_t at, uint64_t count, uint64_t ptr, const char* why) {
+    if (!c_.Problem(Repair::kDecision, "directory %" PRIu64 ": node pointer %#" PRIx64
+                    " %s; clearing it (what it held goes to /lost+found)", dir_.ino, ptr, why)) {
+      return;
+    }
+    const std::vector<uint64_t> zeros(count, 0);
+    c_.Write(at, zeros.data(), count * 8);
+    c_.Fixed();
+  }
+
+  void VisitIndex(uint64_t block, int depth, uint64_t high_bits) {
+    ++nodes_;
+    const uint32_t width = Width(depth);
+    const uint32_t used = uint32_t{1} << width;
+    const uint32_t ptrs = c_.block_size_ / 8;
+    const auto* slots = reinterpret_cast<const uint64_t*>(c_.Block(block));
+    const uint64_t block_at = block << c_.block_shift_;
+    // The deepest level uses only the hash bits left; its other slots stay null.
+    if (std::any_of(slots + used, slots + ptrs, [](uint64_t p) { return p != 0; }) &&
+        c_.Problem(Repair::kDecision, "directory %" PRIu64 ": index block %" PRIu64
+                   " has slots set past the hash bits; clearing them", dir_.ino, block)) {
+      const std::vector<uint64_t> zeros(ptrs - used, 0);
+      c_.Write(block_at + 8 * uint64_t{used}, zeros.data(), (ptrs - used) * 8);
+      c_.Fixed();
+    }
+    uint32_t s = 0;
+    while (s < used && !c_.halted_) {
+      const uint64_t ptr = slots[s];
+      if (ptr == 0) {
+        ++s;
+        continue;
+      }
+      const uint64_t bits = (high_bits << width) | s;
+      uint64_t child = 0;
+      const char* fault = PointerFault(ptr, &child);
+      if (fault == nullptr && (ptr & format::kDirNodeIndexBit)) {
+        if (depth + 1 > max_depth_) {
+          fault = "to an index node deeper than the hash";
+        } else {
+          c_.Claim(child);
+          VisitIndex(child, depth + 1, bits);
+          ++s;
+          continue;
+        }
+      }
+      uint32_t run_end = s + 1;
+      while (run_end < used && slots[run_end] == ptr) ++run_end;
+      if (fault == nullptr) fault = LeafHeaderFault(child, depth, bits);
+      uint32_t first = s, end = s + 1;
+      if (fault == nullptr) {
+        const uint32_t span = uint32_t{1} << (End(depth) - Leaf(child).prefix_bits);
+        first = s & ~(span - 1);
+        end = first + span;
+        if (std::any_of(slots + first, slots + s, [](uint64_t p) { return p != 0; })) {
+          fault = "to a leaf overlapping another node";
+        }
+      }
+      if (fault != nullptr) {
+        ClearSlots(block_at + 8 * uint64_t{s}, run_end - s, ptr, fault);
+        s = run_end;
+        continue;
+      }
+      c_.Claim(child);
+      VisitChain(child);
+      // The rest of the leaf's range: the same pointer, or (in a directory
+      // being freed, where FreeTree unlinks a wide leaf piecewise) null.
+      uint32_t holes = 0;
+      for (uint32_t t = first; t < end && !c_.halted_; ++t) {
+        if (slots[t] == ptr) continue;
+        if (slots[t] != 0) {
+          ClearSlots(block_at + 8 * uint64_t{t}, 1, slots[t],
+                     "lies inside another leaf's range");
+          if (c_.halted_ || slots[t] != 0) continue;
+        }
+        ++holes;
+      }
+      if (holes != 0 && live_ && !c_.halted_ &&
+          c_.Problem(Repair::kDecision, "directory %" PRIu64 ": index block %" PRIu64
+                     ": leaf %" PRIu64 " fills %u of its %u slots; completing its range",
+                     dir_.ino, block, child, end - first - holes, end - first)) {
+        for (uint32_t t = first; t < end; ++t) {
+          if (slots[t] == 0) c_.Write64(block_at + 8 * uint64_t{t}, ptr);
+        }
+        c_.Fixed();
+      }
+      s = end;
+    }
+  }
+
+  // The leaf chain headed by the checked and claimed leaf `head`.
+  void VisitChain(uint64_t head) {
+    ++nodes_;
+    c_.chain_entries_.clear();
+    const DirLeafHeader& first = Leaf(head);
+    const uint32_t prefix_bits = first.prefix_bits;
+    const uint64_t prefix = first.prefix;
+    ScanLeaf(head, prefix_bits, prefix);
+    uint64_t prev = head;
+    uint64_t next = first.next;
+    if (next != 0 && prefix_bits != kDirHashBits) {
+      if (c_.Problem(Repair::kDecision, "directory %" PRIu64 ": leaf %" PRIu64 " has an overflow "
+                     "link above the last level; clearing it", dir_.ino, head)) {
+        c_.Write64(c_.OffsetIn(head, &first.next), 0);
+        c_.Fixed();
+      }
+      next = 0;
+    }
+    uint32_t count = 1;
+    while (next != 0 && !c_.halted_) {
+      const char* fault = nullptr;
+      const BlockFault block_fault = c_.CheckBlock(next);
+      if (count >= kMaxChainLeaves) {
+        fault = "makes the overflow chain too long";
+      } else if (block_fault != BlockFault::kNone) {
+        fault = FaultName(block_fault);
+      } else if (Leaf(next).magic != format::kDirLeafMagic) {
+        fault = "is no directory leaf";
+      } else if (Leaf(next).prefix_bits != prefix_bits || Leaf(next).prefix != prefix) {
+        fault = "is a leaf of another prefix";
+      }
+      if (fault != nullptr) {
+        if (c_.Problem(Repair::kDecision, "directory %" PRIu64 ": leaf %" PRIu64 ": overflow "
+                       "link %" PRIu64 " %s; cutting the chain there", dir_.ino, prev, next,
+                       fault)) {
+          c_.Write64(c_.OffsetIn(prev, &Leaf(prev).next), 0);
+          c_.Fixed();
+        }
+        break;
+      }
+      c_.Claim(next);
+      ++nodes_;
+      ++count;
+      ScanLeaf(next, prefix_bits, prefix);
+      prev = next;
+      next = Leaf(next).next;
+    }
+    if (!c_.halted_) CheckChainEntries();
+  }
+
+  // The records of one leaf: the rec_len chain must end exactly at the end of
+  // the block; a broken chain loses the rest of the leaf.
+  void ScanLeaf(uint64_t block, uint32_t prefix_bits, uint64_t prefix) {
+    const std::byte* leaf = c_.Block(block);
+    const uint64_t leaf_at = block << c_.block_shift_;
+    const uint32_t bs = c_.block_size_;
+    uint32_t offset = kLeafHeader;
+    uint32_t prev = 0;
+    while (offset < bs && !c_.halted_) {
+      const uint32_t remaining = bs - offset;
+      DirEntry record{};
+      if (remaining >= kRecordHeader) std::memcpy(&record, leaf + offset, sizeof record);
+      const uint32_t rec_len = record.rec_len;
+      if (remaining < kRecordHeader || rec_len < kRecordHeader || rec_len % 8 != 0 ||
+          rec_len > remaining) {
+        if (c_.Problem(Repair::kDecision, "directory %" PRIu64 ": leaf %" PRIu64 ": record at "
+                       "offset %u has a bad length (%u); the rest of the leaf is lost",
+                       dir_.ino, block, offset, rec_len)) {
+          if (remaining >= kRecordHeader) {
+            DirEntry free_record{};
+            free_record.rec_len = remaining;
+            c_.Write(leaf_at + offset, &free_record, sizeof free_record);
+          } else {
+            // Too short for a record: the previous one takes it.
+            DirEntry before;
+            std::memcpy(&before, leaf + prev, sizeof before);
+            const uint32_t grown = before.rec_len + remaining;
+            c_.Write(leaf_at + prev + offsetof(DirEntry, rec_len), &grown, sizeof grown);
+          }
+          c_.Fixed();
+        }
+        return;
+      }
+      if (record.ino != 0) CheckRecord(leaf_at + offset, leaf + offset, record, prefix_bits, prefix);
+      prev = offset;
+      offset += rec_len;
+    }
+  }
+
+  void CheckRecord(uint64_t at, const std::byte* in_leaf, const DirEntry& record,
+                   uint32_t prefix_bits, uint64_t prefix) {
+    const char* name = reinterpret_cast<const char*>(in_leaf + kRecordHeader);
+    const uint32_t len = record.name_len;
+    const char* why = nullptr;
+    if (len == 0 || len > record.rec_len - kRecordHeader) {
+      why = "has a bad name length";
+    } else if (std::memchr(name, '/', len) != nullptr || std::memchr(name, 0, len) != nullptr ||
+               (len == 1 && name[0] == '.') || (len == 2 && name[0] == '.' && name[1] == '.')) {
+      why = "has an invalid name";
+    } else if (record.key > format::kDirKeyMax) {
+      why = "has a bad key";
+    } else {
+      const uint64_t hash = DirHash56(NameHash(c_.super_.hash_seed, {name, len}));
+      if ((record.key >> format::kDirSeqBits) != hash) {
+        why = "has a key that is not its name's hash";
+      } else if ((hash >> (kDirHashBits - prefix_bits)) != prefix) {
+        why = "lies in a leaf of another prefix";
+      } else if (record.ino >= c_.geometry_.inode_count()) {
+        why = "names an inode out of range";
+      } else if (c_.Kind(record.ino) == kFree) {
+        why = "names an inode not in use";
+      }
+    }
+    if (why != nullptr) {
+      Drop(at, name, std::min<uint32_t>(len, record.rec_len - kRecordHeader), record.ino, why);
+      return;
+    }
+    c_.chain_entries_.push_back(
+        {record.key, record.ino, at, name, static_cast<uint8_t>(len), record.file_type});
+  }
+
+  void Drop(uint64_t at, const char* name, size_t len, uint64_t ino, const char* why) {
+    if (c_.Problem(Repair::kDecision, "directory %" PRIu64 ": entry '%s' (inode %" PRIu64
+                   ") %s; dropping it", dir_.ino, Printable(name, len).c_str(), ino, why)) {
+      c_.Write64(at + offsetof(DirEntry, ino), 0);
+      c_.Fixed();
+    }
+  }
+
+  // The chain's entries, each key once and each name once; then their targets.
+  void CheckChainEntries() {
+    std::vector<ChainEntry>& entries = c_.chain_entries_;
+    std::stable_sort(entries.begin(), entries.end(),
+                     [](const ChainEntry& a, const ChainEntry& b) { return a.key < b.key; });
+    size_t group = 0;  // first entry of the current 56-bit hash
+    for (size_t i = 0; i < entries.size() && !c_.halted_; ++i) {
+      ChainEntry& e = entries[i];
+      if (i > 0 && (e.key >> format::kDirSeqBits) != (entries[group].key >> format::kDirSeqBits)) {
+        group = i;
+      }
+      const char* why = nullptr;
+      for (size_t j = group; j < i && why == nullptr; ++j) {
+        if (entries[j].ino == 0) continue;  // dropped
+        if (entries[j].key == e.key) {
+          why = "has the key of another entry";
+        } else if (entries[j].name_len == e.name_len &&
+                   std::memcmp(entries[j].name, e.name, e.name_len) == 0) {
+          why = "repeats the name of another entry";
+        }
+      }
+      if (why != nullptr) {
+        Drop(e.at, e.name, e.name_len, e.ino, why);
+        e.ino = 0;
+        continue;
+      }
+      Target(e);
+      if (e.ino == 0) continue;
+    }
+  }
+
+  // An entry that passed every check of its own: its target.
+  void Target(ChainEntry& e) {
+    const uint64_t target = e.ino;
+    const uint8_t kind = c_.Kind(target);
+    const char* why = nullptr;
+    DirInfo* child = nullptr;
+    if (target == format::kRootIno) {
+      why = "names the root directory";
+    } else if (target == dir_.ino) {
+      why = "names its own directory";
+    } else if (kind == kDirectory) {
+      child = c_.FindDir(target);
+      if (child->parent_entry != 0) {
+        why = "is a second name of a directory";
+      } else if (child->nlink == 0 && (c_.state_[target] & kOnOrphanList)) {
+        why = "names a deleted directory";
+      }
+    }
+    if (why != nullptr) {
+      Drop(e.at, e.name, e.name_len, target, why);
+      e.ino = 0;
+      return;
+    }
+    if (child != nullptr) {
+      child->parent_entry = dir_.ino;
+      child->entry_at = e.at;
+      ++dir_.subdirs;
+    }
+    const uint8_t type =
+        DirTypeOf(kind, kind == kSpecial ? c_.InodeAt(target).mode : 0);
+    if (e.file_type != type &&
+        c_.Problem(Repair::kSafe, "directory %" PRIu64 ": entry '%s' (inode %" PRIu64 ") has "
+                   "file type %u, its inode type %u", dir_.ino,
+                   Printable(e.name, e.name_len).c_str(), target, e.file_type, type)) {
+      c_.Write(e.at + offsetof(DirEntry, file_type), &type, 1);
+      c_.Fixed();
+    }
+    c_.state_[target] |= kReferenced;
+    if (kind != kDirectory) --c_.links_[target];
+    ++dir_.entries;
+    ++c_.report_.entries;
+    if (dir_.ino == format::kRootIno && kind == kDirectory &&
+        std::string_view(e.name, e.name_len) == "lost+found") {
+      c_.lost_found_ = target;
+    }
+  }
+
+  Checker& c_;
+  DirInfo& dir_;
+  const Inode& inode_;
+  const uint32_t fanout_bits_;
+  const int max_depth_;
+  const bool live_;  // not an unlinked directory being freed
+  uint64_t nodes_ = 0;
+};
+
+void Checker::CheckDirectories() {
+  const uint64_t groups = geometry_.group_count();
+  for (DirInfo& dir : dirs_) {
+    if (halted_) return;
+    DirWalker(*this, dir).Run();
+    Progress(groups + geometry_.InodeGroup(dir.ino));
+  }
+  Progress(2 * groups);
+}
+
+// Pass 3. Following the entry that names it, every directory must reach the
+// root. One that no entry names, or that sits in a loop of directories naming
+// each other, is connected to /lost+found (the loop broken by dropping the
+// entry that closes it). An unlinked directory being freed (on the orphan
+// list, no links) needs no parent.
+void Checker::CheckConnectivity() {
+  DirInfo* root = FindDir(format::kRootIno);
+  root->connected = true;
+  uint32_t walk = 0;
+  const auto dead = [this](const DirInfo& d) { return DeadDir(d); };
+  for (DirInfo& dir : dirs_) {
+    if (dir.connected || dead(dir)) continue;
+    ++walk;
+    DirInfo* x = &dir;
+    for (;;) {
+      x->walk = walk;
+      if (x->parent_entry == 0) {
+        Problem(Repair::kSafe, "directory %" PRIu64 " is in no directory; connecting it to "
+                "/lost+found", x->ino);
+        x->reconnect = true;  // -n: as if connected
+        break;
+      }
+      DirInfo* parent = FindDir(x->parent_entry);
+      if (parent->connected) break;
+      if (parent->walk == walk || dead(*parent)) {
+        // A loop (or a parent being freed): cut x out of it.
+        if (Problem(Repair::kSafe, "directory %" PRIu64 " is in %s unreachable from the root; "
+                    "connecting it to /lost+found", x->ino,
+                    dead(*parent) ? "a directory being deleted" : "a loop of directories")) {
+          Write64(x->entry_at + offsetof(DirEntry, ino), 0);
+        }
+        --parent->subdirs;
+        --parent->entries;
+        x->parent_entry = 0;
+        x->reconnect = true;
+        break;
+      }
+      x = parent;
+    }
+    for (x = &dir; x != nullptr && x->walk == walk && !x->connected;) {
+      x->connected = true;
+      x = x->parent_entry != 0 ? FindDir(x->parent_entry) : nullptr;
+    }
+  }
+  // The parent field ("..") of every directory in place.
+  for (DirInfo& dir : dirs_) {
+    if (dir.reconnect || dead(dir) || dir.empty_root) continue;
+    const uint64_t want = dir.ino == format::kRootIno ? format::kRootIno : dir.parent_entry;
+    const Inode& inode = InodeAt(dir.ino);
+    if (inode.parent != want &&
+        Problem(Repair::kSafe, "directory %" PRIu64 ": parent is %" PRIu64 ", should be %" PRIu64,
+                dir.ino, inode.parent, want)) {
+      WriteField(dir.ino, inode.parent, want);
+      Fixed();
+    }
+  }
+}
+
+}  // namespace nvfs::fsck

@@ -1,0 +1,430 @@
+// Pass 1: every allocated inode, group by group in one pass over the inode
+// tables — its mode, flags and size, its file map (every pointer inside the
+// filesystem, not into metadata, not a block already claimed by another
+// inode or by itself), its extended-attribute block, its symlink target, and
+// inode.blocks against what was counted. Then the orphan list.
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <bit>
+#include <cinttypes>
+#include <cstring>
+#include <ctime>
+
+#include "fsck/checker.hpp"
+#include "nvfs/cli.hpp"
+
+namespace nvfs::fsck {
+
+using format::Inode;
+
+namespace {
+
+constexpr uint64_t kMapOffset = offsetof(Inode, map);
+// A pointer block with more invalid pointers than this is not a pointer block
+// (a stray pointer to data, or garbage): the pointer to it is cleared rather
+// than the "pointers" in it, which may be someone's data.
+constexpr uint32_t kMaxBadPointers = 8;
+constexpr size_t kXattrValueMax = 65536;
+
+uint8_t KindOfMode(uint32_t mode) {
+  switch (mode & S_IFMT) {
+    case S_IFREG: return kRegular;
+    case S_IFDIR: return kDirectory;
+    case S_IFLNK: return kSymlink;
+    case S_IFCHR: case S_IFBLK: case S_IFIFO: case S_IFSOCK: return kSpecial;
+    default: return kFree;
+  }
+}
+
+bool ValidXattrName(std::string_view name) {
+  for (std::string_view prefix : {"user.", "trusted.", "security.", "system."}) {
+    if (name.size() > prefix.size() && name.substr(0, prefix.size()) == prefix) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+void Checker::CheckInodes() {
+  const Geometry& g = geometry_;
+  const uint32_t ipg = g.inodes_per_group();
+  // The root first: every other inode is judged by what reaches it.
+  const std::byte* bitmap0 = Block(g.InodeBitmapBlock(0));
+  const bool root_allocated =
+      ((std::to_integer<unsigned>(bitmap0[format::kRootIno / 8]) >> (format::kRootIno % 8)) & 1) != 0;
+  const uint8_t root_kind =
+      root_allocated ? KindOfMode(InodeAt(format::kRootIno).mode) : uint8_t{kFree};
+  if (root_kind != kDirectory) {
+    const bool fix =
+        !root_allocated
+            ? Problem(Repair::kDecision, "root inode is not allocated; making a new, empty root")
+            : Problem(Repair::kDecision,
+                      "root inode is not a directory (mode 0%o); making a new, empty root",
+                      InodeAt(format::kRootIno).mode);
+    if (fix) {
+      const timespec now = [] {
+        timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        return ts;
+      }();
+      Inode root{};
+      root.mode = S_IFDIR | 0755;
+      root.nlink = 2;
+      root.atime_sec = root.mtime_sec = root.ctime_sec = root.btime_sec = now.tv_sec;
+      root.generation = static_cast<uint32_t>(RandomU64());
+      root.parent = format::kRootIno;
+      Write(InodeOffset(format::kRootIno), &root, sizeof root);
+      Fixed();
+    }
+    if (halted_) return;
+    // From here on (also for -n) the root is an empty directory.
+    state_[format::kRootIno] = kDirectory;
+    DirInfo info;
+    info.ino = format::kRootIno;
+    info.nlink = 2;
+    info.empty_root = true;
+    dirs_.push_back(info);
+  }
+
+  for (uint32_t group = 0; group < g.group_count() && !halted_; ++group) {
+    const std::byte* bitmap = Block(g.InodeBitmapBlock(group));
+    const uint64_t first = uint64_t{group} * ipg;
+    for (uint32_t word = 0; word * 64 < ipg && !halted_; ++word) {
+      uint64_t bits;
+      std::memcpy(&bits, bitmap + word * 8, 8);
+      if (ipg - word * 64 < 64) bits &= (uint64_t{1} << (ipg - word * 64)) - 1;
+      while (bits != 0) {
+        const uint32_t bit = static_cast<uint32_t>(std::countr_zero(bits));
+        bits &= bits - 1;
+        const uint64_t ino = first + word * 64 + bit;
+        if (ino == 0) continue;  // reserved, always set
+        if (ino == format::kRootIno && root_kind != kDirectory) continue;
+        CheckInode(ino);
+        if (halted_) return;
+      }
+    }
+    Progress(group + 1);
+  }
+}
+
+// Clears an inode found unusable: mode 0, so nothing takes it for live; its
+// bitmap bit is cleared by pass 5, and its blocks, not claimed, are freed.
+bool Checker::ClearInode(uint64_t ino, const char* why) {
+  if (!Problem(Repair::kDecision, "inode %" PRIu64 ": %s; clearing it", ino, why)) return false;
+  WriteField(ino, InodeAt(ino).mode, uint16_t{0});
+  Fixed();
+  return true;
+}
+
+void Checker::CheckInode(uint64_t ino) {
+  const Inode& inode = InodeAt(ino);
+  ++report_.inodes_checked;
+  const uint8_t kind = KindOfMode(inode.mode);
+  if (kind == kFree) {
+    char why[64];
+    std::snprintf(why, sizeof why, "invalid mode 0%o", inode.mode);
+    ClearInode(ino, why);
+    return;
+  }
+  if ((inode.flags & ~format::kInodeFlagsKnown) != 0) {
+    if (Problem(Repair::kSafe, "inode %" PRIu64 ": unknown flags 0x%x", ino, inode.flags)) {
+      WriteField(ino, inode.flags, inode.flags & format::kInodeFlagsKnown);
+      Fixed();
+    }
+  }
+  const bool orphan = (inode.flags & format::kInodeFlagOrphan) != 0;
+  if (!orphan && inode.orphan_next != 0) {
+    if (Problem(Repair::kSafe, "inode %" PRIu64 ": orphan link %" PRIu64 " on an inode not on "
+                "the orphan list", ino, inode.orphan_next)) {
+      WriteField(ino, inode.orphan_next, uint64_t{0});
+      Fixed();
+    }
+  }
+
+  // A symlink is judged whole before anything of it is claimed, so clearing
+  // it leaves nothing behind.
+  if (kind == kSymlink) {
+    const uint64_t size = inode.size;
+    if (size == 0 || size > format::kSymlinkMax) {
+      char why[64];
+      std::snprintf(why, sizeof why, "symlink of %" PRIu64 " bytes", size);
+      if (ClearInode(ino, why) || !CanWrite()) return;
+      if (halted_) return;
+    } else if (!ValidSymlink(ino, inode, size > format::kInlineSymlinkMax)) {
+      if (ClearInode(ino, "symlink target damaged") || !CanWrite()) return;
+      if (halted_) return;
+    }
+  }
+
+  uint64_t blocks = CheckXattrBlock(ino, inode);
+  if (halted_) return;
+  uint64_t mapped_end = 0;
+  switch (kind) {
+    case kRegular: {
+      blocks += CheckFileMap(ino, inode, &mapped_end);
+      const uint64_t max_size = std::min<uint64_t>(max_file_blocks_ << block_shift_,
+                                                   (uint64_t{1} << 63) - 1);
+      if (inode.size > max_size &&
+          Problem(Repair::kSafe, "inode %" PRIu64 ": size %" PRIu64 " past the largest file",
+                  ino, inode.size)) {
+        WriteField(ino, inode.size, mapped_end << block_shift_);
+        Fixed();
+      }
+      break;
+    }
+    case kSymlink:
+      if (inode.size > format::kInlineSymlinkMax) {
+        blocks += CheckFileMap(ino, inode, &mapped_end);
+      }
+      break;
+    case kDirectory: {
+      DirInfo info;
+      info.ino = ino;
+      info.nlink = inode.nlink;
+      info.xattr = static_cast<uint8_t>(blocks);
+      dirs_.push_back(info);
+      break;
+    }
+    case kSpecial:
+      if (inode.size != 0 &&
+          Problem(Repair::kSafe, "inode %" PRIu64 ": special file of size %" PRIu64, ino,
+                  inode.size)) {
+        WriteField(ino, inode.size, uint64_t{0});
+        Fixed();
+      }
+      break;
+  }
+  if (halted_) return;
+  // Directories count their nodes in pass 2.
+  if (kind != kDirectory && inode.blocks != blocks) {
+    if (Problem(Repair::kSafe, "inode %" PRIu64 ": i_blocks is %" PRIu64 ", counted %" PRIu64,
+                ino, inode.blocks, blocks)) {
+      WriteField(ino, inode.blocks, blocks);
+      Fixed();
+    }
+  }
+  state_[ino] = static_cast<uint8_t>(kind | (orphan ? kOrphanFlag : 0));
+  if (kind != kDirectory) links_[ino] = inode.nlink;
+}
+
+// The target of a symlink: no NUL byte in it, and for a long one a block
+// that may be read.
+bool Checker::ValidSymlink(uint64_t ino, const Inode& inode, bool in_block) {
+  (void)ino;
+  const size_t size = static_cast<size_t>(inode.size);
+  const char* target = inode.map.symlink;
+  if (in_block) {
+    const uint64_t block_no = inode.map.file.direct[0];
+    if (CheckBlock(block_no) != BlockFault::kNone) return false;
+    target = reinterpret_cast<const char*>(Block(block_no));
+  }
+  return std::memchr(target, 0, size) == nullptr;
+}
+
+uint64_t Checker::CheckXattrBlock(uint64_t ino, const Inode& inode) {
+  const uint64_t block_no = inode.xattr_block;
+  if (block_no == 0) return 0;
+  const BlockFault fault = CheckBlock(block_no);
+  const char* what = nullptr;
+  if (fault != BlockFault::kNone) {
+    what = FaultName(fault);
+  } else {
+    const std::byte* block = Block(block_no);
+    format::XattrHeader header;
+    std::memcpy(&header, block, sizeof header);
+    if (header.magic != format::kXattrMagic) {
+      what = "without its magic";
+    } else if (header.used > block_size_ - sizeof header) {
+      what = "overfull";
+    } else {
+      uint64_t pos = sizeof header;
+      const uint64_t end = sizeof header + uint64_t{header.used};
+      for (uint32_t i = 0; i < header.count && what == nullptr; ++i) {
+        format::XattrEntry entry;
+        if (end - pos < sizeof entry) {
+          what = "holding fewer entries than it counts";
+          break;
+        }
+        std::memcpy(&entry, block + pos, sizeof entry);
+        const uint64_t size = (sizeof entry + entry.name_len + uint64_t{entry.value_len} + 7) & ~7ull;
+        if (entry.name_len == 0 || entry.value_len > kXattrValueMax || size > end - pos) {
+          what = "holding a damaged entry";
+        } else if (!ValidXattrName({reinterpret_cast<const char*>(block + pos + sizeof entry),
+                                    entry.name_len})) {
+          what = "holding an attribute of no known namespace";
+        }
+        pos += size;
+      }
+      if (what == nullptr && pos != end) what = "holding bytes past its last entry";
+    }
+  }
+  if (what == nullptr) {
+    Claim(block_no);
+    return 1;
+  }
+  if (Problem(Repair::kDecision, "inode %" PRIu64 ": extended attribute block %" PRIu64 " %s%s; "
+              "dropping it", ino, block_no, fault != BlockFault::kNone ? "points " : "is ", what)) {
+    WriteField(ino, inode.xattr_block, uint64_t{0});
+    Fixed();
+  }
+  return 0;
+}
+
+void Checker::BadPointer(uint64_t ino, uint64_t slot_at, uint64_t block_no, const char* what,
+                         uint64_t index) {
+  if (Problem(Repair::kDecision, "inode %" PRIu64 ": block pointer %" PRIu64 " for file block %"
+              PRIu64 " points %s; clearing it", ino, block_no, index, what)) {
+    Write64(slot_at, 0);
+    Fixed();
+  }
+}
+
+bool Checker::CheckDataPointer(uint64_t ino, uint64_t slot_at, uint64_t block_no,
+                               uint64_t index) {
+  const BlockFault fault = CheckBlock(block_no);
+  if (fault != BlockFault::kNone) {
+    BadPointer(ino, slot_at, block_no, FaultName(fault), index);
+    return false;
+  }
+  Claim(block_no);
+  return true;
+}
+
+// Walks the file map: returns the blocks it holds (data and pointer blocks),
+// and sets *mapped_end past the last mapped file block.
+uint64_t Checker::CheckFileMap(uint64_t ino, const Inode& inode, uint64_t* mapped_end) {
+  const format::InodeFileMap& map = inode.map.file;
+  const uint64_t map_at = InodeOffset(ino) + kMapOffset;
+  uint64_t count = 0;
+  for (uint32_t i = 0; i < format::kDirectPointers; ++i) {
+    const uint64_t ptr = map.direct[i];
+    if (ptr == 0) continue;
+    if (CheckDataPointer(ino, map_at + 8 * i, ptr, i)) {
+      ++count;
+      *mapped_end = i + 1;
+    }
+    if (halted_) return count;
+  }
+  for (uint32_t depth = 1; depth <= format::kIndirectPointers; ++depth) {
+    const uint64_t ptr = map.indirect[depth - 1];
+    if (ptr == 0) continue;
+    const uint64_t slot_at = map_at + 8 * (format::kDirectPointers + depth - 1);
+    if (start_[depth] >= max_file_blocks_) {
+      BadPointer(ino, slot_at, ptr, "past the largest file", start_[depth]);
+    } else {
+      count += CheckPointerBlock(ino, slot_at, ptr, depth, start_[depth], mapped_end);
+    }
+    if (halted_) return count;
+  }
+  return count;
+}
+
+// A pointer block of `height` (1: it holds data pointers) mapping file
+// blocks from `base`, reached through the pointer at media offset slot_at.
+uint64_t Checker::CheckPointerBlock(uint64_t ino, uint64_t slot_at, uint64_t block_no,
+                                    uint32_t height, uint64_t base, uint64_t* mapped_end) {
+  const BlockFault fault = CheckBlock(block_no);
+  if (fault != BlockFault::kNone) {
+    BadPointer(ino, slot_at, block_no, FaultName(fault), base);
+    return 0;
+  }
+  const uint64_t ptrs = block_size_ / 8;
+  const auto* slots = reinterpret_cast<const uint64_t*>(Block(block_no));
+  uint32_t bad = 0;
+  for (uint64_t i = 0; i < ptrs && bad <= kMaxBadPointers; ++i) {
+    const uint64_t ptr = slots[i];
+    bad += ptr != 0 && (ptr >= geometry_.block_count() || IsMetadata(ptr));
+  }
+  if (bad > kMaxBadPointers) {
+    BadPointer(ino, slot_at, block_no, "to a block that holds no block pointers", base);
+    return 0;
+  }
+  Claim(block_no);
+  uint64_t count = 1;
+  // p^(height - 1) < max_file_blocks_ <= 2^51: base < max_file_blocks_ and
+  // the depth range starts past p^(height - 1).
+  const uint32_t child_shift = (block_shift_ - 3) * (height - 1);
+  for (uint64_t i = 0; i < ptrs; ++i) {
+    const uint64_t ptr = slots[i];
+    if (ptr == 0) continue;
+    const uint64_t child_base = base + (i << child_shift);
+    const uint64_t child_at = (block_no << block_shift_) + 8 * i;
+    if (child_base >= max_file_blocks_) {
+      BadPointer(ino, child_at, ptr, "past the largest file", child_base);
+    } else if (height == 1) {
+      if (CheckDataPointer(ino, child_at, ptr, child_base)) {
+        ++count;
+        *mapped_end = std::max(*mapped_end, child_base + 1);
+      }
+    } else {
+      count += CheckPointerBlock(ino, child_at, ptr, height - 1, child_base, mapped_end);
+    }
+    if (halted_) break;
+  }
+  return count;
+}
+
+// The orphan list (inodes unlinked while open, or being truncated): a chain
+// from the dynamic superblock through inodes that carry the orphan flag, each
+// once. A bad link cuts the list there; flagged inodes left off it are put
+// back on, so the next mount finishes them.
+void Checker::CheckOrphans() {
+  uint64_t prev = 0;  // 0: the head is in the superblock
+  uint64_t ino = dynamic_.orphan_head;
+  while (ino != 0) {
+    const char* why = nullptr;
+    if (ino >= geometry_.inode_count()) {
+      why = "is out of range";
+    } else if (Kind(ino) == kFree) {
+      why = "is not in use";
+    } else if (!(state_[ino] & kOrphanFlag)) {
+      why = "is not flagged as an orphan";
+    } else if (state_[ino] & kOnOrphanList) {
+      why = "is on it twice (a loop)";
+    } else if (Kind(ino) == kDirectory && InodeAt(ino).nlink != 0) {
+      why = "is a directory still linked";
+    }
+    if (why != nullptr) {
+      if (Problem(Repair::kSafe, "orphan list: inode %" PRIu64 " %s; cutting the list there",
+                  ino, why)) {
+        if (prev == 0) {
+          dynamic_.orphan_head = 0;
+          dynamic_dirty_ = true;
+        } else {
+          WriteField(prev, InodeAt(prev).orphan_next, uint64_t{0});
+        }
+        Fixed();
+      }
+      break;
+    }
+    state_[ino] |= kOnOrphanList;
+    ++orphan_count_;
+    prev = ino;
+    ino = InodeAt(ino).orphan_next;
+  }
+  for (uint64_t n = 1; n < geometry_.inode_count(); ++n) {
+    if ((state_[n] & (kOrphanFlag | kOnOrphanList)) != kOrphanFlag) continue;
+    const Inode& inode = InodeAt(n);
+    if (Kind(n) == kDirectory && inode.nlink != 0) {
+      if (Problem(Repair::kSafe, "inode %" PRIu64 ": orphan flag on a linked directory", n)) {
+        WriteField(n, inode.flags, inode.flags & ~format::kInodeFlagOrphan);
+        WriteField(n, inode.orphan_next, uint64_t{0});
+        Fixed();
+      }
+      state_[n] &= static_cast<uint8_t>(~kOrphanFlag);
+      continue;
+    }
+    if (Problem(Repair::kSafe, "inode %" PRIu64 " is flagged as an orphan but not on the orphan "
+                "list; adding it", n)) {
+      WriteField(n, inode.orphan_next, dynamic_.orphan_head);
+      dynamic_.orphan_head = n;
+      dynamic_dirty_ = true;
+      Fixed();
+    }
+    state_[n] |= kOnOrphanList;
+    ++orphan_count_;
+  }
+}
+
+}  // namespace nvfs::fsck

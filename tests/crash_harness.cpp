@@ -1,0 +1,673 @@
+// The crash-state enumerator and the workload runner (crash_harness.hpp).
+#include "crash_harness.hpp"
+
+#include <fcntl.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cinttypes>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <iterator>
+#include <set>
+#include <sstream>
+#include <unordered_set>
+
+#include "nvfs/crc32c.hpp"
+#include "nvfs/fsck.hpp"
+
+namespace nvfs::test {
+
+// ---------------------------------------------------------------------------
+// Configuration and crash-state ids
+// ---------------------------------------------------------------------------
+
+namespace {
+
+uint64_t EnvNumber(const char* name, uint64_t fallback) {
+  const char* text = std::getenv(name);
+  if (text == nullptr || *text == '\0') return fallback;
+  return std::strtoull(text, nullptr, 0);
+}
+
+std::vector<std::string> Split(const std::string& text, char sep) {
+  std::vector<std::string> parts;
+  std::string part;
+  std::istringstream in(text);
+  while (std::getline(in, part, sep)) parts.push_back(part);
+  return parts;
+}
+
+std::string FormatId(const std::string& workload, uint64_t point, uint64_t subset, uint64_t seed,
+                     const std::optional<std::pair<uint64_t, uint64_t>>& recovery = {}) {
+  std::string id = workload + ":" + std::to_string(point) + ":" + std::to_string(subset) + ":" +
+                   std::to_string(seed);
+  if (recovery) id += ":" + std::to_string(recovery->first) + ":" + std::to_string(recovery->second);
+  return id;
+}
+
+std::string ReplayHint(const std::string& id) {
+  return "replay alone: NVFS_CRASH_REPLAY=" + id + " ./build/tests/test_crash";
+}
+
+}  // namespace
+
+std::optional<ReplayId> ParseReplayId(const std::string& text) {
+  const std::vector<std::string> parts = Split(text, ':');
+  if (parts.size() != 4 && parts.size() != 6) return std::nullopt;
+  ReplayId id;
+  id.workload = parts[0];
+  id.point = std::strtoull(parts[1].c_str(), nullptr, 10);
+  id.subset = std::strtoull(parts[2].c_str(), nullptr, 10);
+  id.seed = std::strtoull(parts[3].c_str(), nullptr, 10);
+  if (parts.size() == 6) {
+    id.recovery = std::make_pair(std::strtoull(parts[4].c_str(), nullptr, 10),
+                                 std::strtoull(parts[5].c_str(), nullptr, 10));
+  }
+  return id;
+}
+
+CrashConfig CrashConfig::FromEnv() {
+  CrashConfig c;
+  c.seed = EnvNumber("NVFS_CRASH_SEED", c.seed);
+  c.workload_cap = EnvNumber("NVFS_CRASH_CAP", c.workload_cap);
+  c.point_cap = EnvNumber("NVFS_CRASH_POINT_CAP", c.point_cap);
+  c.recovery_every = EnvNumber("NVFS_CRASH_RECOVERY", c.recovery_every);
+  if (const char* only = std::getenv("NVFS_CRASH_ONLY")) c.only = only;
+  if (const char* replay = std::getenv("NVFS_CRASH_REPLAY"); replay && *replay) {
+    c.replay = ParseReplayId(replay);
+    if (!c.replay) {
+      std::fprintf(stderr, "NVFS_CRASH_REPLAY=%s: expected workload:point:subset:seed\n", replay);
+      std::exit(2);
+    }
+    c.seed = c.replay->seed;
+  }
+  return c;
+}
+
+std::string WorkloadResult::Summary() const {
+  char buf[256];
+  std::snprintf(buf, sizeof buf,
+                "%-28s %5" PRIu64 " crash points %6" PRIu64 " unique states %5" PRIu64
+                " checked %4" PRIu64 " in recovery%s %6.1fs%s",
+                name.c_str(), points, candidates, checked, recovery_checked,
+                capped ? " (capped)" : "", seconds, failures.empty() ? "" : "  FAILED");
+  return buf;
+}
+
+// ---------------------------------------------------------------------------
+// Subsets of the pending lines
+// ---------------------------------------------------------------------------
+
+namespace {
+
+constexpr uint64_t kRandomSubsets = 16;
+
+struct Pick {
+  enum Kind { kNone, kAll, kSingle, kAllButOne, kPair, kMask, kRandom } kind;
+  uint64_t a = 0;
+  uint64_t b = 0;
+};
+
+// none, all, then one of each kind in turn (single, all-but-one, pair,
+// power-set member, random), so a cap keeps a mix of every kind.
+std::vector<Pick> SubsetOrder(size_t n) {
+  std::vector<std::vector<Pick>> kinds(5);
+  for (uint64_t i = 0; i < n; ++i) kinds[0].push_back({Pick::kSingle, i});
+  for (uint64_t i = 0; i < n && n > 1; ++i) kinds[1].push_back({Pick::kAllButOne, i});
+  if (n <= 8) {
+    for (uint64_t i = 0; i < n; ++i) {
+      for (uint64_t j = i + 1; j < n; ++j) kinds[2].push_back({Pick::kPair, i, j});
+    }
+  }
+  if (n <= 4) {
+    for (uint64_t mask = 0; mask < (uint64_t{1} << n); ++mask) kinds[3].push_back({Pick::kMask, mask});
+  }
+  if (n > 0) {
+    for (uint64_t r = 0; r < kRandomSubsets; ++r) kinds[4].push_back({Pick::kRandom, r});
+  }
+  std::vector<Pick> order{{Pick::kNone}};
+  if (n > 0) order.push_back({Pick::kAll});
+  for (size_t i = 0;; ++i) {
+    bool any = false;
+    for (const auto& kind : kinds) {
+      if (i < kind.size()) {
+        order.push_back(kind[i]);
+        any = true;
+      }
+    }
+    if (!any) break;
+  }
+  return order;
+}
+
+std::vector<size_t> Prefixes(const Pick& pick, const std::vector<size_t>& counts, uint64_t seed,
+                             uint64_t point) {
+  const size_t n = counts.size();
+  std::vector<size_t> prefixes(n, 0);
+  switch (pick.kind) {
+    case Pick::kNone: break;
+    case Pick::kAll: prefixes = counts; break;
+    case Pick::kSingle: prefixes[pick.a] = counts[pick.a]; break;
+    case Pick::kAllButOne:
+      prefixes = counts;
+      prefixes[pick.a] = 0;
+      break;
+    case Pick::kPair:
+      prefixes[pick.a] = counts[pick.a];
+      prefixes[pick.b] = counts[pick.b];
+      break;
+    case Pick::kMask:
+      for (size_t i = 0; i < n; ++i) {
+        if (pick.a >> i & 1) prefixes[i] = counts[i];
+      }
+      break;
+    case Pick::kRandom: {
+      std::mt19937_64 rng(seed * 0x9E3779B97F4A7C15ull ^ (point << 20) ^ pick.a);
+      for (size_t i = 0; i < n; ++i) {
+        if (rng() & 1) prefixes[i] = 1 + rng() % counts[i];
+      }
+      break;
+    }
+  }
+  return prefixes;
+}
+
+std::string Label(const Pick& pick) {
+  switch (pick.kind) {
+    case Pick::kNone: return "none of the pending lines";
+    case Pick::kAll: return "all pending lines";
+    case Pick::kSingle: return "only pending line " + std::to_string(pick.a);
+    case Pick::kAllButOne: return "all pending lines but " + std::to_string(pick.a);
+    case Pick::kPair: return "pending lines " + std::to_string(pick.a) + "+" + std::to_string(pick.b);
+    case Pick::kMask: return "pending-line mask " + std::to_string(pick.a);
+    case Pick::kRandom: return "random prefixes #" + std::to_string(pick.a);
+  }
+  return "?";
+}
+
+// ---------------------------------------------------------------------------
+// The enumerator
+// ---------------------------------------------------------------------------
+
+// One crash image, as the lines where it differs from the enumerator's base.
+struct CrashState {
+  uint64_t point = 0;
+  uint64_t subset = 0;
+  std::string label;
+  std::string op;
+  std::string pending;  // a description of the pending lines (replay)
+  std::vector<uint64_t> lines;
+  std::vector<std::byte> bytes;  // 64 per line
+};
+
+class Enumerator {
+ public:
+  struct Filter {
+    uint64_t point;
+    uint64_t subset;
+  };
+
+  // `base`: the image the states are expressed against (it must not change
+  // while the enumerator is attached). `next_point` numbers crash points
+  // across several enumerators of one workload.
+  Enumerator(const std::byte* base, uint64_t size, uint64_t seed, size_t point_cap,
+             uint64_t* next_point, std::optional<Filter> filter)
+      : base_(base), size_(size), seed_(seed), point_cap_(point_cap), next_point_(next_point),
+        filter_(filter) {}
+
+  void Attach(RecordingMedia& media) {
+    media.ResetTouched();
+    media.set_crash_hook([this](const RecordingMedia& m, const RecordingMedia::CrashPoint& p) {
+      OnPoint(m, p);
+    });
+  }
+  static void Detach(RecordingMedia& media) { media.set_crash_hook(nullptr); }
+  // Lines the media changed relative to base before a remount: they stay
+  // part of every later state's difference.
+  void Carry(const RecordingMedia& media) { carried_.insert(media.touched().begin(), media.touched().end()); }
+
+  std::vector<CrashState>& states() { return states_; }
+  uint64_t points() const { return points_; }
+
+ private:
+  void OnPoint(const RecordingMedia& media, const RecordingMedia::CrashPoint& point);
+
+  const std::byte* base_;
+  uint64_t size_;
+  uint64_t seed_;
+  size_t point_cap_;
+  uint64_t* next_point_;
+  std::optional<Filter> filter_;
+  std::set<uint64_t> carried_;
+  std::unordered_set<uint64_t> seen_;
+  std::vector<CrashState> states_;
+  uint64_t points_ = 0;
+};
+
+void Enumerator::OnPoint(const RecordingMedia& media, const RecordingMedia::CrashPoint& point) {
+  const uint64_t index = (*next_point_)++;
+  ++points_;
+  if (filter_ && filter_->point != index) return;
+  const auto& pending = media.pending();
+  std::vector<uint64_t> pending_lines;
+  std::vector<size_t> counts;
+  for (const auto& [offset, line] : pending) {
+    pending_lines.push_back(offset);
+    counts.push_back(line.writes.size());
+  }
+  // Every line that may differ from base: stored since Attach, or carried.
+  std::vector<uint64_t> lines(media.touched().begin(), media.touched().end());
+  if (!carried_.empty()) {
+    std::vector<uint64_t> merged;
+    std::set_union(lines.begin(), lines.end(), carried_.begin(), carried_.end(),
+                   std::back_inserter(merged));
+    lines = std::move(merged);
+  }
+  const std::vector<Pick> order = SubsetOrder(pending_lines.size());
+  size_t kept = 0;
+  std::byte line_bytes[RecordingMedia::kLine];
+  for (uint64_t subset = 0; subset < order.size(); ++subset) {
+    if (filter_ && filter_->subset != subset) continue;
+    const std::vector<size_t> prefixes = Prefixes(order[subset], counts, seed_, index);
+    CrashState state;
+    size_t p = 0;  // walks pending_lines alongside lines (both sorted)
+    for (uint64_t line : lines) {
+      while (p < pending_lines.size() && pending_lines[p] < line) ++p;
+      const bool is_pending = p < pending_lines.size() && pending_lines[p] == line;
+      media.LineAfter(line, is_pending ? prefixes[p] : 0, line_bytes);
+      if (std::memcmp(line_bytes, base_ + line, RecordingMedia::kLine) == 0) continue;
+      state.lines.push_back(line);
+      state.bytes.insert(state.bytes.end(), line_bytes, line_bytes + RecordingMedia::kLine);
+    }
+    if (!filter_) {
+      const uint64_t hash =
+          (uint64_t{Crc32c(0, state.lines.data(), state.lines.size() * 8)} << 32) ^
+          Crc32c(0x5EED, state.bytes.data(), state.bytes.size()) ^ state.lines.size();
+      if (!seen_.insert(hash).second) continue;
+    }
+    state.point = index;
+    state.subset = subset;
+    state.label = Label(order[subset]);
+    state.op = point.op;
+    if (filter_) {
+      std::ostringstream out;
+      out << (point.kind == RecordingMedia::PointKind::kFence ? "fence" : "operation end")
+          << " in '" << point.op << "', " << pending_lines.size() << " pending line(s):";
+      for (size_t i = 0; i < pending_lines.size(); ++i) {
+        out << " " << pending_lines[i] << "[" << prefixes[i] << "/" << counts[i] << "]";
+      }
+      state.pending = out.str();
+    }
+    states_.push_back(std::move(state));
+    if (++kept >= point_cap_ && !filter_) break;
+  }
+}
+
+// At most `budget` states, spread over the crash points: the first state of
+// every point, then the second of every point, and so on.
+std::vector<const CrashState*> Select(const std::vector<CrashState>& states, size_t budget) {
+  std::map<uint64_t, std::vector<const CrashState*>> by_point;
+  for (const CrashState& s : states) by_point[s.point].push_back(&s);
+  std::vector<const CrashState*> selected;
+  for (size_t round = 0; selected.size() < budget; ++round) {
+    bool any = false;
+    for (auto& [point, list] : by_point) {
+      if (round < list.size() && selected.size() < budget) {
+        selected.push_back(list[round]);
+        any = true;
+      }
+    }
+    if (!any) break;
+  }
+  return selected;
+}
+
+std::unique_ptr<RecordingMedia> MaterializeMedia(const std::byte* base, uint64_t size,
+                                                 const CrashState& state,
+                                                 const RecordingOptions& options) {
+  auto media = std::make_unique<RecordingMedia>(base, size, options);
+  for (size_t i = 0; i < state.lines.size(); ++i) {
+    media->Preload(state.lines[i], state.bytes.data() + i * RecordingMedia::kLine,
+                   RecordingMedia::kLine);
+  }
+  return media;
+}
+
+RecordingOptions PlainOptions() {
+  RecordingOptions o;
+  o.record = false;
+  return o;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// The runner
+// ---------------------------------------------------------------------------
+
+class WorkloadRunner {
+ public:
+  WorkloadRunner(const Workload& workload, const CrashConfig& config)
+      : workload_(workload), config_(config), image_(StandardImage(workload.image)) {
+    result_.name = workload.name;
+  }
+
+  WorkloadResult Run();
+  void CrashAndRemount(StepContext& ctx);
+
+ private:
+  void Failure(const std::string& what) { result_.failures.push_back(what); }
+  std::unique_ptr<RecordingMedia> NewWorkloadMedia(const std::byte* bytes) const {
+    RecordingOptions o;
+    o.keep_log = false;
+    o.protect = true;
+    return std::make_unique<RecordingMedia>(bytes, image_.bytes.size(), o);
+  }
+  void TakeViolations(const std::string& where) {
+    for (const auto& v : media_->violations()) Failure(workload_.name + ": " + where + ": " + v.Describe());
+    media_->ClearViolations();
+  }
+  void CheckState(const CrashState& state, const std::string& step, const Tree& before,
+                  const Tree& after, const MixedRange* mixed);
+  bool replaying() const { return config_.replay.has_value(); }
+
+  const Workload& workload_;
+  const CrashConfig& config_;
+  const BaseImage& image_;
+  WorkloadResult result_;
+  RecordingMedia* media_ = nullptr;  // owned by fs_
+  std::unique_ptr<Filesystem> fs_;
+  std::vector<std::byte> step_base_;
+  Enumerator* enumerator_ = nullptr;  // of the step running
+  uint64_t next_point_ = 0;
+  uint64_t sampled_ = 0;
+};
+
+void StepContext::Fail(const std::string& what) { throw StepFailure{what}; }
+
+void StepContext::Expect(const Status& st, const std::string& what) {
+  if (!st.ok()) Fail(what + ": " + st.error().Describe());
+}
+
+uint64_t StepContext::Ino(const std::string& path) {
+  return Expect(ResolvePath(fs(), path), "resolve " + path);
+}
+
+std::pair<uint64_t, std::string> StepContext::Parent(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == 0 ? "/" : path.substr(0, slash);
+  return {Ino(dir), path.substr(slash + 1)};
+}
+
+FileHandle StepContext::Handle(const std::string& name) {
+  auto it = handles_.find(name);
+  if (it == handles_.end()) Fail("no open file named " + name);
+  return it->second;
+}
+
+void StepContext::Close(const std::string& name) {
+  FileHandle file = Handle(name);
+  handles_.erase(name);
+  fs().Release(file);
+}
+
+void StepContext::AllowMixed(const std::string& path, uint64_t offset, uint64_t len) {
+  mixed_ = MixedRange{path, offset, len};
+}
+
+void StepContext::CrashAndRemount() { runner_->CrashAndRemount(*this); }
+
+void WorkloadRunner::CrashAndRemount(StepContext& ctx) {
+  // Open files die with the process; their handles are dropped, not released.
+  ctx.handles_.clear();
+  std::vector<std::byte> durable(media_->durable(), media_->durable() + media_->size());
+  if (enumerator_ != nullptr) enumerator_->Carry(*media_);
+  Enumerator::Detach(*media_);
+  fs_.reset();  // its clean unmount lands on the abandoned media
+  auto media = NewWorkloadMedia(durable.data());
+  media_ = media.get();
+  // The new mount's fences are crash points of the step that remounts.
+  if (enumerator_ != nullptr) enumerator_->Attach(*media_);
+  Result<std::unique_ptr<Filesystem>> fs = Filesystem::Mount(std::move(media), {});
+  if (!fs.ok()) ctx.Fail("remount after a simulated crash: " + fs.error().Describe());
+  fs_ = std::move(fs.value());
+  ctx.fs_ = fs_.get();
+}
+
+WorkloadResult WorkloadRunner::Run() {
+  const auto start = std::chrono::steady_clock::now();
+  {
+    auto media = NewWorkloadMedia(image_.bytes.data());
+    media_ = media.get();
+    Result<std::unique_ptr<Filesystem>> fs = Filesystem::Mount(std::move(media), {});
+    if (!fs.ok()) {
+      Failure(workload_.name + ": mount of the standard image: " + fs.error().Describe());
+      return result_;
+    }
+    fs_ = std::move(fs.value());
+  }
+  StepContext ctx;
+  ctx.fs_ = fs_.get();
+  ctx.runner_ = this;
+  ctx.rng_.seed(config_.seed);
+  Tree before;
+  try {
+    // Every workload runs with an inode on the orphan list: an unlinked file
+    // still open, so every crash image also exercises orphan recovery.
+    const uint64_t keep = ctx.Ino("/d2/keep-open");
+    ctx.Keep("keep-open", ctx.Expect(fs_->Open(keep, O_RDWR), "open keep-open"));
+    ctx.Expect(fs_->Unlink(ctx.Ino("/d2"), "keep-open"), "unlink keep-open");
+    if (workload_.setup) workload_.setup(ctx);
+    before = ctx.Expect(SnapshotTree(*fs_), "tree before the first step");
+  } catch (const StepFailure& f) {
+    Failure(workload_.name + ": setup: " + f.what);
+    return result_;
+  }
+  TakeViolations("setup");
+
+  size_t budget_left = config_.workload_cap;
+  for (size_t k = 0; k < workload_.steps.size(); ++k) {
+    const Step& step = workload_.steps[k];
+    step_base_.assign(media_->durable(), media_->durable() + media_->size());
+    std::optional<Enumerator::Filter> filter;
+    if (replaying()) filter = Enumerator::Filter{config_.replay->point, config_.replay->subset};
+    Enumerator enumerator(step_base_.data(), step_base_.size(), config_.seed, config_.point_cap,
+                          &next_point_, filter);
+    enumerator_ = &enumerator;
+    enumerator.Attach(*media_);
+    ctx.tree_ = &before;
+    ctx.mixed_.reset();
+    ctx.rng_.seed(config_.seed * 1000003 + k);
+    bool failed = false;
+    try {
+      step.run(ctx);
+    } catch (const StepFailure& f) {
+      Failure(workload_.name + ": step '" + step.name + "': " + f.what);
+      failed = true;
+    }
+    Enumerator::Detach(*media_);
+    enumerator_ = nullptr;
+    TakeViolations("step '" + step.name + "'");
+    result_.points += enumerator.points();
+    if (failed) break;
+    Result<Tree> after = SnapshotTree(*fs_);
+    if (!after.ok()) {
+      Failure(workload_.name + ": tree after step '" + step.name + "': " + after.error().Describe());
+      break;
+    }
+    std::vector<CrashState>& states = enumerator.states();
+    result_.candidates += states.size();
+    const size_t steps_left = workload_.steps.size() - k;
+    const size_t budget = replaying() ? states.size() : budget_left / steps_left;
+    const std::vector<const CrashState*> selected = Select(states, budget);
+    if (selected.size() < states.size()) result_.capped = true;
+    budget_left -= std::min(budget_left, selected.size());
+    const MixedRange* mixed = ctx.mixed_ ? &*ctx.mixed_ : nullptr;
+    for (const CrashState* state : selected) CheckState(*state, step.name, before, *after, mixed);
+    before = std::move(after.value());
+  }
+  for (auto& [name, file] : ctx.handles_) fs_->Release(file);
+  ctx.handles_.clear();
+  Status st = fs_->Unmount();
+  if (!st.ok()) Failure(workload_.name + ": unmount: " + st.error().Describe());
+  TakeViolations("unmount");
+  fs_.reset();
+  result_.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return result_;
+}
+
+// Mounts one crash image and checks it (crash_harness.hpp, steps 1-5).
+void WorkloadRunner::CheckState(const CrashState& state, const std::string& step,
+                                const Tree& before, const Tree& after, const MixedRange* mixed) {
+  ++result_.checked;
+  const std::string id = FormatId(workload_.name, state.point, state.subset, config_.seed);
+  const auto fail = [&](const std::string& what) {
+    Failure(id + " (step '" + step + "', crash in '" + state.op + "', " + state.label + "): " +
+            what + "\n    " + ReplayHint(id));
+  };
+  if (replaying()) {
+    std::cout << "replaying " << id << ": step '" << step << "', " << state.label << "\n  "
+              << state.pending << "\n  " << state.lines.size()
+              << " line(s) differ from the image before the step\n";
+  }
+  const uint64_t size = step_base_.size();
+  std::unique_ptr<RecordingMedia> crashed =
+      MaterializeMedia(step_base_.data(), size, state, PlainOptions());
+
+  // A sample also crashes inside its own recovery.
+  const bool crash_recovery =
+      replaying() ? config_.replay->recovery.has_value()
+                  : config_.recovery_every != 0 && sampled_++ % config_.recovery_every == 0;
+  uint64_t recovery_points = 0;
+  std::optional<Enumerator> recovery;
+  std::unique_ptr<Media> mount_media;
+  RecordingMedia* recovering = nullptr;
+  if (crash_recovery) {
+    RecordingOptions o;
+    o.keep_log = false;
+    o.compare_at_op_end = false;
+    auto media = std::make_unique<RecordingMedia>(crashed->base(), size, o);
+    recovering = media.get();
+    std::optional<Enumerator::Filter> filter;
+    if (replaying()) {
+      filter = Enumerator::Filter{config_.replay->recovery->first, config_.replay->recovery->second};
+    }
+    recovery.emplace(crashed->base(), size, config_.seed, 2, &recovery_points, filter);
+    recovery->Attach(*media);
+    mount_media = std::move(media);
+  } else {
+    mount_media = BorrowMedia(*crashed);
+  }
+
+  Result<std::unique_ptr<Filesystem>> mounted = Filesystem::Mount(std::move(mount_media), {});
+  if (recovering != nullptr) Enumerator::Detach(*recovering);
+  if (!mounted.ok()) return fail("mount failed: " + mounted.error().Describe());
+  Filesystem& fs = **mounted;
+  if (recovering != nullptr) {
+    for (const auto& v : recovering->violations()) fail("during recovery: " + v.Describe());
+  }
+  Result<Tree> tree = SnapshotTree(fs);
+  if (!tree.ok()) return fail("tree after recovery: " + tree.error().Describe());
+  if (!TreeMatches(*tree, before, after, mixed)) {
+    return fail("the tree is neither the one before nor the one after the step:\n    vs before: " +
+                TreeDiff(before, *tree) + "\n    vs after:  " + TreeDiff(after, *tree));
+  }
+  const StatFs counts = fs.GetStatFs().value();
+  Status st = fs.Unmount();
+  if (!st.ok()) return fail("unmount: " + st.error().Describe());
+  std::string said;
+  const FsckReport report = CheckNamespace(fs.media(), RepairMode::kNone,
+                                           [&](const std::string& line) { said += "\n      " + line; });
+  if (report.exit_code != kFsckClean) {
+    fail("fsck exit code " + std::to_string(report.exit_code) + ", " +
+         std::to_string(report.problems) + " problem(s):" + said);
+  }
+  {
+    Result<std::unique_ptr<Filesystem>> again = Filesystem::Mount(BorrowMedia(fs.media()), {});
+    if (!again.ok()) return fail("second mount: " + again.error().Describe());
+    Status deleted = DeleteAll(**again);
+    if (!deleted.ok()) return fail("deleting everything: " + deleted.error().Describe());
+    const StatFs empty = (*again)->GetStatFs().value();
+    if (empty.blocks_free != image_.empty_free_blocks ||
+        empty.inodes_free != image_.empty_free_inodes) {
+      fail("after deleting everything " + std::to_string(empty.blocks_free) + " blocks and " +
+           std::to_string(empty.inodes_free) + " inodes are free; an empty namespace has " +
+           std::to_string(image_.empty_free_blocks) + " and " +
+           std::to_string(image_.empty_free_inodes));
+    }
+    (void)(*again)->Unmount();
+  }
+
+  if (!recovery) return;
+  std::vector<CrashState>& rstates = recovery->states();
+  const std::vector<const CrashState*> selected =
+      Select(rstates, replaying() ? rstates.size() : config_.recovery_cap);
+  for (const CrashState* rstate : selected) {
+    ++result_.recovery_checked;
+    const std::string rid = FormatId(workload_.name, state.point, state.subset, config_.seed,
+                                     std::make_pair(rstate->point, rstate->subset));
+    const auto rfail = [&](const std::string& what) {
+      Failure(rid + " (step '" + step + "', crash in '" + state.op + "', " + state.label +
+              "; then a crash during recovery in '" + rstate->op + "', " + rstate->label +
+              "): " + what + "\n    " + ReplayHint(rid));
+    };
+    auto media = MaterializeMedia(crashed->base(), size, *rstate, PlainOptions());
+    Result<std::unique_ptr<Filesystem>> remounted = Filesystem::Mount(BorrowMedia(*media), {});
+    if (!remounted.ok()) {
+      rfail("mount failed: " + remounted.error().Describe());
+      continue;
+    }
+    Result<Tree> rtree = SnapshotTree(**remounted);
+    if (!rtree.ok()) {
+      rfail("tree: " + rtree.error().Describe());
+      continue;
+    }
+    if (*rtree != *tree) {
+      rfail("a second recovery gives another tree: " + TreeDiff(*tree, *rtree));
+      continue;
+    }
+    const StatFs rcounts = (*remounted)->GetStatFs().value();
+    if (rcounts.blocks_free != counts.blocks_free || rcounts.inodes_free != counts.inodes_free) {
+      rfail("a second recovery leaves " + std::to_string(rcounts.blocks_free) + " blocks and " +
+            std::to_string(rcounts.inodes_free) + " inodes free; the first left " +
+            std::to_string(counts.blocks_free) + " and " + std::to_string(counts.inodes_free));
+    }
+  }
+}
+
+WorkloadResult RunWorkload(const Workload& workload, const CrashConfig& config) {
+  WorkloadRunner runner(workload, config);
+  return runner.Run();
+}
+
+std::vector<WorkloadResult> RunWorkloads(const std::string& suite,
+                                         const std::vector<Workload>& workloads) {
+  const CrashConfig config = CrashConfig::FromEnv();
+  std::vector<WorkloadResult> results;
+  uint64_t points = 0, candidates = 0, checked = 0, recovery = 0;
+  double seconds = 0;
+  for (const Workload& w : workloads) {
+    if (config.replay && config.replay->workload != w.name) continue;
+    if (!config.only.empty() && w.name.find(config.only) == std::string::npos) continue;
+    results.push_back(RunWorkload(w, config));
+    const WorkloadResult& r = results.back();
+    std::cout << "crash: " << r.Summary() << std::endl;
+    points += r.points;
+    candidates += r.candidates;
+    checked += r.checked;
+    recovery += r.recovery_checked;
+    seconds += r.seconds;
+  }
+  std::cout << "crash: " << suite << " total: " << results.size() << " workloads, " << points
+            << " crash points, " << candidates << " unique crash states, " << checked
+            << " checked + " << recovery << " crashes inside recovery, " << seconds << " s"
+            << " (seed " << config.seed << ", cap " << config.workload_cap << "/workload, "
+            << config.point_cap << "/point)" << std::endl;
+  return results;
+}
+
+}  // namespace nvfs::test

@@ -1,0 +1,170 @@
+// The crash-state harness (doc/integrity.md, "How the crash suite checks the
+// argument").
+//
+// A workload is a list of steps (each one filesystem operation, or a short
+// fixed group of them) run on a small pre-populated namespace mounted on a
+// RecordingMedia. While a step runs, every fence and every operation end is a
+// crash point; at each, with P the lines pending since the last fence, the
+// enumerator builds crash images: none of P; all of P; each single line; all
+// but one; every pair when |P| <= 8; the power set when |P| <= 4; 16 seeded
+// random subsets with random in-order prefixes per line. They are
+// deduplicated per step (by the image's bytes) and capped per crash point and
+// per workload. After the step, each image is checked:
+//  1. mounting it (journal recovery, orphans) succeeds;
+//  2. its tree equals the tree before or after the step (bytes of an
+//     overwrite may mix old and new);
+//  3. after a clean unmount, CheckNamespace (no repair) exits 0;
+//  4. deleting everything returns the free block and inode counts to those of
+//     an empty namespace;
+//  5. for a sample, the mount's own fences are crash points too: each such
+//     image, mounted again, must give the same tree and free counts.
+//
+// Every crash state has an id `workload:point:subset:seed` (and
+// `:rpoint:rsubset` for a crash during recovery); a failure prints it and the
+// command that replays that one case (NVFS_CRASH_REPLAY).
+//
+// Environment:
+//   NVFS_CRASH_CAP=N        unique states checked per workload (default 160)
+//   NVFS_CRASH_POINT_CAP=N  unique states kept per crash point (default 24)
+//   NVFS_CRASH_RECOVERY=N   crash the recovery of every Nth state (default 6; 0: never)
+//   NVFS_CRASH_SEED=N       seed of the random subsets and random steps (default 1)
+//   NVFS_CRASH_ONLY=text    run only workloads whose name contains text
+//   NVFS_CRASH_REPLAY=id    run the one crash state `id` and describe it
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "crash_tree.hpp"
+#include "media/recording_media.hpp"
+#include "nvfs/fs.hpp"
+
+namespace nvfs::test {
+
+struct ReplayId {
+  std::string workload;
+  uint64_t point = 0;
+  uint64_t subset = 0;
+  uint64_t seed = 0;
+  std::optional<std::pair<uint64_t, uint64_t>> recovery;  // rpoint, rsubset
+};
+std::optional<ReplayId> ParseReplayId(const std::string& text);
+
+struct CrashConfig {
+  uint64_t seed = 1;
+  size_t workload_cap = 160;
+  size_t point_cap = 24;
+  size_t recovery_every = 6;
+  size_t recovery_cap = 6;  // crash states per crashed recovery
+  std::string only;
+  std::optional<ReplayId> replay;
+  static CrashConfig FromEnv();
+};
+
+// The namespace every workload starts from (see PopulateStandard in
+// crash_harness.cpp): an 8 MiB namespace, mkfs'd with a fixed hash seed.
+struct ImageSpec {
+  uint64_t size = 8ull << 20;
+  uint32_t journal_slot_size = 0;  // 0: mkfs's default
+  bool operator<(const ImageSpec& o) const {
+    return size != o.size ? size < o.size : journal_slot_size < o.journal_slot_size;
+  }
+};
+
+struct BaseImage {
+  ImageSpec spec;
+  std::vector<std::byte> bytes;  // cleanly unmounted
+  uint64_t empty_free_blocks = 0;  // of the same namespace freshly made
+  uint64_t empty_free_inodes = 0;
+};
+const BaseImage& StandardImage(const ImageSpec& spec = {});
+
+// A media that forwards to one it does not own, so one image can be mounted
+// several times in a row.
+std::unique_ptr<Media> BorrowMedia(Media& target);
+
+class StepContext;
+
+struct Step {
+  std::string name;
+  std::function<void(StepContext&)> run;
+};
+
+struct Workload {
+  std::string name;  // no ':'
+  ImageSpec image;
+  std::function<void(StepContext&)> setup;  // not a crash point; may be empty
+  std::vector<Step> steps;
+};
+
+// What a step sees. Failures throw StepFailure (caught by the runner; steps
+// run outside the filesystem's code, so unwinding is safe).
+class StepContext {
+ public:
+  Filesystem& fs() { return *fs_; }
+  std::mt19937_64& rng() { return rng_; }
+  // The tree before this step.
+  const Tree& tree() const { return *tree_; }
+
+  uint64_t Ino(const std::string& path);
+  // Parent directory's inode and the last component.
+  std::pair<uint64_t, std::string> Parent(const std::string& path);
+  void Expect(const Status& st, const std::string& what);
+  template <class T>
+  T Expect(Result<T> r, const std::string& what) {
+    if (!r.ok()) Fail(what + ": " + r.error().Describe());
+    return std::move(r.value());
+  }
+  [[noreturn]] void Fail(const std::string& what);
+
+  // Open files kept across steps, by a name of the workload's choosing.
+  void Keep(const std::string& name, FileHandle file) { handles_[name] = file; }
+  FileHandle Handle(const std::string& name);
+  void Close(const std::string& name);
+
+  // The step overwrites bytes in place: they may mix after a crash.
+  void AllowMixed(const std::string& path, uint64_t offset, uint64_t len);
+  // Simulates a power failure now (everything durable survives) and mounts
+  // again; the new mount's fences are crash points of this step.
+  void CrashAndRemount();
+
+ private:
+  friend class WorkloadRunner;
+  Filesystem* fs_ = nullptr;
+  class WorkloadRunner* runner_ = nullptr;
+  std::mt19937_64 rng_;
+  const Tree* tree_ = nullptr;
+  std::map<std::string, FileHandle> handles_;
+  std::optional<MixedRange> mixed_;
+};
+
+struct StepFailure {
+  std::string what;
+};
+
+struct WorkloadResult {
+  std::string name;
+  uint64_t points = 0;      // crash points seen while steps ran
+  uint64_t candidates = 0;  // unique crash states found (after dedup, before caps)
+  uint64_t checked = 0;     // crash states mounted and checked
+  uint64_t recovery_checked = 0;  // crash states inside a recovery, checked
+  bool capped = false;
+  double seconds = 0;
+  std::vector<std::string> failures;
+  std::string Summary() const;
+};
+
+WorkloadResult RunWorkload(const Workload& workload, const CrashConfig& config);
+
+// Runs the workloads (those NVFS_CRASH_ONLY / NVFS_CRASH_REPLAY select),
+// prints one line per workload and a total to stdout, and returns the results.
+std::vector<WorkloadResult> RunWorkloads(const std::string& suite,
+                                         const std::vector<Workload>& workloads);
+
+}  // namespace nvfs::test

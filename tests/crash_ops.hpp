@@ -1,0 +1,121 @@
+// Filesystem operations by path for crash workloads: each one is a single
+// operation of the core (so a crash inside it must show the tree before or
+// after it), failing the step on an unexpected error.
+#pragma once
+
+#include <fcntl.h>
+#include <linux/falloc.h>
+#include <linux/fs.h>
+#include <sys/stat.h>
+
+#include <string>
+
+#include "crash_harness.hpp"
+
+namespace nvfs::test::ops {
+
+inline const Cred kUser{1000, 1000};
+
+inline std::string Bytes(size_t len, char seed) {
+  std::string out(len, '\0');
+  for (size_t i = 0; i < len; ++i) out[i] = static_cast<char>('A' + (seed + i * 7 + i / 13) % 26);
+  return out;
+}
+
+inline void Create(StepContext& c, const std::string& path, uint32_t mode = 0644) {
+  auto [dir, name] = c.Parent(path);
+  Attr attr;
+  FileHandle file = c.Expect(c.fs().Create(dir, name, mode, O_RDWR, kUser, &attr), "create " + path);
+  c.fs().Release(file);
+  c.fs().Forget(attr.ino, 1);
+}
+
+inline void Mkdir(StepContext& c, const std::string& path, uint32_t mode = 0755) {
+  auto [dir, name] = c.Parent(path);
+  c.fs().Forget(c.Expect(c.fs().Mkdir(dir, name, mode, kUser), "mkdir " + path).ino, 1);
+}
+
+inline void Mknod(StepContext& c, const std::string& path, uint32_t mode, uint64_t rdev) {
+  auto [dir, name] = c.Parent(path);
+  c.fs().Forget(c.Expect(c.fs().Mknod(dir, name, mode, rdev, kUser), "mknod " + path).ino, 1);
+}
+
+inline void Symlink(StepContext& c, const std::string& path, const std::string& target) {
+  auto [dir, name] = c.Parent(path);
+  c.fs().Forget(c.Expect(c.fs().Symlink(dir, name, target, kUser), "symlink " + path).ino, 1);
+}
+
+inline void Link(StepContext& c, const std::string& from, const std::string& to) {
+  const uint64_t ino = c.Ino(from);
+  auto [dir, name] = c.Parent(to);
+  c.fs().Forget(c.Expect(c.fs().Link(ino, dir, name), "link " + to).ino, 1);
+}
+
+inline void Unlink(StepContext& c, const std::string& path) {
+  auto [dir, name] = c.Parent(path);
+  c.Expect(c.fs().Unlink(dir, name), "unlink " + path);
+}
+
+inline void Rmdir(StepContext& c, const std::string& path) {
+  auto [dir, name] = c.Parent(path);
+  c.Expect(c.fs().Rmdir(dir, name), "rmdir " + path);
+}
+
+inline void Rename(StepContext& c, const std::string& from, const std::string& to,
+                   unsigned flags = 0) {
+  auto [from_dir, from_name] = c.Parent(from);
+  auto [to_dir, to_name] = c.Parent(to);
+  c.Expect(c.fs().Rename(from_dir, from_name, to_dir, to_name, flags),
+           "rename " + from + " " + to);
+}
+
+inline void SetAttr(StepContext& c, const std::string& path, const SetAttrRequest& request) {
+  (void)c.Expect(c.fs().SetAttr(c.Ino(path), request), "setattr " + path);
+}
+
+inline void Truncate(StepContext& c, const std::string& path, uint64_t size) {
+  SetAttrRequest r;
+  r.valid = kSetSize;
+  r.size = size;
+  SetAttr(c, path, r);
+}
+
+inline void SetXattr(StepContext& c, const std::string& path, const std::string& name,
+                     const std::string& value, int flags = 0) {
+  c.Expect(c.fs().SetXattr(c.Ino(path), name, value.data(), value.size(), flags),
+           "setxattr " + path + " " + name);
+}
+
+inline void RemoveXattr(StepContext& c, const std::string& path, const std::string& name) {
+  c.Expect(c.fs().RemoveXattr(c.Ino(path), name), "removexattr " + path + " " + name);
+}
+
+// Opens, writes, releases: the write is the one operation that changes the media.
+inline void Write(StepContext& c, const std::string& path, uint64_t offset, const std::string& data,
+                  int flags = O_RDWR) {
+  FileHandle file = c.Expect(c.fs().Open(c.Ino(path), flags), "open " + path);
+  Result<size_t> n = c.fs().Write(file, offset, data.data(), data.size());
+  c.fs().Release(file);
+  if (c.Expect(std::move(n), "write " + path) != data.size()) c.Fail("short write " + path);
+}
+
+// An overwrite of existing bytes: durable, not atomic.
+inline void Overwrite(StepContext& c, const std::string& path, uint64_t offset,
+                      const std::string& data) {
+  c.AllowMixed(path, offset, data.size());
+  Write(c, path, offset, data);
+}
+
+inline void Fallocate(StepContext& c, const std::string& path, int mode, uint64_t offset,
+                      uint64_t len) {
+  FileHandle file = c.Expect(c.fs().Open(c.Ino(path), O_RDWR), "open " + path);
+  Status st = c.fs().Fallocate(file, mode, offset, len);
+  c.fs().Release(file);
+  c.Expect(st, "fallocate " + path);
+}
+
+inline void OpenKeep(StepContext& c, const std::string& name, const std::string& path) {
+  c.Keep(name, c.Expect(c.fs().Open(c.Ino(path), O_RDWR), "open " + path));
+}
+
+}  // namespace nvfs::test::ops

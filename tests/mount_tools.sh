@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# Ordinary tools on an nvfs mount: mkfs.nvfs -s 1G IMG && nvfs IMG DIR, then
+# cp -a of a source tree, tar c | tar x, diff -r, git init/add/commit, make of
+# a small C project, rsync -a, xattrs through getfattr/setfattr. Run by meson
+# (suite mount) with NVFS_MKFS, NVFS_DAEMON and NVFS_FSCK set; also by hand:
+#   NVFS_DAEMON=build/nvfs NVFS_MKFS=build/mkfs.nvfs NVFS_FSCK=build/fsck.nvfs \
+#     bash tests/mount_tools.sh [MOUNT_OPTIONS]
+# Everything it makes is removed, and the mount unmounted, on any exit.
+set -euo pipefail
+
+options=${1:-}
+: "${NVFS_DAEMON:?set NVFS_DAEMON to the nvfs daemon}"
+: "${NVFS_MKFS:?set NVFS_MKFS to mkfs.nvfs}"
+: "${NVFS_FSCK:?set NVFS_FSCK to fsck.nvfs}"
+
+if ! { exec 9<>/dev/fuse; } 2>/dev/null; then
+  echo "*** SKIPPED: /dev/fuse is not usable on this machine; nvfs cannot be mounted ***"
+  exit 0
+fi
+exec 9>&-
+for tool in git rsync make cc tar diff getfattr setfattr fusermount3; do
+  command -v "$tool" >/dev/null || { echo "missing tool: $tool (tools/lib/common.sh installs it)"; exit 1; }
+done
+
+repo_src=$(cd "$(dirname "$0")/.." && pwd)/src
+image=/dev/shm/nvfs-tools-$$.img
+mnt=$(mktemp -d /tmp/nvfs-tools-XXXXXX)
+work=$(mktemp -d /dev/shm/nvfs-tools-work-XXXXXX)
+daemon_pid=
+
+cleanup() {
+  local rc=$?
+  if mountpoint -q "$mnt"; then
+    fusermount3 -u "$mnt" 2>/dev/null || fusermount3 -uz "$mnt" 2>/dev/null || true
+  fi
+  if [ -n "$daemon_pid" ]; then
+    for _ in $(seq 200); do kill -0 "$daemon_pid" 2>/dev/null || break; sleep 0.05; done
+    kill -9 "$daemon_pid" 2>/dev/null || true
+    wait "$daemon_pid" 2>/dev/null || true
+  fi
+  rmdir "$mnt" 2>/dev/null || true
+  rm -rf "$work" "$image"
+  [ $rc -eq 0 ] && echo "mount_tools: all passed" || echo "mount_tools: FAILED (exit $rc)"
+  exit $rc
+}
+trap cleanup EXIT
+
+step() { printf '== %s\n' "$*"; }
+
+mount_nvfs() {
+  "$NVFS_DAEMON" -f ${options:+-o "$options"} "$image" "$mnt" &
+  daemon_pid=$!
+  for _ in $(seq 500); do
+    mountpoint -q "$mnt" && return 0
+    kill -0 "$daemon_pid" 2>/dev/null || { echo "nvfs exited before mounting"; return 1; }
+    sleep 0.01
+  done
+  echo "nvfs did not mount"; return 1
+}
+
+unmount_nvfs() {
+  fusermount3 -u "$mnt"
+  wait "$daemon_pid"
+  daemon_pid=
+}
+
+# A snapshot of this repository's sources, so edits made meanwhile do not
+# show up as differences.
+src=$work/src
+cp -a "$repo_src" "$src"
+
+step "mkfs.nvfs -s 1G $image; nvfs $image $mnt ${options:+-o $options}"
+"$NVFS_MKFS" -q -s 1G "$image"
+mount_nvfs
+
+step "cp -a of a source tree, diff -r"
+cp -a "$src" "$mnt/src"
+diff -r "$src" "$mnt/src"
+cp -a /usr/include/c++ "$mnt/cxx"
+diff -r /usr/include/c++ "$mnt/cxx"
+
+step "tar c | tar x round trip, diff -r"
+(cd "$mnt" && tar cf - src cxx) | (mkdir "$work/untar" && cd "$work/untar" && tar xf -)
+diff -r "$src" "$work/untar/src"
+mkdir "$mnt/untar"
+tar cf - -C "$work/untar" . | tar xpf - -C "$mnt/untar"
+diff -r "$work/untar" "$mnt/untar"
+
+step "rsync -a, then an incremental rsync that finds nothing to do"
+rsync -a "$src/" "$mnt/rsynced/"
+diff -r "$src" "$mnt/rsynced"
+changes=$(rsync -ai "$src/" "$mnt/rsynced/" | wc -l)
+[ "$changes" -eq 0 ] || { echo "second rsync changed $changes entries"; exit 1; }
+rsync -a --delete "$mnt/rsynced/" "$work/back/"
+diff -r "$src" "$work/back"
+
+step "git init, add, commit, log, status"
+(
+  cd "$mnt/src"
+  git init -q
+  git -c user.name=nvfs -c user.email=nvfs@example.invalid add -A
+  git -c user.name=nvfs -c user.email=nvfs@example.invalid commit -q -m "import"
+  echo "// touched" >> fs/super.cpp
+  git -c user.name=nvfs -c user.email=nvfs@example.invalid commit -qam "touch"
+  [ "$(git rev-list --count HEAD)" -eq 2 ]
+  git fsck --no-progress --strict
+  [ -z "$(git status --porcelain)" ]
+  git gc -q
+  git fsck --no-progress
+)
+
+step "make of a small C project"
+mkdir "$mnt/proj"
+cat > "$mnt/proj/main.c" <<'C'
+#include <stdio.h>
+int add(int a, int b);
+int main(void) { printf("%d\n", add(40, 2)); return 0; }
+C
+cat > "$mnt/proj/add.c" <<'C'
+int add(int a, int b) { return a + b; }
+C
+printf 'hello: main.o add.o\n\t$(CC) -o $@ $^\n%%.o: %%.c\n\t$(CC) -O2 -c -o $@ $<\nclean:\n\trm -f hello *.o\n' \
+  > "$mnt/proj/Makefile"
+make -s -C "$mnt/proj"
+[ "$("$mnt/proj/hello")" = 42 ]
+touch "$mnt/proj/add.c"
+make -C "$mnt/proj" | grep -q "add.o"   # make sees the new mtime
+make -s -C "$mnt/proj" clean
+[ ! -e "$mnt/proj/hello" ]
+
+step "xattrs through setfattr/getfattr"
+setfattr -n user.color -v blue "$mnt/proj/main.c"
+[ "$(getfattr --only-values -n user.color "$mnt/proj/main.c")" = blue ]
+
+step "persistence: unmount, fsck -n, mount again, diff -r"
+unmount_nvfs
+"$NVFS_FSCK" -n "$image"
+mount_nvfs
+diff -r "$src" "$mnt/rsynced"
+diff -r /usr/include/c++ "$mnt/cxx"
+(cd "$mnt/src" && git fsck --no-progress && [ "$(git rev-list --count HEAD)" -eq 2 ])
+df -h "$mnt" | tail -1
+unmount_nvfs
+"$NVFS_FSCK" -n "$image"

@@ -1,0 +1,1661 @@
+// The mount suite: the nvfs daemon on a real FUSE mount, driven through
+// ordinary system calls, each test on its own freshly formatted image
+// (tests/mount_fixture.hpp). Skipped, loudly, where /dev/fuse is absent.
+#include <catch2/catch.hpp>
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <linux/falloc.h>
+#include <linux/fs.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/syscall.h>
+#include <sys/types.h>
+#include <sys/xattr.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "mount_fixture.hpp"
+#include "test_util.hpp"
+
+// Timestamps compare in the global namespace, where Catch's decomposition
+// finds them by argument-dependent lookup.
+inline bool operator<=(const timespec& a, const timespec& b) {
+  return a.tv_sec < b.tv_sec || (a.tv_sec == b.tv_sec && a.tv_nsec <= b.tv_nsec);
+}
+inline bool operator==(const timespec& a, const timespec& b) {
+  return a.tv_sec == b.tv_sec && a.tv_nsec == b.tv_nsec;
+}
+
+namespace nvfs::test {
+namespace {
+
+constexpr uint64_t kKiB = 1024;
+constexpr uint64_t kMiB = 1024 * kKiB;
+constexpr uint64_t kGiB = 1024 * kMiB;
+
+// errno of a failed call, 0 if it succeeded.
+int Err(long result) { return result < 0 ? errno : 0; }
+
+// An open file descriptor, closed on scope exit.
+class Fd {
+ public:
+  Fd(const std::string& path, int flags, mode_t mode = 0644)
+      : fd_(open(path.c_str(), flags | O_CLOEXEC, mode)), errno_(fd_ < 0 ? errno : 0) {}
+  ~Fd() { Close(); }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  void Close() {
+    if (fd_ >= 0) close(fd_);
+    fd_ = -1;
+  }
+  int get() const { return fd_; }
+  bool ok() const { return fd_ >= 0; }
+  int error() const { return errno_; }
+
+ private:
+  int fd_;
+  int errno_;
+};
+
+void WriteFile(const std::string& path, const std::string& data, mode_t mode = 0644) {
+  Fd fd(path, O_WRONLY | O_CREAT | O_TRUNC, mode);
+  INFO(path << ": " << std::strerror(fd.error()));
+  REQUIRE(fd.ok());
+  REQUIRE(write(fd.get(), data.data(), data.size()) == static_cast<ssize_t>(data.size()));
+}
+
+std::string ReadAll(const std::string& path) {
+  Fd fd(path, O_RDONLY);
+  INFO(path << ": " << std::strerror(fd.error()));
+  REQUIRE(fd.ok());
+  std::string out;
+  char buf[65536];
+  for (;;) {
+    const ssize_t n = read(fd.get(), buf, sizeof buf);
+    REQUIRE(n >= 0);
+    if (n == 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  return out;
+}
+
+struct stat Stat(const std::string& path) {
+  struct stat st {};
+  INFO(path);
+  REQUIRE(lstat(path.c_str(), &st) == 0);
+  return st;
+}
+
+struct statvfs StatFs(const std::string& path) {
+  struct statvfs sv {};
+  REQUIRE(statvfs(path.c_str(), &sv) == 0);
+  return sv;
+}
+
+std::string Pattern(size_t size, uint64_t seed) {
+  std::string s(size, '\0');
+  std::mt19937_64 rng(seed);
+  for (size_t i = 0; i < size; i += 8) {
+    const uint64_t v = rng();
+    std::memcpy(&s[i], &v, std::min<size_t>(8, size - i));
+  }
+  return s;
+}
+
+std::set<std::string> ListDir(const std::string& path) {
+  std::set<std::string> names;
+  DIR* d = opendir(path.c_str());
+  REQUIRE(d != nullptr);
+  size_t count = 0;
+  while (dirent* e = readdir(d)) {
+    names.insert(e->d_name);
+    ++count;
+  }
+  closedir(d);
+  REQUIRE(count == names.size());  // no name listed twice
+  return names;
+}
+
+int RenameAt2(const std::string& from, const std::string& to, unsigned flags) {
+  return static_cast<int>(
+      syscall(SYS_renameat2, AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), flags));
+}
+
+timespec Now() {
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return ts;
+}
+
+// Polls `cond` for up to `seconds` (the kernel sends RELEASE and FORGET
+// asynchronously after close and unlink).
+template <class Cond>
+bool Eventually(Cond&& cond, double seconds = 5) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (!cond()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return true;
+}
+
+// Errors from worker threads (Catch2 assertions are not thread-safe).
+class ThreadErrors {
+ public:
+  void Add(const std::string& what) {
+    std::lock_guard lock(mu_);
+    if (errors_.size() < 20) errors_.push_back(what + ": " + std::strerror(errno));
+  }
+  void Check() {
+    for (const std::string& e : errors_) INFO(e);
+    INFO((errors_.empty() ? std::string() : errors_.front()));
+    CHECK(errors_.empty());
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<std::string> errors_;
+};
+
+// ---------------------------------------------------------------------------
+
+TEST_CASE("mount: errno table for misuse", "[mount]") {
+  NVFS_REQUIRE_FUSE();
+  MountedFs m;
+  m.Start();
+  const std::string f = m.path("file"), d = m.path("dir"), missing = m.path("missing");
+  WriteFile(f, "x");
+  REQUIRE(mkdir(d.c_str(), 0755) == 0);
+  REQUIRE(mkdir(m.path("dir/sub").c_str(), 0755) == 0);
+  REQUIRE(mkdir(m.path("empty").c_str(), 0755) == 0);
+  WriteFile(m.path("dir/inner"), "y");
+
+  // ENOENT
+  CHECK(Err(open(missing.c_str(), O_RDONLY)) == ENOENT);
+  CHECK(Err(access(missing.c_str(), F_OK)) == ENOENT);
+  CHECK(Err(unlink(missing.c_str())) == ENOENT);
+  CHECK(Err(rmdir(missing.c_str())) == ENOENT);
+  CHECK(Err(rename(missing.c_str(), m.path("other").c_str())) == ENOENT);
+  CHECK(Err(open(m.path("missing/x").c_str(), O_CREAT | O_WRONLY, 0644)) == ENOENT);
+  CHECK(Err(link(missing.c_str(), m.path("l").c_str())) == ENOENT);
+  char buf[64];
+  CHECK(Err(readlink(missing.c_str(), buf, sizeof buf)) == ENOENT);
+  // EEXIST
+  CHECK(Err(mkdir(d.c_str(), 0755)) == EEXIST);
+  CHECK(Err(mkdir(f.c_str(), 0755)) == EEXIST);
+  CHECK(Err(open(f.c_str(), O_CREAT | O_EXCL | O_WRONLY, 0644)) == EEXIST);
+  CHECK(Err(link(f.c_str(), m.path("dir/inner").c_str())) == EEXIST);
+  CHECK(Err(symlink("t", f.c_str())) == EEXIST);
+  CHECK(Err(mknod(f.c_str(), S_IFIFO | 0644, 0)) == EEXIST);
+  // ENOTDIR
+  CHECK(Err(open(m.path("file/x").c_str(), O_RDONLY)) == ENOTDIR);
+  CHECK(Err(mkdir(m.path("file/x").c_str(), 0755)) == ENOTDIR);
+  CHECK(Err(rmdir(f.c_str())) == ENOTDIR);
+  CHECK(Err(open(f.c_str(), O_RDONLY | O_DIRECTORY)) == ENOTDIR);
+  CHECK(Err(rename(m.path("empty").c_str(), f.c_str())) == ENOTDIR);
+  // EISDIR
+  CHECK(Err(open(d.c_str(), O_WRONLY)) == EISDIR);
+  CHECK(Err(open(d.c_str(), O_RDWR)) == EISDIR);
+  CHECK(Err(unlink(d.c_str())) == EISDIR);
+  CHECK(Err(rename(f.c_str(), m.path("empty").c_str())) == EISDIR);
+  // ENOTEMPTY
+  CHECK(Err(rmdir(d.c_str())) == ENOTEMPTY);
+  CHECK(Err(rename(m.path("empty").c_str(), d.c_str())) == ENOTEMPTY);
+  // ENAMETOOLONG: 255 bytes is the limit.
+  const std::string name255(255, 'n'), name256(256, 'n');
+  WriteFile(m.path(name255), "ok");
+  CHECK(ReadAll(m.path(name255)) == "ok");
+  CHECK(Err(open(m.path(name256).c_str(), O_CREAT | O_WRONLY, 0644)) == ENAMETOOLONG);
+  CHECK(Err(mkdir(m.path(name256).c_str(), 0755)) == ENAMETOOLONG);
+  CHECK(Err(access(m.path(name256).c_str(), F_OK)) == ENAMETOOLONG);
+  CHECK(Err(rename(f.c_str(), m.path(name256).c_str())) == ENAMETOOLONG);
+  // EINVAL: a directory into its own subtree; readlink of a non-symlink.
+  CHECK(Err(rename(d.c_str(), m.path("dir/sub/d").c_str())) == EINVAL);
+  CHECK(Err(rename(d.c_str(), m.path("dir/d").c_str())) == EINVAL);
+  CHECK(Err(readlink(f.c_str(), buf, sizeof buf)) == EINVAL);
+  CHECK(Err(rmdir(m.path("dir/.").c_str())) == EINVAL);
+  // EPERM: hard links to directories.
+  CHECK(Err(link(d.c_str(), m.path("dlink").c_str())) == EPERM);
+  // EXDEV: across filesystems (decided by the kernel, not the daemon).
+  const std::string outside = "/dev/shm/nvfs-mt-xdev-" + std::to_string(getpid());
+  CHECK(Err(rename(f.c_str(), outside.c_str())) == EXDEV);
+  CHECK(Err(link(f.c_str(), outside.c_str())) == EXDEV);
+  // ELOOP
+  REQUIRE(symlink("loop2", m.path("loop1").c_str()) == 0);
+  REQUIRE(symlink("loop1", m.path("loop2").c_str()) == 0);
+  CHECK(Err(open(m.path("loop1").c_str(), O_RDONLY)) == ELOOP);
+  REQUIRE(symlink("file", m.path("tofile").c_str()) == 0);
+  CHECK(Err(open(m.path("tofile").c_str(), O_RDONLY | O_NOFOLLOW)) == ELOOP);
+  // EBADF: the access mode of the descriptor.
+  {
+    Fd ro(f, O_RDONLY), wo(f, O_WRONLY);
+    REQUIRE(ro.ok());
+    REQUIRE(wo.ok());
+    CHECK(Err(write(ro.get(), "z", 1)) == EBADF);
+    CHECK(Err(read(wo.get(), buf, 1)) == EBADF);
+    // ENXIO: SEEK_DATA and SEEK_HOLE at or past the end.
+    CHECK(Err(lseek(ro.get(), 100, SEEK_DATA)) == ENXIO);
+    CHECK(Err(lseek(ro.get(), 1, SEEK_HOLE)) == ENXIO);
+    CHECK(Err(ftruncate(wo.get(), -1)) == EINVAL);
+  }
+  // An unknown xattr namespace.
+  CHECK(Err(setxattr(f.c_str(), "bogus.name", "v", 1, 0)) == EOPNOTSUPP);
+  CHECK(m.Stop() == 0);
+}
+
+TEST_CASE("mount: permissions with default_permissions and a second uid", "[mount]") {
+  NVFS_REQUIRE_FUSE();
+  MountedFs m;
+  m.Start("allow_other");
+  REQUIRE(chmod(m.dir().c_str(), 0755) == 0);
+  WriteFile(m.path("public"), "public data", 0644);
+  REQUIRE(chmod(m.path("public").c_str(), 0644) == 0);
+  WriteFile(m.path("secret"), "secret", 0600);
+  REQUIRE(chmod(m.path("secret").c_str(), 0600) == 0);
+  REQUIRE(mkdir(m.path("rootdir").c_str(), 0755) == 0);
+  REQUIRE(mkdir(m.path("shared").c_str(), 01777) == 0);
+  REQUIRE(chmod(m.path("shared").c_str(), 01777) == 0);
+  WriteFile(m.path("shared/rootfile"), "r");
+  WriteFile(m.path("given"), "");
+  REQUIRE(chown(m.path("given").c_str(), 65534, 65534) == 0);
+
+  const int failed_step = RunInChild([&]() -> int {
+    if (setgroups(0, nullptr) != 0 || setresgid(65534, 65534, 65534) != 0 ||
+        setresuid(65534, 65534, 65534) != 0) {
+      return 100;
+    }
+    int step = 0;
+    auto expect = [&step](bool ok) {
+      ++step;
+      return ok;
+    };
+    char buf[64];
+    // Can read a 0644 root file, cannot write it.
+    int fd = open(m.path("public").c_str(), O_RDONLY);
+    if (!expect(fd >= 0)) return step;
+    const ssize_t n = read(fd, buf, sizeof buf);
+    close(fd);
+    if (!expect(n == 11 && std::memcmp(buf, "public data", 11) == 0)) return step;
+    if (!expect(Err(open(m.path("public").c_str(), O_WRONLY)) == EACCES)) return step;
+    if (!expect(Err(truncate(m.path("public").c_str(), 0)) == EACCES)) return step;
+    if (!expect(Err(access(m.path("public").c_str(), W_OK)) == EACCES)) return step;
+    if (!expect(access(m.path("public").c_str(), R_OK) == 0)) return step;
+    if (!expect(Err(open(m.path("secret").c_str(), O_RDONLY)) == EACCES)) return step;
+    // Cannot create in, or remove from, a 0755 root directory.
+    if (!expect(Err(open(m.path("rootdir/new").c_str(), O_CREAT | O_WRONLY, 0644)) == EACCES)) {
+      return step;
+    }
+    if (!expect(Err(mkdir(m.path("rootdir/d").c_str(), 0755)) == EACCES)) return step;
+    if (!expect(Err(unlink(m.path("public").c_str())) == EACCES)) return step;
+    if (!expect(Err(rename(m.path("public").c_str(), m.path("p2").c_str())) == EACCES)) {
+      return step;
+    }
+    // Not the owner: no chmod, chown, explicit times or user xattrs.
+    if (!expect(Err(chmod(m.path("public").c_str(), 0666)) == EPERM)) return step;
+    if (!expect(Err(chown(m.path("public").c_str(), 65534, 65534)) == EPERM)) return step;
+    const timespec times[2] = {{1, 0}, {2, 0}};
+    if (!expect(Err(utimensat(AT_FDCWD, m.path("public").c_str(), times, 0)) == EPERM)) {
+      return step;
+    }
+    if (!expect(Err(setxattr(m.path("public").c_str(), "user.x", "1", 1, 0)) == EACCES)) {
+      return step;
+    }
+    // A sticky world-writable directory: may create, may not remove root's file.
+    fd = open(m.path("shared/mine").c_str(), O_CREAT | O_WRONLY, 0644);
+    if (!expect(fd >= 0)) return step;
+    close(fd);
+    struct stat st {};
+    if (!expect(stat(m.path("shared/mine").c_str(), &st) == 0 && st.st_uid == 65534 &&
+                st.st_gid == 65534)) {
+      return step;
+    }
+    if (!expect(Err(unlink(m.path("shared/rootfile").c_str())) == EPERM)) return step;
+    if (!expect(unlink(m.path("shared/mine").c_str()) == 0)) return step;
+    // A file given to this uid: writable, and its mode is ours to change.
+    fd = open(m.path("given").c_str(), O_WRONLY);
+    if (!expect(fd >= 0)) return step;
+    const bool wrote = write(fd, "mine", 4) == 4;
+    close(fd);
+    if (!expect(wrote)) return step;
+    if (!expect(chmod(m.path("given").c_str(), 0600) == 0)) return step;
+    return 0;
+  });
+  INFO("first failed step in the child (100: could not change uid): " << failed_step);
+  CHECK(failed_step == 0);
+  CHECK(ReadAll(m.path("public")) == "public data");
+  CHECK(ReadAll(m.path("given")) == "mine");
+  CHECK(PathExists(m.path("shared/rootfile")));
+  CHECK(m.Stop() == 0);
+}
+
+TEST_CASE("mount: hard links and link counts", "[mount]") {
+  NVFS_REQUIRE_FUSE();
+  MountedFs m;
+  m.Start();
+  REQUIRE(mkdir(m.path("d").c_str(), 0755) == 0);
+  WriteFile(m.path("a"), "abc");
+  const struct stat a0 = Stat(m.path("a"));
+  CHECK(a0.st_nlink == 1);
+  REQUIRE(link(m.path("a").c_str(), m.path("b").c_str()) == 0);
+  REQUIRE(link(m.path("a").c_str(), m.path("d/c").c_str()) == 0);
+  for (const char* name : {"a", "b", "d/c"}) {
+    const struct stat st = Stat(m.path(name));
+    CHECK(st.st_ino == a0.st_ino);
+    CHECK(st.st_nlink == 3);
+  }
+  {
+    Fd fd(m.path("d/c"), O_WRONLY | O_APPEND);
+    REQUIRE(fd.ok());
+    REQUIRE(write(fd.get(), "def", 3) == 3);
+  }
+  CHECK(ReadAll(m.path("a")) == "abcdef");
+  REQUIRE(unlink(m.path("b").c_str()) == 0);
+  CHECK(Stat(m.path("a")).st_nlink == 2);
+  CHECK(Stat(m.path("d/c")).st_nlink == 2);
+  REQUIRE(unlink(m.path("a").c_str()) == 0);
+  CHECK(Stat(m.path("d/c")).st_nlink == 1);
+  CHECK(ReadAll(m.path("d/c")) == "abcdef");
+  // Many links to one inode.
+  for (int i = 0; i < 100; ++i) {
+    REQUIRE(link(m.path("d/c").c_str(), m.path("d/l" + std::to_string(i)).c_str()) == 0);
+  }
+  CHECK(Stat(m.path("d/c")).st_nlink == 101);
+  for (int i = 0; i < 100; ++i) REQUIRE(unlink(m.path("d/l" + std::to_string(i)).c_str()) == 0);
+  CHECK(Stat(m.path("d/c")).st_nlink == 1);
+
+  // Directory link counts: 2 + subdirectories.
+  REQUIRE(mkdir(m.path("p").c_str(), 0755) == 0);
+  CHECK(Stat(m.path("p")).st_nlink == 2);
+  const nlink_t root_links = Stat(m.dir()).st_nlink;
+  REQUIRE(mkdir(m.path("p/s1").c_str(), 0755) == 0);
+  REQUIRE(mkdir(m.path("p/s2").c_str(), 0755) == 0);
+  CHECK(Stat(m.path("p")).st_nlink == 4);
+  REQUIRE(rmdir(m.path("p/s1").c_str()) == 0);
+  CHECK(Stat(m.path("p")).st_nlink == 3);
+  REQUIRE(mkdir(m.path("q").c_str(), 0755) == 0);
+  CHECK(Stat(m.dir()).st_nlink == root_links + 1);
+  REQUIRE(rmdir(m.path("q").c_str()) == 0);
+  CHECK(Stat(m.dir()).st_nlink == root_links);
+  CHECK(m.Stop() == 0);
+}
+
+TEST_CASE("mount: symlinks", "[mount]") {
+  NVFS_REQUIRE_FUSE();
+  MountedFs m;
+  m.Start();
+  char buf[5000];
+  REQUIRE(symlink("target", m.path("s").c_str()) == 0);
+  ssize_t n = readlink(m.path("s").c_str(), buf, sizeof buf);
+  REQUIRE(n == 6);
+  CHECK(std::string(buf, 6) == "target");
+  struct stat st = Stat(m.path("s"));
+  CHECK(S_ISLNK(st.st_mode));
+  CHECK(st.st_size == 6);
+  CHECK(Err(stat(m.path("s").c_str(), &st)) == ENOENT);  // dangling
+  WriteFile(m.path("target"), "through the link");
+  CHECK(ReadAll(m.path("s")) == "through the link");
+  // Targets past the inline limit, up to the maximum.
+  for (size_t len : {129, 1000, 4095}) {
+    std::string target(len, 'x');
+    for (size_t i = 0; i < len; i += 50) target[i] = '/';
+    const std::string name = m.path("long" + std::to_string(len));
+    REQUIRE(symlink(target.c_str(), name.c_str()) == 0);
+    n = readlink(name.c_str(), buf, sizeof buf);
+    REQUIRE(n == static_cast<ssize_t>(len));
+    CHECK(std::string(buf, len) == target);
+    CHECK(Stat(name).st_size == static_cast<off_t>(len));
+  }
+  CHECK(Err(symlink(std::string(4096, 'y').c_str(), m.path("toolong").c_str())) == ENAMETOOLONG);
+  // Through a directory symlink, and to an absolute path outside.
+  REQUIRE(mkdir(m.path("dir").c_str(), 0755) == 0);
+  WriteFile(m.path("dir/f"), "inside");
+  REQUIRE(symlink("dir", m.path("sd").c_str()) == 0);
+  CHECK(ReadAll(m.path("sd/f")) == "inside");
+  REQUIRE(symlink("/proc/self/exe", m.path("abs").c_str()) == 0);
+  CHECK(Stat(m.path("abs")).st_size == 14);
+  // Removing the link leaves the target.
+  REQUIRE(unlink(m.path("s").c_str()) == 0);
+  CHECK(ReadAll(m.path("target")) == "through the link");
+  // lchown on the link itself.
+  REQUIRE(lchown(m.path("sd").c_str(), 123, 456) == 0);
+  CHECK(Stat(m.path("sd")).st_uid == 123);
+  CHECK(Stat(m.path("dir")).st_uid == 0);
+  CHECK(m.Stop() == 0);
+  m.Start();
+  n = readlink(m.path("long4095").c_str(), buf, sizeof buf);
+  CHECK(n == 4095);
+  CHECK(ReadAll(m.path("sd/f")) == "inside");
+  CHECK(m.Stop() == 0);
+}
+
+TEST_CASE("mount: rename in every form", "[mount]") {
+  NVFS_REQUIRE_FUSE();
+  MountedFs m;
+  m.Start();
+  auto p = [&](const std::string& rel) { return m.path(rel); };
+
+  // A new name in the same directory.
+  WriteFile(p("a"), "A");
+  const ino_t a_ino = Stat(p("a")).st_ino;
+  REQUIRE(rename(p("a").c_str(), p("b").c_str()) == 0);
+  CHECK_FALSE(PathExists(p("a")));
+  CHECK(Stat(p("b")).st_ino == a_ino);
+  CHECK(ReadAll(p("b")) == "A");
+
+  // Over an existing file, which lives on while open.
+  WriteFile(p("x"), "X");
+  WriteFile(p("y"), "Y");
+  {
+    Fd old_y(p("y"), O_RDONLY);
+    REQUIRE(old_y.ok());
+    REQUIRE(rename(p("x").c_str(), p("y").c_str()) == 0);
+    CHECK_FALSE(PathExists(p("x")));
+    CHECK(ReadAll(p("y")) == "X");
+    char c = 0;
+    CHECK(pread(old_y.get(), &c, 1, 0) == 1);
+    CHECK(c == 'Y');
+    struct stat st {};
+    REQUIRE(fstat(old_y.get(), &st) == 0);
+    CHECK(st.st_nlink == 0);
+  }
+
+  // Over an empty directory.
+  REQUIRE(mkdir(p("d1").c_str(), 0755) == 0);
+  REQUIRE(mkdir(p("d2").c_str(), 0755) == 0);
+  WriteFile(p("d1/f"), "in d1");
+  const ino_t d1_ino = Stat(p("d1")).st_ino;
+  const nlink_t root_links = Stat(m.dir()).st_nlink;
+  REQUIRE(rename(p("d1").c_str(), p("d2").c_str()) == 0);
+  CHECK(Stat(p("d2")).st_ino == d1_ino);
+  CHECK_FALSE(PathExists(p("d1")));
+  CHECK(ReadAll(p("d2/f")) == "in d1");
+  CHECK(Stat(m.dir()).st_nlink == root_links - 1);
+
+  // Across directories: a file and a directory (whose ".." follows).
+  REQUIRE(mkdir(p("A").c_str(), 0755) == 0);
+  REQUIRE(mkdir(p("B").c_str(), 0755) == 0);
+  REQUIRE(mkdir(p("A/sub").c_str(), 0755) == 0);
+  WriteFile(p("A/f"), "moved");
+  REQUIRE(rename(p("A/f").c_str(), p("B/g").c_str()) == 0);
+  CHECK(ReadAll(p("B/g")) == "moved");
+  CHECK(Stat(p("A")).st_nlink == 3);
+  REQUIRE(rename(p("A/sub").c_str(), p("B/sub2").c_str()) == 0);
+  CHECK(Stat(p("A")).st_nlink == 2);
+  CHECK(Stat(p("B")).st_nlink == 3);
+  CHECK(Stat(p("B/sub2/..")).st_ino == Stat(p("B")).st_ino);
+  CHECK(ListDir(p("A")) == std::set<std::string>{".", ".."});
+  CHECK(ListDir(p("B")) == std::set<std::string>{".", "..", "g", "sub2"});
+
+  // RENAME_NOREPLACE
+  WriteFile(p("n1"), "1");
+  WriteFile(p("n2"), "2");
+  CHECK(Err(RenameAt2(p("n1"), p("n2"), RENAME_NOREPLACE)) == EEXIST);
+  CHECK(ReadAll(p("n2")) == "2");
+  REQUIRE(RenameAt2(p("n1"), p("n3"), RENAME_NOREPLACE) == 0);
+  CHECK(ReadAll(p("n3")) == "1");
+
+  // RENAME_EXCHANGE: a file and a directory, then two directories across
+  // parents (each ".." follows, the parents' link counts stay).
+  WriteFile(p("e1"), "one");
+  REQUIRE(mkdir(p("e2").c_str(), 0755) == 0);
+  WriteFile(p("e2/child"), "c");
+  REQUIRE(RenameAt2(p("e1"), p("e2"), RENAME_EXCHANGE) == 0);
+  CHECK(S_ISDIR(Stat(p("e1")).st_mode));
+  CHECK(ReadAll(p("e1/child")) == "c");
+  CHECK(ReadAll(p("e2")) == "one");
+  CHECK(Err(RenameAt2(p("e2"), p("nothing"), RENAME_EXCHANGE)) == ENOENT);
+  CHECK(Err(RenameAt2(p("e2"), p("e1"), RENAME_EXCHANGE | RENAME_NOREPLACE)) == EINVAL);
+  REQUIRE(mkdir(p("A/x").c_str(), 0755) == 0);
+  REQUIRE(mkdir(p("B/y").c_str(), 0755) == 0);
+  const nlink_t a_links = Stat(p("A")).st_nlink, b_links = Stat(p("B")).st_nlink;
+  REQUIRE(RenameAt2(p("A/x"), p("B/y"), RENAME_EXCHANGE) == 0);
+  CHECK(Stat(p("A/x/..")).st_ino == Stat(p("A")).st_ino);
+  CHECK(Stat(p("B/y/..")).st_ino == Stat(p("B")).st_ino);
+  CHECK(Stat(p("A")).st_nlink == a_links);
+  CHECK(Stat(p("B")).st_nlink == b_links);
+
+  // Onto itself, and onto another name of the same inode: nothing happens.
+  REQUIRE(rename(p("b").c_str(), p("b").c_str()) == 0);
+  REQUIRE(link(p("b").c_str(), p("b2").c_str()) == 0);
+  REQUIRE(rename(p("b").c_str(), p("b2").c_str()) == 0);
+  CHECK(PathExists(p("b")));
+  CHECK(PathExists(p("b2")));
+  CHECK(Stat(p("b")).st_nlink == 2);
+
+  // Refusals.
+  WriteFile(p("file"), "f");
+  REQUIRE(mkdir(p("full").c_str(), 0755) == 0);
+  WriteFile(p("full/x"), "x");
+  CHECK(Err(rename(p("A").c_str(), p("file").c_str())) == ENOTDIR);
+  CHECK(Err(rename(p("file").c_str(), p("A").c_str())) == EISDIR);
+  CHECK(Err(rename(p("A").c_str(), p("full").c_str())) == ENOTEMPTY);
+  CHECK(Err(rename(p("B").c_str(), p("B/y/inside").c_str())) == EINVAL);
+
+  CHECK(m.Stop() == 0);
+  m.Start();
+  CHECK(ReadAll(p("B/g")) == "moved");
+  CHECK(ReadAll(p("e2")) == "one");
+  CHECK(Stat(p("B/sub2/..")).st_ino == Stat(p("B")).st_ino);
+  CHECK(m.Stop() == 0);
+  CHECK(FsckImage(m.image()).exit_code == 0);
+}
+
+TEST_CASE("mount: a file unlinked while open", "[mount]") {
+  NVFS_REQUIRE_FUSE();
+  const std::string options = GENERATE(as<std::string>{}, "", "cache=page");
+  INFO("options: " << options);
+  MountedFs m;
+  m.Start(options);
+  const uint64_t free0 = StatFs(m.dir()).f_bfree;
+  const std::string data = Pattern(8 * kMiB, 1);
+  {
+    Fd fd(m.path("f"), O_RDWR | O_CREAT, 0644);
+    REQUIRE(fd.ok());
+    REQUIRE(write(fd.get(), data.data(), data.size()) == static_cast<ssize_t>(data.size()));
+    REQUIRE(unlink(m.path("f").c_str()) == 0);
+    CHECK_FALSE(PathExists(m.path("f")));
+    CHECK(ListDir(m.dir()).count("f") == 0);
+    struct stat st {};
+    REQUIRE(fstat(fd.get(), &st) == 0);
+    CHECK(st.st_nlink == 0);
+    CHECK(st.st_size == static_cast<off_t>(data.size()));
+    std::string back(data.size(), '\0');
+    REQUIRE(pread(fd.get(), back.data(), back.size(), 0) == static_cast<ssize_t>(back.size()));
+    CHECK(back == data);
+    REQUIRE(pwrite(fd.get(), "tail", 4, static_cast<off_t>(data.size())) == 4);
+    char tail[4];
+    REQUIRE(pread(fd.get(), tail, 4, static_cast<off_t>(data.size())) == 4);
+    CHECK(std::string(tail, 4) == "tail");
+    // Still allocated while open.
+    CHECK(StatFs(m.dir()).f_bfree + 2048 <= free0);
+  }
+  // The space returns once the kernel has released the file.
+  CHECK(Eventually([&] { return StatFs(m.dir()).f_bfree + 4 >= free0; }));
+  CHECK(m.Stop() == 0);
+  CHECK(FsckImage(m.image()).exit_code == 0);
+}
+
+TEST_CASE("mount: O_APPEND", "[mount]") {
+  NVFS_REQUIRE_FUSE();
+  const std::string options = GENERATE(as<std::string>{}, "", "cache=page");
+  INFO("options: " << options);
+  MountedFs m;
+  m.Start(options);
+  const std::string f = m.path("log");
+  {
+    Fd a(f, O_WRONLY | O_CREAT | O_APPEND, 0644), b(f, O_WRONLY | O_APPEND);
+    REQUIRE(a.ok());
+    REQUIRE(b.ok());
+    REQUIRE(write(a.get(), "aaa", 3) == 3);
+    REQUIRE(write(b.get(), "bb", 2) == 2);
+    REQUIRE(write(a.get(), "c", 1) == 1);
+    // Linux appends even through pwrite on an O_APPEND descriptor.
+    REQUIRE(pwrite(b.get(), "Z", 1, 0) == 1);
+  }
+  CHECK(ReadAll(f) == "aaabbcZ");
+
+  // Concurrent appenders: every record whole, none lost.
+  constexpr int kThreads = 4, kRecords = 200, kLen = 100;
+  REQUIRE(truncate(f.c_str(), 0) == 0);
+  ThreadErrors errors;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      const int fd = open(f.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+      if (fd < 0) return errors.Add("open");
+      const std::string record(kLen, static_cast<char>('A' + t));
+      for (int i = 0; i < kRecords; ++i) {
+        if (write(fd, record.data(), kLen) != kLen) errors.Add("append");
+      }
+      close(fd);
+    });
+  }
+  for (auto& t : threads) t.join();
+  errors.Check();
+  const std::string all = ReadAll(f);
+  REQUIRE(all.size() == static_cast<size_t>(kThreads * kRecords * kLen));
+  std::map<char, int> records;
+  for (size_t i = 0; i < all.size(); i += kLen) {
+    CHECK(all.substr(i, kLen) == std::string(kLen, all[i]));
+    ++records[all[i]];
+  }
+  for (int t = 0; t < kThreads; ++t) CHECK(records['A' + t] == kRecords);
+  CHECK(m.Stop() == 0);
+}
+
+TEST_CASE("mount: sparse files, SEEK_DATA and SEEK_HOLE", "[mount]") {
+  NVFS_REQUIRE_FUSE();
+  const std::string options = GENERATE(as<std::string>{}, "", "cache=page");
+  INFO("options: " << options);
+  MountedFs m;
+  m.Start(options);
+  Fd fd(m.path("sparse"), O_RDWR | O_CREAT, 0644);
+  REQUIRE(fd.ok());
+  const std::string block = Pattern(4096, 2);
+  REQUIRE(pwrite(fd.get(), block.data(), 4096, 0) == 4096);
+  REQUIRE(pwrite(fd.get(), block.data(), 4096, 1 * kMiB) == 4096);
+  REQUIRE(pwrite(fd.get(), "0123456789", 10, 3 * kMiB + 5) == 10);
+  const off_t size = 3 * kMiB + 15;
+  struct stat st {};
+  REQUIRE(fstat(fd.get(), &st) == 0);
+  CHECK(st.st_size == size);
+  CHECK(st.st_blocks * 512 >= 3 * 4096);
+  CHECK(st.st_blocks * 512 <= 64 * 1024);  // holes take no space
+
+  CHECK(lseek(fd.get(), 0, SEEK_DATA) == 0);
+  CHECK(lseek(fd.get(), 0, SEEK_HOLE) == 4096);
+  CHECK(lseek(fd.get(), 4096, SEEK_DATA) == static_cast<off_t>(1 * kMiB));
+  CHECK(lseek(fd.get(), 100, SEEK_DATA) == 100);
+  CHECK(lseek(fd.get(), 1 * kMiB, SEEK_HOLE) == static_cast<off_t>(1 * kMiB + 4096));
+  CHECK(lseek(fd.get(), 1 * kMiB + 4096, SEEK_DATA) == static_cast<off_t>(3 * kMiB));
+  CHECK(lseek(fd.get(), 3 * kMiB, SEEK_HOLE) == size);
+  CHECK(Err(lseek(fd.get(), size, SEEK_DATA)) == ENXIO);
+  CHECK(Err(lseek(fd.get(), size, SEEK_HOLE)) == ENXIO);
+
+  std::string hole(8192, 'x');
+  REQUIRE(pread(fd.get(), hole.data(), hole.size(), 8192) == 8192);
+  CHECK(hole == std::string(8192, '\0'));
+
+  // Punching a hole: zeros, size kept, SEEK_DATA skips it.
+  REQUIRE(fallocate(fd.get(), FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 1 * kMiB, 4096) == 0);
+  CHECK(lseek(fd.get(), 4096, SEEK_DATA) == static_cast<off_t>(3 * kMiB));
+  REQUIRE(pread(fd.get(), hole.data(), 4096, 1 * kMiB) == 4096);
+  CHECK(hole.substr(0, 4096) == std::string(4096, '\0'));
+  REQUIRE(fstat(fd.get(), &st) == 0);
+  CHECK(st.st_size == size);
+  // A partial punch zeroes bytes but keeps the block.
+  REQUIRE(fallocate(fd.get(), FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 100, 200) == 0);
+  char bytes[400];
+  REQUIRE(pread(fd.get(), bytes, sizeof bytes, 0) == sizeof bytes);
+  CHECK(std::memcmp(bytes, block.data(), 100) == 0);
+  CHECK(std::string(bytes + 100, 200) == std::string(200, '\0'));
+  CHECK(std::memcmp(bytes + 300, block.data() + 300, 100) == 0);
+
+  // fallocate: allocated zeros count as data; KEEP_SIZE keeps the size.
+  REQUIRE(fallocate(fd.get(), FALLOC_FL_KEEP_SIZE, 2 * kMiB, 8192) == 0);
+  REQUIRE(fstat(fd.get(), &st) == 0);
+  CHECK(st.st_size == size);
+  CHECK(lseek(fd.get(), 1 * kMiB + 4096, SEEK_DATA) == static_cast<off_t>(2 * kMiB));
+  REQUIRE(fallocate(fd.get(), 0, size, 1 * kMiB) == 0);
+  REQUIRE(fstat(fd.get(), &st) == 0);
+  CHECK(st.st_size == size + static_cast<off_t>(1 * kMiB));
+  // Truncating up leaves a hole; down frees the tail.
+  REQUIRE(ftruncate(fd.get(), 16 * kMiB) == 0);
+  CHECK(lseek(fd.get(), 8 * kMiB, SEEK_HOLE) == static_cast<off_t>(8 * kMiB));
+  CHECK(Err(lseek(fd.get(), 8 * kMiB, SEEK_DATA)) == ENXIO);
+  REQUIRE(ftruncate(fd.get(), 4096 + 10) == 0);
+  REQUIRE(pread(fd.get(), hole.data(), 100, 4096) == 10);
+  CHECK(hole.substr(0, 10) == std::string(10, '\0'));
+  fd.Close();
+  CHECK(m.Stop() == 0);
+}
+
+TEST_CASE("mount: a file past 4 GiB", "[mount]") {
+  NVFS_REQUIRE_FUSE();
+  MountedFs m;
+  m.Start();
+  {
+    Fd fd(m.path("big"), O_RDWR | O_CREAT, 0644);
+    REQUIRE(fd.ok());
+    const std::string across = Pattern(8192, 3);
+    REQUIRE(pwrite(fd.get(), across.data(), across.size(), 4 * kGiB - 4096) == 8192);
+    REQUIRE(pwrite(fd.get(), "hello", 5, 5 * kGiB) == 5);
+    struct stat st {};
+    REQUIRE(fstat(fd.get(), &st) == 0);
+    CHECK(st.st_size == static_cast<off_t>(5 * kGiB + 5));
+    CHECK(st.st_blocks * 512 < 1 * kMiB);
+    std::string back(8192, '\0');
+    REQUIRE(pread(fd.get(), back.data(), back.size(), 4 * kGiB - 4096) == 8192);
+    CHECK(back == across);
+    REQUIRE(pread(fd.get(), back.data(), 5, 5 * kGiB) == 5);
+    CHECK(back.substr(0, 5) == "hello");
+    REQUIRE(pread(fd.get(), back.data(), 4096, 4 * kGiB + 1 * kMiB) == 4096);
+    CHECK(back.substr(0, 4096) == std::string(4096, '\0'));
+    CHECK(lseek(fd.get(), 4 * kGiB + 4096, SEEK_DATA) == static_cast<off_t>(5 * kGiB));
+  }
+  CHECK(m.Stop() == 0);
+  m.Start();
+  {
+    Fd fd(m.path("big"), O_RDONLY);
+    REQUIRE(fd.ok());
+    char back[5];
+    REQUIRE(pread(fd.get(), back, 5, 5 * kGiB) == 5);
+    CHECK(std::string(back, 5) == "hello");
+  }
+  REQUIRE(truncate(m.path("big").c_str(), 1 * kGiB) == 0);
+  CHECK(Stat(m.path("big")).st_size == static_cast<off_t>(1 * kGiB));
+  CHECK(m.Stop() == 0);
+  CHECK(FsckImage(m.image()).exit_code == 0);
+}
+
+TEST_CASE("mount: mmap reads and writes with cache=page", "[mount]") {
+  NVFS_REQUIRE_FUSE();
+  MountedFs m;
+  const std::string data = Pattern(256 * kKiB, 4);
+  {
+    m.Start("cache=page");
+    WriteFile(m.path("f"), data);
+    Fd fd(m.path("f"), O_RDWR);
+    REQUIRE(fd.ok());
+    void* p = mmap(nullptr, data.size(), PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+    REQUIRE(p != MAP_FAILED);
+    char* bytes = static_cast<char*>(p);
+    CHECK(std::memcmp(bytes, data.data(), data.size()) == 0);
+    std::memcpy(bytes + 5000, "written through mmap", 20);
+    std::memset(bytes + 200 * kKiB, 'M', 10000);
+    REQUIRE(msync(p, data.size(), MS_SYNC) == 0);
+    // A write() shows through the mapping.
+    REQUIRE(pwrite(fd.get(), "via write", 9, 100) == 9);
+    CHECK(std::memcmp(bytes + 100, "via write", 9) == 0);
+    REQUIRE(munmap(p, data.size()) == 0);
+    std::string expected = data;
+    expected.replace(5000, 20, "written through mmap");
+    expected.replace(200 * kKiB, 10000, std::string(10000, 'M'));
+    expected.replace(100, 9, "via write");
+    CHECK(ReadAll(m.path("f")) == expected);
+    fd.Close();
+    CHECK(m.Stop() == 0);
+    // The daemon got every byte: a fresh mount without the page cache agrees.
+    m.Start();
+    CHECK(ReadAll(m.path("f")) == expected);
+  }
+  {
+    // cache=none: a shared mapping of a direct-I/O file is refused (ENODEV,
+    // libfuse 3.14; README); a private one works.
+    Fd fd(m.path("f"), O_RDWR);
+    REQUIRE(fd.ok());
+    void* p = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+    if (p != MAP_FAILED) {
+      WARN("shared mmap with cache=none works here (newer libfuse?)");
+      munmap(p, 4096);
+    } else {
+      CHECK(errno == ENODEV);
+    }
+    p = mmap(nullptr, 4096, PROT_READ, MAP_PRIVATE, fd.get(), 0);
+    REQUIRE(p != MAP_FAILED);
+    CHECK(std::memcmp(static_cast<char*>(p) + 5000, "written through mmap", 20) == 0);
+    munmap(p, 4096);
+  }
+  CHECK(m.Stop() == 0);
+}
+
+TEST_CASE("mount: extended attributes", "[mount]") {
+  NVFS_REQUIRE_FUSE();
+  MountedFs m;
+  m.Start();
+  const std::string f = m.path("f");
+  WriteFile(f, "");
+  REQUIRE(mkdir(m.path("d").c_str(), 0755) == 0);
+  REQUIRE(setxattr(f.c_str(), "user.a", "1", 1, 0) == 0);
+  REQUIRE(setxattr(f.c_str(), "user.b", "two", 3, 0) == 0);
+  REQUIRE(setxattr(f.c_str(), "trusted.t", "", 0, 0) == 0);
+  const std::string big = Pattern(3000, 5);
+  REQUIRE(setxattr(f.c_str(), "user.big", big.data(), big.size(), 0) == 0);
+  char buf[4096];
+  CHECK(getxattr(f.c_str(), "user.b", nullptr, 0) == 3);  // size probe
+  REQUIRE(getxattr(f.c_str(), "user.b", buf, sizeof buf) == 3);
+  CHECK(std::string(buf, 3) == "two");
+  CHECK(Err(getxattr(f.c_str(), "user.b", buf, 2)) == ERANGE);
+  CHECK(getxattr(f.c_str(), "trusted.t", buf, sizeof buf) == 0);
+  REQUIRE(getxattr(f.c_str(), "user.big", buf, sizeof buf) == 3000);
+  CHECK(std::string(buf, 3000) == big);
+  CHECK(Err(getxattr(f.c_str(), "user.none", buf, sizeof buf)) == ENODATA);
+  const ssize_t list_size = listxattr(f.c_str(), nullptr, 0);
+  REQUIRE(list_size == static_cast<ssize_t>(sizeof "user.a" + sizeof "user.b" +
+                                            sizeof "trusted.t" + sizeof "user.big"));
+  CHECK(Err(listxattr(f.c_str(), buf, 5)) == ERANGE);
+  REQUIRE(listxattr(f.c_str(), buf, sizeof buf) == list_size);
+  std::set<std::string> names;
+  for (const char* n = buf; n < buf + list_size; n += std::strlen(n) + 1) names.insert(n);
+  CHECK(names == std::set<std::string>{"user.a", "user.b", "trusted.t", "user.big"});
+  // Create and replace semantics.
+  CHECK(Err(setxattr(f.c_str(), "user.a", "x", 1, XATTR_CREATE)) == EEXIST);
+  CHECK(Err(setxattr(f.c_str(), "user.new", "x", 1, XATTR_REPLACE)) == ENODATA);
+  REQUIRE(setxattr(f.c_str(), "user.a", "replaced", 8, XATTR_REPLACE) == 0);
+  REQUIRE(getxattr(f.c_str(), "user.a", buf, sizeof buf) == 8);
+  // Remove.
+  REQUIRE(removexattr(f.c_str(), "user.b") == 0);
+  CHECK(Err(getxattr(f.c_str(), "user.b", buf, sizeof buf)) == ENODATA);
+  CHECK(Err(removexattr(f.c_str(), "user.b")) == ENODATA);
+  // On a directory; user.* on a symlink is refused by the kernel.
+  REQUIRE(setxattr(m.path("d").c_str(), "user.dir", "yes", 3, 0) == 0);
+  CHECK(getxattr(m.path("d").c_str(), "user.dir", buf, sizeof buf) == 3);
+  REQUIRE(symlink("f", m.path("s").c_str()) == 0);
+  CHECK(Err(lsetxattr(m.path("s").c_str(), "user.x", "1", 1, 0)) == EPERM);
+  CHECK(m.Stop() == 0);
+  m.Start();
+  REQUIRE(getxattr(f.c_str(), "user.a", buf, sizeof buf) == 8);
+  CHECK(std::string(buf, 8) == "replaced");
+  REQUIRE(getxattr(f.c_str(), "user.big", buf, sizeof buf) == 3000);
+  CHECK(std::string(buf, 3000) == big);
+  CHECK(m.Stop() == 0);
+}
+
+TEST_CASE("mount: statfs numbers follow use", "[mount]") {
+  NVFS_REQUIRE_FUSE();
+  MountedFs m(256 * kMiB);
+  m.Start();
+  const struct statvfs s0 = StatFs(m.dir());
+  CHECK(s0.f_bsize == 4096);
+  CHECK(s0.f_frsize == 4096);
+  CHECK(s0.f_blocks == 256 * kMiB / 4096);
+  CHECK(s0.f_bfree <= s0.f_blocks);
+  CHECK(s0.f_bavail == s0.f_bfree);
+  CHECK(s0.f_namemax == 255);
+  CHECK(s0.f_ffree < s0.f_files);
+  WriteFile(m.path("big"), Pattern(16 * kMiB, 6));
+  for (int i = 0; i < 100; ++i) WriteFile(m.path("f" + std::to_string(i)), "");
+  const struct statvfs s1 = StatFs(m.dir());
+  CHECK(s1.f_bfree + 16 * kMiB / 4096 <= s0.f_bfree);
+  CHECK(s1.f_ffree + 101 <= s0.f_ffree);
+  CHECK(s1.f_files == s0.f_files);
+  CHECK(s1.f_blocks == s0.f_blocks);
+  REQUIRE(unlink(m.path("big").c_str()) == 0);
+  for (int i = 0; i < 100; ++i) REQUIRE(unlink(m.path("f" + std::to_string(i)).c_str()) == 0);
+  CHECK(Eventually([&] {
+    const struct statvfs s2 = StatFs(m.dir());
+    return s2.f_bfree + 8 >= s0.f_bfree && s2.f_ffree == s0.f_ffree;
+  }));
+  CHECK(m.Stop() == 0);
+}
+
+TEST_CASE("mount: timestamps follow POSIX", "[mount]") {
+  NVFS_REQUIRE_FUSE();
+  const std::string options = GENERATE(as<std::string>{}, "", "cache=page");
+  INFO("options: " << options);
+  MountedFs m;
+  m.Start(options);
+  const std::string f = m.path("f"), d = m.path("d");
+  REQUIRE(mkdir(d.c_str(), 0755) == 0);
+  auto pause = [] { std::this_thread::sleep_for(std::chrono::milliseconds(10)); };
+
+  // Creation sets all three; the parent's mtime and ctime move.
+  const timespec t0 = Now();
+  pause();
+  WriteFile(m.path("d/f"), "");
+  const timespec t1 = Now();
+  struct stat st = Stat(m.path("d/f"));
+  CHECK((t0 <= st.st_mtim && st.st_mtim <= t1));
+  CHECK(st.st_atim == st.st_mtim);
+  CHECK(st.st_ctim == st.st_mtim);
+  const struct stat dir1 = Stat(d);
+  CHECK((t0 <= dir1.st_mtim && dir1.st_mtim <= t1));
+  CHECK((t0 <= dir1.st_ctim && dir1.st_ctim <= t1));
+
+  // write updates mtime and ctime.
+  WriteFile(f, "0");
+  const struct stat before = Stat(f);
+  pause();
+  const timespec t2 = Now();
+  {
+    Fd fd(f, O_WRONLY);
+    REQUIRE(fd.ok());
+    REQUIRE(write(fd.get(), "data", 4) == 4);
+  }
+  const timespec t3 = Now();
+  st = Stat(f);
+  CHECK((t2 <= st.st_mtim && st.st_mtim <= t3));
+  CHECK((t2 <= st.st_ctim && st.st_ctim <= t3));
+  CHECK(st.st_atim == before.st_atim);
+
+  // utimensat: explicit times, UTIME_OMIT, UTIME_NOW, NULL.
+  const timespec explicit_times[2] = {{1000, 5}, {2000, 7}};
+  REQUIRE(utimensat(AT_FDCWD, f.c_str(), explicit_times, 0) == 0);
+  st = Stat(f);
+  CHECK(st.st_atim == explicit_times[0]);
+  CHECK(st.st_mtim == explicit_times[1]);
+  const timespec ctime_set = st.st_ctim;
+  pause();
+  const timespec t4 = Now();
+  const timespec omit_now[2] = {{0, UTIME_OMIT}, {0, UTIME_NOW}};
+  REQUIRE(utimensat(AT_FDCWD, f.c_str(), omit_now, 0) == 0);
+  const timespec t5 = Now();
+  st = Stat(f);
+  CHECK(st.st_atim == explicit_times[0]);
+  CHECK((t4 <= st.st_mtim && st.st_mtim <= t5));
+  CHECK((t4 <= st.st_ctim && st.st_ctim <= t5));
+  CHECK_FALSE(st.st_ctim == ctime_set);
+  const timespec both_omit[2] = {{0, UTIME_OMIT}, {0, UTIME_OMIT}};
+  const struct stat unchanged = Stat(f);
+  REQUIRE(utimensat(AT_FDCWD, f.c_str(), both_omit, 0) == 0);
+  st = Stat(f);
+  CHECK(st.st_mtim == unchanged.st_mtim);
+  CHECK(st.st_atim == unchanged.st_atim);
+  pause();
+  const timespec t6 = Now();
+  REQUIRE(utimensat(AT_FDCWD, f.c_str(), nullptr, 0) == 0);
+  const timespec t7 = Now();
+  st = Stat(f);
+  CHECK((t6 <= st.st_atim && st.st_atim <= t7));
+  CHECK((t6 <= st.st_mtim && st.st_mtim <= t7));
+
+  // chmod and chown change ctime only.
+  REQUIRE(utimensat(AT_FDCWD, f.c_str(), explicit_times, 0) == 0);
+  pause();
+  const timespec t8 = Now();
+  REQUIRE(chmod(f.c_str(), 0600) == 0);
+  const timespec t9 = Now();
+  st = Stat(f);
+  CHECK((st.st_mode & 07777) == 0600);
+  CHECK((t8 <= st.st_ctim && st.st_ctim <= t9));
+  CHECK(st.st_mtim == explicit_times[1]);
+  REQUIRE(chown(f.c_str(), 42, 43) == 0);
+  st = Stat(f);
+  CHECK(st.st_uid == 42);
+  CHECK(st.st_gid == 43);
+  CHECK(st.st_mtim == explicit_times[1]);
+
+  // truncate changes mtime and ctime; link and xattrs change ctime.
+  pause();
+  const timespec t10 = Now();
+  REQUIRE(truncate(f.c_str(), 1) == 0);
+  st = Stat(f);
+  CHECK(t10 <= st.st_mtim);
+  CHECK(t10 <= st.st_ctim);
+  REQUIRE(utimensat(AT_FDCWD, f.c_str(), explicit_times, 0) == 0);
+  pause();
+  const timespec t11 = Now();
+  REQUIRE(link(f.c_str(), m.path("f2").c_str()) == 0);
+  st = Stat(f);
+  CHECK(t11 <= st.st_ctim);
+  CHECK(st.st_mtim == explicit_times[1]);
+  pause();
+  const timespec t12 = Now();
+  REQUIRE(setxattr(f.c_str(), "user.t", "1", 1, 0) == 0);
+  CHECK(t12 <= Stat(f).st_ctim);
+
+  // Directory times move with unlink and rename, in both directories.
+  REQUIRE(mkdir(m.path("e").c_str(), 0755) == 0);
+  pause();
+  const timespec t13 = Now();
+  REQUIRE(rename(m.path("d/f").c_str(), m.path("e/g").c_str()) == 0);
+  CHECK(t13 <= Stat(d).st_mtim);
+  CHECK(t13 <= Stat(m.path("e")).st_mtim);
+  pause();
+  const timespec t14 = Now();
+  REQUIRE(unlink(m.path("e/g").c_str()) == 0);
+  CHECK(t14 <= Stat(m.path("e")).st_mtim);
+  CHECK(t14 <= Stat(m.path("e")).st_ctim);
+  CHECK(m.Stop() == 0);
+}
+
+TEST_CASE("mount: a 10,000-entry directory lists completely", "[mount]") {
+  NVFS_REQUIRE_FUSE();
+  MountedFs m;
+  m.Start();
+  const std::string d = m.path("big");
+  REQUIRE(mkdir(d.c_str(), 0755) == 0);
+  constexpr int kEntries = 10000;
+  auto name = [](int i) {
+    return "entry-" + std::to_string(i) + "-" + std::string(static_cast<size_t>(i % 40), 'p');
+  };
+  std::set<std::string> expected{".", ".."};
+  for (int i = 0; i < kEntries; ++i) {
+    const std::string n = name(i);
+    REQUIRE(mknod((d + "/" + n).c_str(), S_IFREG | 0644, 0) == 0);
+    expected.insert(n);
+  }
+  CHECK(ListDir(d) == expected);
+  CHECK(Stat(m.path("big/" + name(1234))).st_size == 0);
+
+  // A listing that runs while entries come and go: every entry present
+  // throughout shows exactly once, none that never existed shows.
+  std::set<std::string> stable = expected, ever = expected;
+  DIR* dir = opendir(d.c_str());
+  REQUIRE(dir != nullptr);
+  std::multiset<std::string> seen;
+  for (int i = 0; i < 300; ++i) {
+    dirent* e = readdir(dir);
+    REQUIRE(e != nullptr);
+    seen.insert(e->d_name);
+  }
+  for (int i = 0; i < kEntries; i += 3) {
+    REQUIRE(unlink((d + "/" + name(i)).c_str()) == 0);
+    stable.erase(name(i));
+    expected.erase(name(i));
+  }
+  for (int i = kEntries; i < kEntries + 2000; ++i) {
+    REQUIRE(mknod((d + "/" + name(i)).c_str(), S_IFREG | 0644, 0) == 0);
+    ever.insert(name(i));
+    expected.insert(name(i));
+  }
+  while (dirent* e = readdir(dir)) seen.insert(e->d_name);
+  closedir(dir);
+  for (const std::string& n : stable) {
+    INFO(n);
+    CHECK(seen.count(n) == 1);
+  }
+  for (const std::string& n : seen) {
+    INFO(n);
+    CHECK(ever.count(n) == 1);
+    CHECK(seen.count(n) == 1);
+  }
+  CHECK(ListDir(d) == expected);
+  CHECK(m.Stop() == 0);
+  m.Start();
+  CHECK(ListDir(d) == expected);
+  CHECK(m.Stop() == 0);
+}
+
+TEST_CASE("mount: concurrent writers on separate files and on one directory", "[mount]") {
+  NVFS_REQUIRE_FUSE();
+  MountedFs m;
+  m.Start();
+  REQUIRE(mkdir(m.path("shared").c_str(), 0755) == 0);
+  constexpr int kWriters = 4, kCreators = 4, kFilesEach = 250;
+  const size_t file_size = 4 * kMiB;
+  ThreadErrors errors;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kWriters; ++t) {
+    threads.emplace_back([&, t] {
+      const std::string data = Pattern(file_size, 100 + t);
+      const int fd = open(m.path("w" + std::to_string(t)).c_str(),
+                          O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+      if (fd < 0) return errors.Add("open writer file");
+      std::mt19937 rng(t);
+      size_t at = 0;
+      while (at < data.size()) {
+        const size_t n = std::min<size_t>(data.size() - at, 1 + rng() % (256 * kKiB));
+        if (pwrite(fd, data.data() + at, n, static_cast<off_t>(at)) != static_cast<ssize_t>(n)) {
+          errors.Add("pwrite");
+          break;
+        }
+        at += n;
+      }
+      close(fd);
+    });
+  }
+  for (int t = 0; t < kCreators; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kFilesEach; ++i) {
+        const std::string n = m.path("shared/t" + std::to_string(t) + "-" + std::to_string(i));
+        const int fd = open(n.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        if (fd < 0) {
+          errors.Add("create " + n);
+          continue;
+        }
+        if (write(fd, n.data(), n.size()) != static_cast<ssize_t>(n.size())) errors.Add("write");
+        close(fd);
+        if (i % 5 == 4 && unlink(n.c_str()) != 0) errors.Add("unlink " + n);
+        if (i % 50 == 0) {
+          const std::string sub = m.path("shared/dir" + std::to_string(t) + "-" + std::to_string(i));
+          if (mkdir(sub.c_str(), 0755) != 0) errors.Add("mkdir " + sub);
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  errors.Check();
+  for (int t = 0; t < kWriters; ++t) {
+    INFO("writer " << t);
+    CHECK(ReadAll(m.path("w" + std::to_string(t))) == Pattern(file_size, 100 + t));
+  }
+  std::set<std::string> expected{".", ".."};
+  for (int t = 0; t < kCreators; ++t) {
+    for (int i = 0; i < kFilesEach; ++i) {
+      const std::string n = "t" + std::to_string(t) + "-" + std::to_string(i);
+      if (i % 5 != 4) expected.insert(n);
+      if (i % 50 == 0) expected.insert("dir" + std::to_string(t) + "-" + std::to_string(i));
+    }
+  }
+  CHECK(ListDir(m.path("shared")) == expected);
+  CHECK(ReadAll(m.path("shared/t2-7")) == m.path("shared/t2-7"));
+  CHECK(Stat(m.path("shared")).st_nlink == 2 + kCreators * (kFilesEach / 50));
+  CHECK(m.Stop() == 0);
+  CHECK(FsckImage(m.image()).exit_code == 0);
+}
+
+// One file of the exerciser: its descriptor on the mount and in the shadow.
+struct ExercisedFile {
+  int fd = -1;
+  int shadow = -1;
+};
+
+TEST_CASE("mount: seeded random exerciser against a shadow copy", "[mount]") {
+  NVFS_REQUIRE_FUSE();
+  const std::string options = GENERATE(as<std::string>{}, "read_path=map", "read_path=iter",
+                                       "read_path=read", "cache=page");
+  const bool use_mmap = options.find("cache=page") != std::string::npos;
+  const char* seed_env = std::getenv("NVFS_SEED");
+  const uint64_t seed = seed_env != nullptr ? std::strtoull(seed_env, nullptr, 0) : 20251130;
+  INFO("options: " << options << ", seed " << seed << " (set NVFS_SEED to replay)");
+  MountedFs m;
+  m.Start(options);
+  char shadow_dir[] = "/dev/shm/nvfs-shadow-XXXXXX";
+  REQUIRE(mkdtemp(shadow_dir) != nullptr);
+  constexpr int kFiles = 3, kOps = 1200;
+  constexpr uint64_t kMaxSize = 3 * kMiB;
+  std::vector<ExercisedFile> files(kFiles);
+  auto name = [](int i) { return "file" + std::to_string(i); };
+  auto open_file = [&](int i) {
+    files[i].fd = open(m.path(name(i)).c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    files[i].shadow =
+        open((std::string(shadow_dir) + "/" + name(i)).c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    REQUIRE(files[i].fd >= 0);
+    REQUIRE(files[i].shadow >= 0);
+  };
+  for (int i = 0; i < kFiles; ++i) open_file(i);
+  auto size_of = [](int fd) {
+    struct stat st {};
+    REQUIRE(fstat(fd, &st) == 0);
+    return static_cast<uint64_t>(st.st_size);
+  };
+  std::mt19937_64 rng(seed);
+  auto uniform = [&](uint64_t below) { return below == 0 ? 0 : rng() % below; };
+  std::string buf, back, shadow_back;
+  std::map<std::string, int> counts;
+  for (int op = 0; op < kOps; ++op) {
+    const int i = static_cast<int>(uniform(kFiles));
+    ExercisedFile& f = files[i];
+    const uint64_t size = size_of(f.shadow);
+    const int kind = static_cast<int>(uniform(use_mmap ? 100 : 88));
+    INFO("op " << op << " kind " << kind << " on " << name(i) << ", size " << size);
+    if (kind < 30) {  // write
+      const uint64_t off = uniform(kMaxSize);
+      const size_t len = 1 + uniform(std::min<uint64_t>(kMaxSize - off, 300 * kKiB));
+      buf = Pattern(len, rng());
+      REQUIRE(pwrite(f.fd, buf.data(), len, static_cast<off_t>(off)) == static_cast<ssize_t>(len));
+      REQUIRE(pwrite(f.shadow, buf.data(), len, static_cast<off_t>(off)) ==
+              static_cast<ssize_t>(len));
+      ++counts["write"];
+    } else if (kind < 60) {  // read, sometimes past the end
+      const uint64_t off = uniform(size + 8192);
+      const size_t len = 1 + uniform(1200 * kKiB);
+      back.assign(len, '\1');
+      shadow_back.assign(len, '\2');
+      const ssize_t n = pread(f.fd, back.data(), len, static_cast<off_t>(off));
+      const ssize_t sn = pread(f.shadow, shadow_back.data(), len, static_cast<off_t>(off));
+      REQUIRE(n == sn);
+      if (n > 0) CHECK(std::memcmp(back.data(), shadow_back.data(), static_cast<size_t>(n)) == 0);
+      ++counts["read"];
+    } else if (kind < 70) {  // truncate
+      const uint64_t to = uniform(kMaxSize);
+      REQUIRE(ftruncate(f.fd, static_cast<off_t>(to)) == 0);
+      REQUIRE(ftruncate(f.shadow, static_cast<off_t>(to)) == 0);
+      ++counts["truncate"];
+    } else if (kind < 82) {  // fallocate: allocate, keep size, punch
+      static const int kModes[] = {0, FALLOC_FL_KEEP_SIZE,
+                                   FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE};
+      const int mode = kModes[uniform(3)];
+      const uint64_t off = uniform(kMaxSize);
+      const uint64_t len = 1 + uniform(std::min<uint64_t>(kMaxSize - off, 512 * kKiB));
+      INFO("fallocate mode " << mode << " at " << off << " len " << len);
+      REQUIRE(fallocate(f.fd, mode, static_cast<off_t>(off), static_cast<off_t>(len)) == 0);
+      REQUIRE(fallocate(f.shadow, mode, static_cast<off_t>(off), static_cast<off_t>(len)) == 0);
+      ++counts["fallocate"];
+    } else if (kind < 85) {  // fsync
+      REQUIRE(fsync(f.fd) == 0);
+      ++counts["fsync"];
+    } else if (kind < 88) {  // reopen
+      close(f.fd);
+      close(f.shadow);
+      open_file(i);
+      ++counts["reopen"];
+    } else if (size > 0) {  // mmap: write a range, read it back, msync
+      const uint64_t off = uniform(size);
+      const size_t len = 1 + uniform(std::min<uint64_t>(size - off, 64 * kKiB));
+      const uint64_t map_off = off & ~uint64_t{4095};
+      const size_t map_len = len + (off - map_off);
+      void* p = mmap(nullptr, map_len, PROT_READ | PROT_WRITE, MAP_SHARED, f.fd,
+                     static_cast<off_t>(map_off));
+      void* s = mmap(nullptr, map_len, PROT_READ | PROT_WRITE, MAP_SHARED, f.shadow,
+                     static_cast<off_t>(map_off));
+      REQUIRE(p != MAP_FAILED);
+      REQUIRE(s != MAP_FAILED);
+      char* pb = static_cast<char*>(p) + (off - map_off);
+      char* sb = static_cast<char*>(s) + (off - map_off);
+      CHECK(std::memcmp(pb, sb, len) == 0);
+      if (uniform(2) == 0) {
+        buf = Pattern(len, rng());
+        std::memcpy(pb, buf.data(), len);
+        std::memcpy(sb, buf.data(), len);
+        REQUIRE(msync(p, map_len, MS_SYNC) == 0);
+      }
+      munmap(p, map_len);
+      munmap(s, map_len);
+      ++counts["mmap"];
+    }
+    REQUIRE(size_of(f.fd) == size_of(f.shadow));
+  }
+  for (int i = 0; i < kFiles; ++i) {
+    close(files[i].fd);
+    close(files[i].shadow);
+  }
+  auto compare_all = [&](const char* when) {
+    for (int i = 0; i < kFiles; ++i) {
+      INFO(when << ": " << name(i));
+      const std::string shadow = ReadAll(std::string(shadow_dir) + "/" + name(i));
+      CHECK(ReadAll(m.path(name(i))) == shadow);
+    }
+  };
+  compare_all("end of run");
+  CHECK(m.Stop() == 0);
+  m.Start();  // no page cache left: what the daemon stored
+  compare_all("after remount");
+  CHECK(m.Stop() == 0);
+  CHECK(FsckImage(m.image()).exit_code == 0);
+  for (int i = 0; i < kFiles; ++i) unlink((std::string(shadow_dir) + "/" + name(i)).c_str());
+  rmdir(shadow_dir);
+  for (const auto& [what, n] : counts) INFO(what << ": " << n);
+  CHECK(counts["write"] > 0);
+}
+
+TEST_CASE("mount: the read paths return the same bytes", "[mount]") {
+  NVFS_REQUIRE_FUSE();
+  MountedFs m;
+  m.Start();
+  // Data, holes and a partial last block; the expected bytes built alongside.
+  const size_t size = 5 * kMiB + 1234;
+  std::string expected(size, '\0');
+  {
+    Fd fd(m.path("f"), O_RDWR | O_CREAT, 0644);
+    REQUIRE(fd.ok());
+    REQUIRE(ftruncate(fd.get(), static_cast<off_t>(size)) == 0);
+    std::mt19937_64 rng(7);
+    for (int i = 0; i < 40; ++i) {
+      const size_t off = rng() % size;
+      const size_t len = std::min<size_t>(size - off, 1 + rng() % (200 * kKiB));
+      const std::string data = Pattern(len, rng());
+      REQUIRE(pwrite(fd.get(), data.data(), len, static_cast<off_t>(off)) ==
+              static_cast<ssize_t>(len));
+      expected.replace(off, len, data);
+    }
+  }
+  CHECK(m.Stop() == 0);
+  for (const char* options : {"read_path=read", "read_path=iter", "read_path=map",
+                              "read_path=read,cache=page", "read_path=iter,cache=page",
+                              "read_path=map,cache=page"}) {
+    INFO(options);
+    m.Start(options);
+    Fd fd(m.path("f"), O_RDONLY);
+    REQUIRE(fd.ok());
+    std::string back;
+    for (size_t chunk : {size_t{1}, size_t{4095}, size_t{4096}, size_t{65539}, size_t{kMiB},
+                         size_t{3 * kMiB}}) {
+      for (size_t start : {size_t{0}, size_t{1}, size_t{4095}, size_t{777777}}) {
+        INFO("chunk " << chunk << " from " << start);
+        size_t at = start;
+        int reads = 0;
+        while (at < size + 10 && reads++ < 64) {
+          back.assign(chunk, '\x55');
+          const ssize_t n = pread(fd.get(), back.data(), chunk, static_cast<off_t>(at));
+          const size_t want = at >= size ? 0 : std::min(chunk, size - at);
+          REQUIRE(n == static_cast<ssize_t>(want));
+          if (n == 0) break;
+          REQUIRE(back.compare(0, want, expected, at, want) == 0);
+          at += want + (chunk > 4096 ? 12345 : 0);
+        }
+      }
+    }
+    CHECK(ReadAll(m.path("f")) == expected);
+    fd.Close();
+    CHECK(m.Stop() == 0);
+  }
+}
+
+// A deterministic tree: what is made, and what it must look like later.
+struct TreeEntry {
+  std::string path;
+  mode_t mode;
+  std::string content;  // file data or symlink target
+};
+
+std::string DescribeTree(const std::string& root) {
+  std::string out;
+  std::vector<std::string> stack{""};
+  while (!stack.empty()) {
+    const std::string rel = stack.back();
+    stack.pop_back();
+    const std::string full = rel.empty() ? root : root + "/" + rel;
+    const struct stat st = Stat(full);
+    out += rel + " mode=" + std::to_string(st.st_mode) + " nlink=" + std::to_string(st.st_nlink) +
+           " uid=" + std::to_string(st.st_uid) + " gid=" + std::to_string(st.st_gid) +
+           " size=" + std::to_string(st.st_size) + " mtime=" + std::to_string(st.st_mtim.tv_sec) +
+           "." + std::to_string(st.st_mtim.tv_nsec) + " ino=" + std::to_string(st.st_ino);
+    if (S_ISREG(st.st_mode)) {
+      out += " crc=" + std::to_string(DigestFile(full).crc);
+    } else if (S_ISLNK(st.st_mode)) {
+      char target[5000];
+      const ssize_t n = readlink(full.c_str(), target, sizeof target);
+      REQUIRE(n >= 0);
+      out += " -> " + std::string(target, static_cast<size_t>(n));
+    }
+    char xattrs[4096];
+    const ssize_t list = llistxattr(full.c_str(), xattrs, sizeof xattrs);
+    if (list > 0) out += " xattrs=" + std::string(xattrs, static_cast<size_t>(list));
+    out += "\n";
+    if (S_ISDIR(st.st_mode)) {
+      for (const std::string& n : ListDir(full)) {
+        if (n != "." && n != "..") stack.push_back(rel.empty() ? n : rel + "/" + n);
+      }
+    }
+  }
+  return out;
+}
+
+TEST_CASE("mount: persistence across unmount and mount", "[mount]") {
+  NVFS_REQUIRE_FUSE();
+  MountedFs m;
+  m.Start();
+  REQUIRE(mkdir(m.path("a").c_str(), 0750) == 0);
+  REQUIRE(mkdir(m.path("a/b").c_str(), 0700) == 0);
+  for (int i = 0; i < 50; ++i) {
+    WriteFile(m.path("a/f" + std::to_string(i)), Pattern(static_cast<size_t>(i) * 997, i));
+  }
+  WriteFile(m.path("a/b/large"), Pattern(3 * kMiB + 17, 99));
+  REQUIRE(link(m.path("a/f3").c_str(), m.path("a/b/hard").c_str()) == 0);
+  REQUIRE(symlink("../f1", m.path("a/b/sym").c_str()) == 0);
+  REQUIRE(mknod(m.path("fifo").c_str(), S_IFIFO | 0640, 0) == 0);
+  REQUIRE(setxattr(m.path("a/f5").c_str(), "user.kept", "value", 5, 0) == 0);
+  REQUIRE(chown(m.path("a/f6").c_str(), 1000, 1001) == 0);
+  const timespec times[2] = {{111, 222}, {333, 444}};
+  REQUIRE(utimensat(AT_FDCWD, m.path("a/f7").c_str(), times, 0) == 0);
+  {
+    Fd fd(m.path("sparse"), O_WRONLY | O_CREAT, 0644);
+    REQUIRE(pwrite(fd.get(), "end", 3, 100 * kMiB) == 3);
+  }
+  const std::string before = DescribeTree(m.dir());
+  CHECK(m.Stop() == 0);
+  const FsckResult fsck = FsckImage(m.image());
+  INFO(fsck.output);
+  CHECK(fsck.exit_code == 0);
+  CHECK(fsck.output.find("not cleanly") == std::string::npos);
+  m.Start();
+  CHECK(DescribeTree(m.dir()) == before);
+  CHECK(m.Stop() == 0);
+  m.Start("cache=page,read_path=iter");
+  CHECK(DescribeTree(m.dir()) == before);
+  CHECK(m.Stop() == 0);
+}
+
+TEST_CASE("mount: kill -9 of the daemon in the middle of a workload", "[mount]") {
+  NVFS_REQUIRE_FUSE();
+  const std::string options = GENERATE(as<std::string>{}, "", "cache=page");
+  INFO("options: " << options);
+  MountedFs m;
+  m.Start(options);
+  REQUIRE(mkdir(m.path("w").c_str(), 0755) == 0);
+  auto content = [](int i) { return Pattern(1 + static_cast<size_t>(i) * 7919 % 65536, i); };
+  // Completed steps, in order: file i written (2i), file i renamed (2i+1).
+  // Every fifth file is renamed; every third gets a directory too.
+  std::atomic<int> files_done{0};
+  std::atomic<int> renames_done{-1};  // index of the last file whose rename returned
+  std::atomic<bool> stopped{false};
+  std::thread worker([&] {
+    for (int i = 0;; ++i) {
+      const std::string f = m.path("w/f" + std::to_string(i));
+      const int fd = open(f.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+      if (fd < 0) break;
+      const std::string data = content(i);
+      const bool ok = write(fd, data.data(), data.size()) == static_cast<ssize_t>(data.size());
+      close(fd);
+      if (!ok) break;
+      if (i % 3 == 0 && mkdir(m.path("w/d" + std::to_string(i)).c_str(), 0755) != 0) break;
+      files_done = i + 1;
+      if (i % 5 == 4) {
+        if (rename(f.c_str(), m.path("w/r" + std::to_string(i)).c_str()) != 0) break;
+        renames_done = i;
+      }
+    }
+    stopped = true;
+  });
+  // Kill once real work has happened.
+  const bool progressed = Eventually([&] { return files_done >= 400 || stopped; }, 20);
+  const int code = m.Signal(SIGKILL);
+  worker.join();
+  REQUIRE(progressed);
+  CHECK(code == 128 + SIGKILL);
+  const int done = files_done, renamed = renames_done;
+  INFO("files completed before the kill: " << done << ", last rename " << renamed);
+  CHECK(done >= 400);
+
+  // The namespace is recoverable as it is (fsck -n needs no repair), and a
+  // new mount shows every completed operation.
+  const FsckResult crashed = FsckImage(m.image());
+  INFO("fsck after the kill: " << crashed.output);
+  CHECK(crashed.exit_code == 0);
+  m.Start(options);
+  int checked = 0;
+  for (int i = 0; i < done; ++i) {
+    INFO("file " << i);
+    const bool renamed_i = i % 5 == 4 && i <= renamed;
+    const bool maybe_renamed = i % 5 == 4 && !renamed_i;  // the rename in flight
+    std::string name = "w/" + std::string(renamed_i ? "r" : "f") + std::to_string(i);
+    if (maybe_renamed && !PathExists(m.path(name))) name = "w/r" + std::to_string(i);
+    REQUIRE(PathExists(m.path(name)));
+    CHECK(ReadAll(m.path(name)) == content(i));
+    if (i % 3 == 0) CHECK(S_ISDIR(Stat(m.path("w/d" + std::to_string(i))).st_mode));
+    ++checked;
+  }
+  CHECK(checked == done);
+  // And it works on: more writes, a clean unmount, a clean fsck.
+  WriteFile(m.path("after"), "after the crash");
+  CHECK(m.Stop() == 0);
+  const FsckResult fsck = FsckImage(m.image());
+  INFO(fsck.output);
+  CHECK(fsck.exit_code == 0);
+}
+
+TEST_CASE("mount: refusals fail with one line and mount nothing", "[mount]") {
+  NVFS_REQUIRE_FUSE();
+  MountedFs m;
+  auto expect_refusal = [&](const std::vector<std::string>& args, const std::string& why) {
+    const DaemonResult r = RunDaemonExpectingFailure(args, m.dir());
+    INFO(why << ": " << r.output);
+    CHECK(r.exit_code == 1);
+    CHECK_FALSE(r.mounted);
+    const std::vector<std::string> lines = Lines(r.output);
+    CHECK(lines.size() == 1);
+    if (!lines.empty()) CHECK(lines[0].rfind("nvfs: ", 0) == 0);
+    CHECK_FALSE(IsMountPoint(m.dir()));
+    return lines.empty() ? std::string() : lines[0];
+  };
+  const std::string work = "/dev/shm/nvfs-mt-refuse-" + std::to_string(getpid());
+
+  // A damaged image: the primary superblock's checksum no longer matches.
+  const std::string damaged = work + "-damaged.img";
+  REQUIRE(std::system(("cp " + m.image() + " " + damaged).c_str()) == 0);
+  FlipByte(damaged, 64);
+  const FileDigest damaged_before = DigestFile(damaged);
+  CHECK(expect_refusal({damaged, m.dir()}, "damaged").find("superblock") != std::string::npos);
+  CHECK(DigestFile(damaged) == damaged_before);
+  unlink(damaged.c_str());
+
+  // A foreign image (ext4), and one of zeros.
+  const std::string foreign = work + "-ext4.img";
+  MakeFile(foreign, 64 * kMiB);
+  if (RunProgram({"mkfs.ext4", "-q", "-F", foreign}) == 0) {
+    const FileDigest before = DigestFile(foreign);
+    CHECK(expect_refusal({foreign, m.dir()}, "ext4").find("no nvfs superblock") !=
+          std::string::npos);
+    CHECK(DigestFile(foreign) == before);
+  } else {
+    WARN("mkfs.ext4 not available: the foreign-image case is skipped");
+  }
+  MakeFile(foreign, 64 * kMiB);
+  expect_refusal({foreign, m.dir()}, "zeros");
+  MakeFile(foreign, 4096);
+  expect_refusal({foreign, m.dir()}, "too small");
+  unlink(foreign.c_str());
+
+  // Missing device, missing mount point, a directory as device.
+  expect_refusal({work + "-missing.img", m.dir()}, "missing");
+  expect_refusal({m.image(), m.dir() + "-missing"}, "no mount point");
+  expect_refusal({"/tmp", m.dir()}, "a directory");
+  // Options: an unknown nvfs value, and one libfuse does not know.
+  CHECK(RunDaemonExpectingFailure({"-o", "cache=bogus", m.image(), m.dir()}, m.dir()).exit_code ==
+        1);
+  const DaemonResult unknown = RunDaemonExpectingFailure({"-o", "bogus", m.image(), m.dir()},
+                                                         m.dir());
+  CHECK(unknown.exit_code == 1);
+  CHECK_FALSE(unknown.mounted);
+  CHECK(RunDaemonExpectingFailure({m.image()}, m.dir()).exit_code == 1);
+
+  // In use: a second mount of a mounted image.
+  m.Start();
+  WriteFile(m.path("first"), "still here");
+  char other[] = "/tmp/nvfs-mnt-second-XXXXXX";
+  REQUIRE(mkdtemp(other) != nullptr);
+  {
+    const DaemonResult r = RunDaemonExpectingFailure({m.image(), other}, other);
+    INFO(r.output);
+    CHECK(r.exit_code == 1);
+    CHECK_FALSE(r.mounted);
+    CHECK(Lines(r.output).size() == 1);
+    CHECK(r.output.find("in use") != std::string::npos);
+  }
+  rmdir(other);
+  CHECK(ReadAll(m.path("first")) == "still here");
+  CHECK(m.Stop() == 0);
+  CHECK(FsckImage(m.image()).exit_code == 0);
+}
+
+TEST_CASE("mount: SIGTERM and SIGINT unmount cleanly", "[mount]") {
+  NVFS_REQUIRE_FUSE();
+  MountedFs m;
+  int round = 0;
+  for (int sig : {SIGTERM, SIGINT}) {
+    INFO("signal " << sig);
+    m.Start();
+    WriteFile(m.path("f" + std::to_string(round)), "before signal");
+    CHECK(m.Signal(sig) == 0);
+    CHECK_FALSE(IsMountPoint(m.dir()));
+    const FsckResult fsck = FsckImage(m.image());
+    INFO(fsck.output);
+    CHECK(fsck.exit_code == 0);
+    CHECK(fsck.output.find("not cleanly") == std::string::npos);
+    ++round;
+  }
+  m.Start("ro");
+  CHECK(ReadAll(m.path("f0")) == "before signal");
+  CHECK(ReadAll(m.path("f1")) == "before signal");
+  CHECK(m.Stop() == 0);
+}
+
+TEST_CASE("mount: a read-only mount", "[mount]") {
+  NVFS_REQUIRE_FUSE();
+  MountedFs m;
+  m.Start();
+  WriteFile(m.path("f"), "content");
+  REQUIRE(mkdir(m.path("d").c_str(), 0755) == 0);
+  CHECK(m.Stop() == 0);
+  const FileDigest before = DigestFile(m.image());
+  m.Start("ro");
+  CHECK(ReadAll(m.path("f")) == "content");
+  CHECK(ListDir(m.path("d")) == std::set<std::string>{".", ".."});
+  CHECK(Err(open(m.path("f").c_str(), O_WRONLY)) == EROFS);
+  CHECK(Err(open(m.path("new").c_str(), O_CREAT | O_WRONLY, 0644)) == EROFS);
+  CHECK(Err(mkdir(m.path("d2").c_str(), 0755)) == EROFS);
+  CHECK(Err(unlink(m.path("f").c_str())) == EROFS);
+  CHECK(Err(chmod(m.path("f").c_str(), 0600)) == EROFS);
+  CHECK(Err(setxattr(m.path("f").c_str(), "user.x", "1", 1, 0)) == EROFS);
+  CHECK((StatFs(m.dir()).f_flag & ST_RDONLY) != 0);
+  // fsck may read a read-only mounted namespace alongside.
+  CHECK(FsckImage(m.image()).exit_code == 0);
+  CHECK(m.Stop() == 0);
+  CHECK(DigestFile(m.image()) == before);  // a read-only mount writes nothing
+}
+
+// Kills a daemon serving `image` that the test started in another mount
+// namespace (found by its command line: the image path is unique to the
+// test). Returns the number killed.
+int KillDaemonsOf(const std::string& image) {
+  int killed = 0;
+  DIR* proc = opendir("/proc");
+  if (proc == nullptr) return 0;
+  while (dirent* e = readdir(proc)) {
+    const pid_t pid = static_cast<pid_t>(std::atoi(e->d_name));
+    if (pid <= 0) continue;
+    std::ifstream in("/proc/" + std::to_string(pid) + "/cmdline");
+    std::string cmdline((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::vector<std::string> argv;
+    for (size_t at = 0; at < cmdline.size();) {
+      const size_t end = cmdline.find('\0', at);
+      argv.push_back(cmdline.substr(at, end - at));
+      at = end == std::string::npos ? cmdline.size() : end + 1;
+    }
+    if (argv.size() >= 2 && argv[0].size() >= 4 &&
+        argv[0].compare(argv[0].size() - 4, 4, "nvfs") == 0 &&
+        std::find(argv.begin(), argv.end(), image) != argv.end()) {
+      kill(pid, SIGKILL);
+      ++killed;
+    }
+  }
+  closedir(proc);
+  return killed;
+}
+
+// mount(8) runs its helpers with a PATH of its own (the caller's is dropped),
+// so mount.fuse3 finds `nvfs` only in the standard directories. The test
+// runs in a private mount namespace where the build directory is bind-mounted
+// over /usr/local/sbin: nothing is installed, nothing outside changes.
+TEST_CASE("mount: mount -t fuse.nvfs and an fstab line", "[mount]") {
+  NVFS_REQUIRE_FUSE();
+  if (RunProgram({"unshare", "--version"}) != 0) {
+    WARN("SKIPPED: unshare(1) is not available");
+    return;
+  }
+  MountedFs m;
+  std::string build_dir = std::getenv("NVFS_DAEMON");
+  build_dir.resize(build_dir.rfind('/'));
+  const std::string fstab = m.image() + ".fstab";
+  {
+    std::ofstream out(fstab);
+    out << "# nvfs test\n" << m.image() << " " << m.dir() << " fuse.nvfs defaults,allow_other 0 0\n";
+  }
+  const std::string script = m.image() + ".sh";
+  {
+    std::ofstream out(script);
+    out << "set -eu\n"
+           "img=$1 dir=$2 build=$3 fstab=$4\n"
+           "wait_free() { for i in $(seq 500); do flock -n \"$img\" true && return 0; "
+           "sleep 0.01; done; echo 'daemon did not exit'; return 1; }\n"
+           "mount --bind \"$build\" /usr/local/sbin\n"
+           "mount -t fuse.nvfs \"$img\" \"$dir\" -o allow_other,cache=page\n"
+           "grep -q \"^$img $dir fuse.nvfs \" /proc/self/mounts\n"
+           "echo via-mount-t > \"$dir/hello\"\n"
+           "umount \"$dir\"\n"
+           "wait_free\n"
+           "mount -T \"$fstab\" \"$dir\"\n"
+           "grep \"^$img $dir fuse.nvfs \" /proc/self/mounts | grep -q allow_other\n"
+           "test \"$(cat \"$dir/hello\")\" = via-mount-t\n"
+           "umount \"$dir\"\n"
+           "wait_free\n"
+           "echo ok\n";
+  }
+  const RunResult r = RunShell("unshare --mount --propagation private bash " + script + " " +
+                               m.image() + " " + m.dir() + " " + build_dir + " " + fstab);
+  INFO(r.out);
+  CHECK(r.exit_code == 0);
+  CHECK(r.out.find("ok") != std::string::npos);
+  if (!WaitImageFree(m.image(), 5)) {
+    CHECK(KillDaemonsOf(m.image()) == 0);  // a daemon left behind in the namespace
+    WaitImageFree(m.image(), 5);
+  }
+  unlink(script.c_str());
+  unlink(fstab.c_str());
+  CHECK(FsckImage(m.image()).exit_code == 0);
+  m.Start();
+  CHECK(ReadAll(m.path("hello")) == "via-mount-t\n");
+  CHECK(m.Stop() == 0);
+}
+
+}  // namespace
+}  // namespace nvfs::test
