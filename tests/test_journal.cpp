@@ -161,3 +161,25 @@ TEST_CASE("an operation that overflows its slot aborts cleanly", "[journal]") {
 
 }  // namespace
 }  // namespace nvfs::test
+
+namespace nvfs::test {
+namespace {
+
+TEST_CASE("large allocations start on a 2 MiB boundary unless they continue a run", "[alloc]") {
+  FsFixture fs(256ull << 20);
+  Tx tx(fs.journal(), "align");
+  auto small = fs.alloc().AllocateBlocks(tx, 0, 3);
+  REQUIRE(small.ok());
+  auto big = fs.alloc().AllocateBlocks(tx, 0, 512);
+  REQUIRE(big.ok());
+  CHECK(big->first % 512 == 0);
+  CHECK(big->count == 512);
+  // Continuing right after a run wins over alignment.
+  auto next = fs.alloc().AllocateBlocks(tx, small->first + small->count, 600);
+  REQUIRE(next.ok());
+  CHECK(next->first == small->first + small->count);
+  REQUIRE(tx.Commit().ok());
+}
+
+}  // namespace
+}  // namespace nvfs::test

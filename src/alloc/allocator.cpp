@@ -36,10 +36,24 @@ uint64_t FindClear(const std::vector<uint64_t>& map, uint64_t from, uint64_t lim
   return limit;
 }
 
+// First set bit at or after `from`, below `limit`; `limit` if none.
+uint64_t FindSet(const std::vector<uint64_t>& map, uint64_t from, uint64_t limit) {
+  uint64_t bit = from;
+  while (bit < limit) {
+    const uint64_t word = map[bit / 64] >> (bit % 64);
+    if (word != 0) return std::min(limit, bit + static_cast<uint64_t>(std::countr_zero(word)));
+    bit = (bit / 64 + 1) * 64;
+  }
+  return limit;
+}
+
 }  // namespace
 
 Allocator::Allocator(Media& media, const Geometry& geometry)
-    : media_(media), geometry_(geometry), groups_(new Group[geometry.group_count()]) {}
+    : media_(media),
+      geometry_(geometry),
+      groups_(new Group[geometry.group_count()]),
+      align_blocks_(geometry.block_size() < (2u << 20) ? (2u << 20) / geometry.block_size() : 1) {}
 
 uint64_t Allocator::PerGroup(BitmapKind kind) const {
   return kind == BitmapKind::kBlocks ? geometry_.blocks_per_group()
@@ -104,7 +118,20 @@ Extent Allocator::ReserveRun(Group& group, uint32_t index, BitmapKind kind, uint
                              uint64_t want) {
   std::vector<uint64_t>& map = kind == BitmapKind::kBlocks ? group.blocks : group.inodes;
   const uint64_t limit = PerGroup(kind);
-  uint64_t start = FindClear(map, from, limit);
+  uint64_t start = limit;
+  // A large request that cannot continue at its goal starts on a 2 MiB
+  // boundary when a whole aligned 2 MiB run is free (huge-page friendly for
+  // DAX mappings, and it keeps large files in few runs).
+  const uint64_t align = kind == BitmapKind::kBlocks ? align_blocks_ : 0;
+  if (align > 1 && want >= align && (from >= limit || Bit(map, from))) {
+    for (uint64_t at = (from + align - 1) / align * align; at + align <= limit; at += align) {
+      if (FindSet(map, at, at + align) == at + align) {
+        start = at;
+        break;
+      }
+    }
+  }
+  if (start == limit) start = FindClear(map, from, limit);
   if (start == limit && from != 0) start = FindClear(map, 0, from);
   if (start >= limit) return {};
   uint64_t end = start;

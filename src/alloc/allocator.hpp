@@ -33,6 +33,8 @@ class Allocator final : public AllocationSink {
 
   // Allocates one run of 1..want contiguous blocks, searching from `goal`
   // (a block number; 0 lets the allocator choose) forward, then other groups.
+  // A request of 2 MiB or more that cannot continue at the goal starts on a
+  // 2 MiB boundary when an aligned free 2 MiB run exists.
   // Logs the run in `tx` and sets its bits on the media. ENOSPC when no block
   // is free (or the journal slot is full).
   Result<Extent> AllocateBlocks(Tx& tx, uint64_t goal, uint64_t want);
@@ -80,6 +82,7 @@ class Allocator final : public AllocationSink {
   std::atomic<uint64_t> free_blocks_{0};
   std::atomic<uint64_t> free_inodes_{0};
   std::atomic<uint32_t> rotor_{0};  // next group for spreading directories
+  const uint64_t align_blocks_;     // blocks per 2 MiB
 };
 
 }  // namespace nvfs
