@@ -3,6 +3,7 @@
 
 #include <cinttypes>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <string>
 
@@ -13,14 +14,16 @@
 namespace {
 
 constexpr const char* kUsage =
-    "Usage: fsck.nvfs [-n | -p | -a | -y] [-f] [-v] [-V] DEVICE\n"
+    "Usage: fsck.nvfs [-n | -p | -a | -y] [-f] [-v] [-j THREADS] [-V] DEVICE\n"
     "Checks the nvfs filesystem on DEVICE.\n"
     "\n"
     "  -n             check only: open read-only, change nothing\n"
     "  -p, -a         repair automatically what is safe to repair\n"
     "  -y             answer yes to every repair\n"
     "  -f             check even if the filesystem seems clean (always done)\n"
-    "  -v             verbose\n"
+    "  -v             verbose: counts, time per pass, inodes checked per second\n"
+    "  -j THREADS     threads for the inode and directory passes (default: one\n"
+    "                 per CPU, at most 8); the findings do not depend on it\n"
     "  -V, --version  print the version and exit\n"
     "  -h, --help     print this help and exit\n"
     "\n"
@@ -38,11 +41,12 @@ int main(int argc, char** argv) {
   int modes = 0;
   nvfs::RepairMode mode = nvfs::RepairMode::kNone;
   bool verbose = false;
+  unsigned threads = 0;
   static const option kLong[] = {{"help", no_argument, nullptr, 'h'},
                                  {"version", no_argument, nullptr, 'V'},
                                  {nullptr, 0, nullptr, 0}};
   int opt;
-  while ((opt = getopt_long(argc, argv, "npayfvVh", kLong, nullptr)) != -1) {
+  while ((opt = getopt_long(argc, argv, "npayfvj:Vh", kLong, nullptr)) != -1) {
     switch (opt) {
       case 'n': mode = nvfs::RepairMode::kNone; ++modes; break;
       case 'p':
@@ -50,6 +54,15 @@ int main(int argc, char** argv) {
       case 'y': mode = nvfs::RepairMode::kYes; ++modes; break;
       case 'f': break;
       case 'v': verbose = true; break;
+      case 'j': {
+        char* end = nullptr;
+        const unsigned long n = std::strtoul(optarg, &end, 10);
+        if (end == optarg || *end != '\0' || n == 0 || n > 256) {
+          return Usage("-j wants a number of threads from 1 to 256");
+        }
+        threads = static_cast<unsigned>(n);
+        break;
+      }
       case 'V': std::printf("fsck.nvfs %s\n", NVFS_VERSION); return 0;
       case 'h': std::fputs(kUsage, stdout); return 0;
       default: std::fputs(kUsage, stderr); return nvfs::kFsckUsage;
@@ -73,7 +86,8 @@ int main(int argc, char** argv) {
       [&](uint64_t done, uint64_t total) {
         if (!progress) progress = std::make_unique<nvfs::Progress>("checking", total, false);
         progress->Update(done);
-      });
+      },
+      threads);
   progress.reset();
   if (report.block_count != 0) {
     std::printf("%s: %s, %" PRIu64 "/%" PRIu64 " inodes, %" PRIu64 "/%" PRIu64 " blocks\n",

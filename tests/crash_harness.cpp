@@ -1,6 +1,8 @@
 // The crash-state enumerator and the workload runner (crash_harness.hpp).
 #include "crash_harness.hpp"
 
+#include "crash_enumerator.hpp"
+
 #include <fcntl.h>
 
 #include <algorithm>
@@ -97,244 +99,12 @@ std::string WorkloadResult::Summary() const {
   return buf;
 }
 
-// ---------------------------------------------------------------------------
-// Subsets of the pending lines
-// ---------------------------------------------------------------------------
-
 namespace {
 
-constexpr uint64_t kRandomSubsets = 16;
-
-struct Pick {
-  enum Kind { kNone, kAll, kSingle, kAllButOne, kPair, kMask, kRandom } kind;
-  uint64_t a = 0;
-  uint64_t b = 0;
-};
-
-// none, all, then one of each kind in turn (single, all-but-one, pair,
-// power-set member, random), so a cap keeps a mix of every kind.
-std::vector<Pick> SubsetOrder(size_t n) {
-  std::vector<std::vector<Pick>> kinds(5);
-  for (uint64_t i = 0; i < n; ++i) kinds[0].push_back({Pick::kSingle, i});
-  for (uint64_t i = 0; i < n && n > 1; ++i) kinds[1].push_back({Pick::kAllButOne, i});
-  if (n <= 8) {
-    for (uint64_t i = 0; i < n; ++i) {
-      for (uint64_t j = i + 1; j < n; ++j) kinds[2].push_back({Pick::kPair, i, j});
-    }
-  }
-  if (n <= 4) {
-    for (uint64_t mask = 0; mask < (uint64_t{1} << n); ++mask) kinds[3].push_back({Pick::kMask, mask});
-  }
-  if (n > 0) {
-    for (uint64_t r = 0; r < kRandomSubsets; ++r) kinds[4].push_back({Pick::kRandom, r});
-  }
-  std::vector<Pick> order{{Pick::kNone}};
-  if (n > 0) order.push_back({Pick::kAll});
-  for (size_t i = 0;; ++i) {
-    bool any = false;
-    for (const auto& kind : kinds) {
-      if (i < kind.size()) {
-        order.push_back(kind[i]);
-        any = true;
-      }
-    }
-    if (!any) break;
-  }
-  return order;
-}
-
-std::vector<size_t> Prefixes(const Pick& pick, const std::vector<size_t>& counts, uint64_t seed,
-                             uint64_t point) {
-  const size_t n = counts.size();
-  std::vector<size_t> prefixes(n, 0);
-  switch (pick.kind) {
-    case Pick::kNone: break;
-    case Pick::kAll: prefixes = counts; break;
-    case Pick::kSingle: prefixes[pick.a] = counts[pick.a]; break;
-    case Pick::kAllButOne:
-      prefixes = counts;
-      prefixes[pick.a] = 0;
-      break;
-    case Pick::kPair:
-      prefixes[pick.a] = counts[pick.a];
-      prefixes[pick.b] = counts[pick.b];
-      break;
-    case Pick::kMask:
-      for (size_t i = 0; i < n; ++i) {
-        if (pick.a >> i & 1) prefixes[i] = counts[i];
-      }
-      break;
-    case Pick::kRandom: {
-      std::mt19937_64 rng(seed * 0x9E3779B97F4A7C15ull ^ (point << 20) ^ pick.a);
-      for (size_t i = 0; i < n; ++i) {
-        if (rng() & 1) prefixes[i] = 1 + rng() % counts[i];
-      }
-      break;
-    }
-  }
-  return prefixes;
-}
-
-std::string Label(const Pick& pick) {
-  switch (pick.kind) {
-    case Pick::kNone: return "none of the pending lines";
-    case Pick::kAll: return "all pending lines";
-    case Pick::kSingle: return "only pending line " + std::to_string(pick.a);
-    case Pick::kAllButOne: return "all pending lines but " + std::to_string(pick.a);
-    case Pick::kPair: return "pending lines " + std::to_string(pick.a) + "+" + std::to_string(pick.b);
-    case Pick::kMask: return "pending-line mask " + std::to_string(pick.a);
-    case Pick::kRandom: return "random prefixes #" + std::to_string(pick.a);
-  }
-  return "?";
-}
-
-// ---------------------------------------------------------------------------
-// The enumerator
-// ---------------------------------------------------------------------------
-
-// One crash image, as the lines where it differs from the enumerator's base.
-struct CrashState {
-  uint64_t point = 0;
-  uint64_t subset = 0;
-  std::string label;
-  std::string op;
-  std::string pending;  // a description of the pending lines (replay)
-  std::vector<uint64_t> lines;
-  std::vector<std::byte> bytes;  // 64 per line
-};
-
-class Enumerator {
- public:
-  struct Filter {
-    uint64_t point;
-    uint64_t subset;
-  };
-
-  // `base`: the image the states are expressed against (it must not change
-  // while the enumerator is attached). `next_point` numbers crash points
-  // across several enumerators of one workload.
-  Enumerator(const std::byte* base, uint64_t size, uint64_t seed, size_t point_cap,
-             uint64_t* next_point, std::optional<Filter> filter)
-      : base_(base), size_(size), seed_(seed), point_cap_(point_cap), next_point_(next_point),
-        filter_(filter) {}
-
-  void Attach(RecordingMedia& media) {
-    media.ResetTouched();
-    media.set_crash_hook([this](const RecordingMedia& m, const RecordingMedia::CrashPoint& p) {
-      OnPoint(m, p);
-    });
-  }
-  static void Detach(RecordingMedia& media) { media.set_crash_hook(nullptr); }
-  // Lines the media changed relative to base before a remount: they stay
-  // part of every later state's difference.
-  void Carry(const RecordingMedia& media) { carried_.insert(media.touched().begin(), media.touched().end()); }
-
-  std::vector<CrashState>& states() { return states_; }
-  uint64_t points() const { return points_; }
-
- private:
-  void OnPoint(const RecordingMedia& media, const RecordingMedia::CrashPoint& point);
-
-  const std::byte* base_;
-  uint64_t size_;
-  uint64_t seed_;
-  size_t point_cap_;
-  uint64_t* next_point_;
-  std::optional<Filter> filter_;
-  std::set<uint64_t> carried_;
-  std::unordered_set<uint64_t> seen_;
-  std::vector<CrashState> states_;
-  uint64_t points_ = 0;
-};
-
-void Enumerator::OnPoint(const RecordingMedia& media, const RecordingMedia::CrashPoint& point) {
-  const uint64_t index = (*next_point_)++;
-  ++points_;
-  if (filter_ && filter_->point != index) return;
-  const auto& pending = media.pending();
-  std::vector<uint64_t> pending_lines;
-  std::vector<size_t> counts;
-  for (const auto& [offset, line] : pending) {
-    pending_lines.push_back(offset);
-    counts.push_back(line.writes.size());
-  }
-  // Every line that may differ from base: stored since Attach, or carried.
-  std::vector<uint64_t> lines(media.touched().begin(), media.touched().end());
-  if (!carried_.empty()) {
-    std::vector<uint64_t> merged;
-    std::set_union(lines.begin(), lines.end(), carried_.begin(), carried_.end(),
-                   std::back_inserter(merged));
-    lines = std::move(merged);
-  }
-  const std::vector<Pick> order = SubsetOrder(pending_lines.size());
-  size_t kept = 0;
-  std::byte line_bytes[RecordingMedia::kLine];
-  for (uint64_t subset = 0; subset < order.size(); ++subset) {
-    if (filter_ && filter_->subset != subset) continue;
-    const std::vector<size_t> prefixes = Prefixes(order[subset], counts, seed_, index);
-    CrashState state;
-    size_t p = 0;  // walks pending_lines alongside lines (both sorted)
-    for (uint64_t line : lines) {
-      while (p < pending_lines.size() && pending_lines[p] < line) ++p;
-      const bool is_pending = p < pending_lines.size() && pending_lines[p] == line;
-      media.LineAfter(line, is_pending ? prefixes[p] : 0, line_bytes);
-      if (std::memcmp(line_bytes, base_ + line, RecordingMedia::kLine) == 0) continue;
-      state.lines.push_back(line);
-      state.bytes.insert(state.bytes.end(), line_bytes, line_bytes + RecordingMedia::kLine);
-    }
-    if (!filter_) {
-      const uint64_t hash =
-          (uint64_t{Crc32c(0, state.lines.data(), state.lines.size() * 8)} << 32) ^
-          Crc32c(0x5EED, state.bytes.data(), state.bytes.size()) ^ state.lines.size();
-      if (!seen_.insert(hash).second) continue;
-    }
-    state.point = index;
-    state.subset = subset;
-    state.label = Label(order[subset]);
-    state.op = point.op;
-    if (filter_) {
-      std::ostringstream out;
-      out << (point.kind == RecordingMedia::PointKind::kFence ? "fence" : "operation end")
-          << " in '" << point.op << "', " << pending_lines.size() << " pending line(s):";
-      for (size_t i = 0; i < pending_lines.size(); ++i) {
-        out << " " << pending_lines[i] << "[" << prefixes[i] << "/" << counts[i] << "]";
-      }
-      state.pending = out.str();
-    }
-    states_.push_back(std::move(state));
-    if (++kept >= point_cap_ && !filter_) break;
-  }
-}
-
-// At most `budget` states, spread over the crash points: the first state of
-// every point, then the second of every point, and so on.
-std::vector<const CrashState*> Select(const std::vector<CrashState>& states, size_t budget) {
-  std::map<uint64_t, std::vector<const CrashState*>> by_point;
-  for (const CrashState& s : states) by_point[s.point].push_back(&s);
-  std::vector<const CrashState*> selected;
-  for (size_t round = 0; selected.size() < budget; ++round) {
-    bool any = false;
-    for (auto& [point, list] : by_point) {
-      if (round < list.size() && selected.size() < budget) {
-        selected.push_back(list[round]);
-        any = true;
-      }
-    }
-    if (!any) break;
-  }
-  return selected;
-}
-
-std::unique_ptr<RecordingMedia> MaterializeMedia(const std::byte* base, uint64_t size,
-                                                 const CrashState& state,
-                                                 const RecordingOptions& options) {
-  auto media = std::make_unique<RecordingMedia>(base, size, options);
-  for (size_t i = 0; i < state.lines.size(); ++i) {
-    media->Preload(state.lines[i], state.bytes.data() + i * RecordingMedia::kLine,
-                   RecordingMedia::kLine);
-  }
-  return media;
-}
+// Bytes every file is extended by after recovery, to see what lay past its end.
+constexpr uint64_t kExtensionCheck = 64 << 10;
+// Crash states kept per crash point inside a recovery.
+constexpr size_t kRecoveryPointCap = 4;
 
 RecordingOptions PlainOptions() {
   RecordingOptions o;
@@ -356,7 +126,7 @@ class WorkloadRunner {
   }
 
   WorkloadResult Run();
-  void CrashAndRemount(StepContext& ctx);
+  void Remount(StepContext& ctx, bool clean);
 
  private:
   void Failure(const std::string& what) { result_.failures.push_back(what); }
@@ -415,18 +185,29 @@ void StepContext::Close(const std::string& name) {
 }
 
 void StepContext::AllowMixed(const std::string& path, uint64_t offset, uint64_t len) {
-  mixed_ = MixedRange{path, offset, len};
+  mixed_ = MixedRange{MixedRange::kBytes, path, offset, len};
 }
 
-void StepContext::CrashAndRemount() { runner_->CrashAndRemount(*this); }
+void StepContext::AllowPartialAllocation(const std::string& path) {
+  mixed_ = MixedRange{MixedRange::kAllocation, path, 0, 0};
+}
 
-void WorkloadRunner::CrashAndRemount(StepContext& ctx) {
-  // Open files die with the process; their handles are dropped, not released.
+void StepContext::CrashAndRemount() { runner_->Remount(*this, /*clean=*/false); }
+void StepContext::CleanRemount() { runner_->Remount(*this, /*clean=*/true); }
+
+void WorkloadRunner::Remount(StepContext& ctx, bool clean) {
+  if (clean) {
+    for (auto& [name, file] : ctx.handles_) fs_->Release(file);
+    ctx.handles_.clear();
+    ctx.Expect(fs_->Unmount(), "unmount");
+  }
+  // After a crash, open files die with the process: their handles are
+  // dropped, not released.
   ctx.handles_.clear();
   std::vector<std::byte> durable(media_->durable(), media_->durable() + media_->size());
   if (enumerator_ != nullptr) enumerator_->Carry(*media_);
   Enumerator::Detach(*media_);
-  fs_.reset();  // its clean unmount lands on the abandoned media
+  fs_.reset();  // after a crash, its clean unmount lands on the abandoned media
   auto media = NewWorkloadMedia(durable.data());
   media_ = media.get();
   // The new mount's fences are crash points of the step that remounts.
@@ -474,39 +255,45 @@ WorkloadResult WorkloadRunner::Run() {
     step_base_.assign(media_->durable(), media_->durable() + media_->size());
     std::optional<Enumerator::Filter> filter;
     if (replaying()) filter = Enumerator::Filter{config_.replay->point, config_.replay->subset};
+    const size_t steps_left = workload_.steps.size() - k;
+    const size_t budget = replaying() ? SIZE_MAX : budget_left / steps_left;
     Enumerator enumerator(step_base_.data(), step_base_.size(), config_.seed, config_.point_cap,
-                          &next_point_, filter);
+                          budget, &next_point_, filter);
     enumerator_ = &enumerator;
     enumerator.Attach(*media_);
     ctx.tree_ = &before;
     ctx.mixed_.reset();
-    ctx.rng_.seed(config_.seed * 1000003 + k);
+    ctx.note_.clear();
+    ctx.rng_.seed(config_.seed * 1000003 + k * 7919 +
+                  Crc32c(0, workload_.name.data(), workload_.name.size()));
     bool failed = false;
     try {
       step.run(ctx);
     } catch (const StepFailure& f) {
-      Failure(workload_.name + ": step '" + step.name + "': " + f.what);
+      Failure(workload_.name + ": step '" + step.name + (ctx.note_.empty() ? "" : ": " + ctx.note_) +
+              "': " + f.what);
       failed = true;
     }
     Enumerator::Detach(*media_);
     enumerator_ = nullptr;
-    TakeViolations("step '" + step.name + "'");
+    const std::string step_name = ctx.note_.empty() ? step.name : step.name + ": " + ctx.note_;
+    TakeViolations("step '" + step_name + "'");
     result_.points += enumerator.points();
     if (failed) break;
     Result<Tree> after = SnapshotTree(*fs_);
     if (!after.ok()) {
-      Failure(workload_.name + ": tree after step '" + step.name + "': " + after.error().Describe());
+      Failure(workload_.name + ": tree after step '" + step_name + "': " + after.error().Describe());
       break;
     }
-    std::vector<CrashState>& states = enumerator.states();
-    result_.candidates += states.size();
-    const size_t steps_left = workload_.steps.size() - k;
-    const size_t budget = replaying() ? states.size() : budget_left / steps_left;
-    const std::vector<const CrashState*> selected = Select(states, budget);
-    if (selected.size() < states.size()) result_.capped = true;
+    if (std::string links = CheckLinkCounts(*after); !links.empty()) {
+      Failure(workload_.name + ": after step '" + step_name + "' (no crash): " + links);
+    }
+    result_.candidates += enumerator.unique();
+    const std::vector<const CrashState*> selected = enumerator.Select(budget);
+    if (selected.size() < enumerator.unique() && !replaying()) result_.capped = true;
     budget_left -= std::min(budget_left, selected.size());
     const MixedRange* mixed = ctx.mixed_ ? &*ctx.mixed_ : nullptr;
-    for (const CrashState* state : selected) CheckState(*state, step.name, before, *after, mixed);
+    for (const CrashState* state : selected) CheckState(*state, step_name, before, *after, mixed);
     before = std::move(after.value());
   }
   for (auto& [name, file] : ctx.handles_) fs_->Release(file);
@@ -531,12 +318,12 @@ void WorkloadRunner::CheckState(const CrashState& state, const std::string& step
   };
   if (replaying()) {
     std::cout << "replaying " << id << ": step '" << step << "', " << state.label << "\n  "
-              << state.pending << "\n  " << state.lines.size()
+              << state.pending << "\n  " << state.settled->lines.size() + state.chosen.lines.size()
               << " line(s) differ from the image before the step\n";
   }
   const uint64_t size = step_base_.size();
   std::unique_ptr<RecordingMedia> crashed =
-      MaterializeMedia(step_base_.data(), size, state, PlainOptions());
+      state.Materialize(step_base_.data(), size, PlainOptions());
 
   // A sample also crashes inside its own recovery.
   const bool crash_recovery =
@@ -556,7 +343,8 @@ void WorkloadRunner::CheckState(const CrashState& state, const std::string& step
     if (replaying()) {
       filter = Enumerator::Filter{config_.replay->recovery->first, config_.replay->recovery->second};
     }
-    recovery.emplace(crashed->base(), size, config_.seed, 2, &recovery_points, filter);
+    recovery.emplace(crashed->base(), size, config_.seed, kRecoveryPointCap,
+                     replaying() ? SIZE_MAX : config_.recovery_cap, &recovery_points, filter);
     recovery->Attach(*media);
     mount_media = std::move(media);
   } else {
@@ -572,6 +360,9 @@ void WorkloadRunner::CheckState(const CrashState& state, const std::string& step
   }
   Result<Tree> tree = SnapshotTree(fs);
   if (!tree.ok()) return fail("tree after recovery: " + tree.error().Describe());
+  if (std::string links = CheckLinkCounts(*tree); !links.empty()) {
+    return fail("after recovery: " + links);
+  }
   if (!TreeMatches(*tree, before, after, mixed)) {
     return fail("the tree is neither the one before nor the one after the step:\n    vs before: " +
                 TreeDiff(before, *tree) + "\n    vs after:  " + TreeDiff(after, *tree));
@@ -589,6 +380,8 @@ void WorkloadRunner::CheckState(const CrashState& state, const std::string& step
   {
     Result<std::unique_ptr<Filesystem>> again = Filesystem::Mount(BorrowMedia(fs.media()), {});
     if (!again.ok()) return fail("second mount: " + again.error().Describe());
+    Status zeros = CheckExtensionsRead0(**again, *tree, kExtensionCheck);
+    if (!zeros.ok()) fail("after recovery, a file extended by truncate: " + zeros.error().Describe());
     Status deleted = DeleteAll(**again);
     if (!deleted.ok()) return fail("deleting everything: " + deleted.error().Describe());
     const StatFs empty = (*again)->GetStatFs().value();
@@ -603,9 +396,8 @@ void WorkloadRunner::CheckState(const CrashState& state, const std::string& step
   }
 
   if (!recovery) return;
-  std::vector<CrashState>& rstates = recovery->states();
   const std::vector<const CrashState*> selected =
-      Select(rstates, replaying() ? rstates.size() : config_.recovery_cap);
+      recovery->Select(replaying() ? SIZE_MAX : config_.recovery_cap);
   for (const CrashState* rstate : selected) {
     ++result_.recovery_checked;
     const std::string rid = FormatId(workload_.name, state.point, state.subset, config_.seed,
@@ -615,7 +407,7 @@ void WorkloadRunner::CheckState(const CrashState& state, const std::string& step
               "; then a crash during recovery in '" + rstate->op + "', " + rstate->label +
               "): " + what + "\n    " + ReplayHint(rid));
     };
-    auto media = MaterializeMedia(crashed->base(), size, *rstate, PlainOptions());
+    auto media = rstate->Materialize(crashed->base(), size, PlainOptions());
     Result<std::unique_ptr<Filesystem>> remounted = Filesystem::Mount(BorrowMedia(*media), {});
     if (!remounted.ok()) {
       rfail("mount failed: " + remounted.error().Describe());
@@ -662,6 +454,7 @@ std::vector<WorkloadResult> RunWorkloads(const std::string& suite,
     recovery += r.recovery_checked;
     seconds += r.seconds;
   }
+  if (results.empty() && (config.replay || !config.only.empty())) return results;
   std::cout << "crash: " << suite << " total: " << results.size() << " workloads, " << points
             << " crash points, " << candidates << " unique crash states, " << checked
             << " checked + " << recovery << " crashes inside recovery, " << seconds << " s"

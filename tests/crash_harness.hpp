@@ -7,21 +7,33 @@
 // crash point; at each, with P the lines pending since the last fence, the
 // enumerator builds crash images: none of P; all of P; each single line; all
 // but one; every pair when |P| <= 8; the power set when |P| <= 4; 16 seeded
-// random subsets with random in-order prefixes per line. They are
-// deduplicated per step (by the image's bytes) and capped per crash point and
-// per workload. After the step, each image is checked:
+// random subsets with random in-order prefixes per line (crash_enumerator.hpp).
+// They are deduplicated per step (by the image's bytes) and capped per crash
+// point and per workload, spread over the step's crash points. After the
+// step, each image is checked:
 //  1. mounting it (journal recovery, orphans) succeeds;
 //  2. its tree equals the tree before or after the step (bytes of an
-//     overwrite may mix old and new);
+//     overwrite or a punch may mix old and new; a fallocate spanning
+//     transactions may have allocated part of its range), with the link
+//     counts the tree implies;
 //  3. after a clean unmount, CheckNamespace (no repair) exits 0;
-//  4. deleting everything returns the free block and inode counts to those of
-//     an empty namespace;
+//  4. every file, extended by 64 KiB, reads zeros there; deleting
+//     everything returns the free block and inode counts to those of an
+//     empty namespace;
 //  5. for a sample, the mount's own fences are crash points too: each such
 //     image, mounted again, must give the same tree and free counts.
+// Besides, at every operation end of the workload itself nothing may be left
+// unflushed or unfenced (RecordingMedia::violations), and its volatile image
+// is write-protected outside the media's store functions.
 //
 // Every crash state has an id `workload:point:subset:seed` (and
 // `:rpoint:rsubset` for a crash during recovery); a failure prints it and the
-// command that replays that one case (NVFS_CRASH_REPLAY).
+// command that replays that one case (NVFS_CRASH_REPLAY). Crash points are
+// numbered across the workload's steps; subsets in the order above. The
+// workload is deterministic but for timestamps: an inode's times are stored
+// from the first byte that changed, so if a second boundary falls elsewhere
+// in the replay a pending line may hold one piece more or less, and a subset
+// number then names a neighbouring state (the replay prints the lines).
 //
 // Environment:
 //   NVFS_CRASH_CAP=N        unique states checked per workload (default 160)
@@ -39,6 +51,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "crash_tree.hpp"
@@ -72,8 +85,10 @@ struct CrashConfig {
 struct ImageSpec {
   uint64_t size = 8ull << 20;
   uint32_t journal_slot_size = 0;  // 0: mkfs's default
+  uint32_t block_size = 4096;
   bool operator<(const ImageSpec& o) const {
-    return size != o.size ? size < o.size : journal_slot_size < o.journal_slot_size;
+    return std::tie(size, journal_slot_size, block_size) <
+           std::tie(o.size, o.journal_slot_size, o.block_size);
   }
 };
 
@@ -128,11 +143,19 @@ class StepContext {
   FileHandle Handle(const std::string& name);
   void Close(const std::string& name);
 
+  // What the step does, when its name does not say (random steps).
+  void Note(const std::string& what) { note_ = what; }
+
   // The step overwrites bytes in place: they may mix after a crash.
   void AllowMixed(const std::string& path, uint64_t offset, uint64_t len);
+  // The step allocates in several transactions: a crash may leave part of it.
+  void AllowPartialAllocation(const std::string& path);
   // Simulates a power failure now (everything durable survives) and mounts
   // again; the new mount's fences are crash points of this step.
   void CrashAndRemount();
+  // Releases the open files, unmounts cleanly and mounts again; the release,
+  // the unmount and the mount are all crash points of this step.
+  void CleanRemount();
 
  private:
   friend class WorkloadRunner;
@@ -142,6 +165,7 @@ class StepContext {
   const Tree* tree_ = nullptr;
   std::map<std::string, FileHandle> handles_;
   std::optional<MixedRange> mixed_;
+  std::string note_;
 };
 
 struct StepFailure {

@@ -122,6 +122,7 @@ std::unique_ptr<RecordingMedia> Format(const ImageSpec& spec) {
   options.hash_seed = 0x5EED;
   options.now = 1700000000;
   options.journal_slot_size = spec.journal_slot_size;
+  options.block_size = spec.block_size;
   options.uuid = Uuid{0x6e, 0x76, 0x66, 0x73, 0x2d, 0x63, 0x72, 0x61, 0x73, 0x68, 0, 0, 0, 0, 0, 1};
   Result<MkfsPlan> plan = PlanMkfs(media->size(), options);
   if (!plan.ok()) SetupError("mkfs plan", plan.error());

@@ -149,6 +149,25 @@ Result<Tree> SnapshotTree(Filesystem& fs) {
   return tree;
 }
 
+std::string CheckLinkCounts(const Tree& tree) {
+  std::map<uint64_t, uint32_t> links;  // names per inode; directories: 2 + subdirectories
+  for (const auto& [path, node] : tree) {
+    if (S_ISDIR(node.mode)) {
+      links[node.ino] += 2;
+      if (path != "/") links[node.parent] += 1;
+    } else {
+      links[node.ino] += 1;
+    }
+  }
+  for (const auto& [path, node] : tree) {
+    if (links[node.ino] != node.nlink) {
+      return path + ": link count " + std::to_string(node.nlink) + ", the tree implies " +
+             std::to_string(links[node.ino]);
+    }
+  }
+  return "";
+}
+
 std::string TreeDiff(const Tree& expected, const Tree& actual) {
   for (const auto& [path, node] : expected) {
     auto it = actual.find(path);
@@ -174,21 +193,40 @@ bool TreeMatches(const Tree& actual, const Tree& before, const Tree& after,
                  const MixedRange* mixed) {
   if (actual == before || actual == after) return true;
   if (mixed == nullptr) return false;
-  auto a = actual.find(mixed->path);
   auto b = before.find(mixed->path);
   auto c = after.find(mixed->path);
-  if (a == actual.end() || b == before.end() || c == after.end()) return false;
+  if (b == before.end() || c == after.end()) return false;
   const std::string& old_bytes = b->second.content;
   const std::string& new_bytes = c->second.content;
-  std::string content = a->second.content;
-  if (content.size() != new_bytes.size()) return false;
-  const uint64_t end = std::min<uint64_t>(mixed->offset + mixed->len, content.size());
-  for (uint64_t i = mixed->offset; i < end; ++i) {
-    if (i < old_bytes.size() && content[i] == old_bytes[i]) content[i] = new_bytes[i];
+  // Every name of the inode (hard links) is adjusted alike.
+  if (mixed->kind == MixedRange::kAllocation) {
+    Tree adjusted = actual;
+    const uint64_t low = std::min(b->second.blocks, c->second.blocks);
+    const uint64_t high = std::max(b->second.blocks, c->second.blocks);
+    for (auto& [path, node] : adjusted) {
+      if (node.ino != b->second.ino || !S_ISREG(node.mode)) continue;
+      if (node.blocks < low || node.blocks > high) return false;
+      node.blocks = b->second.blocks;
+    }
+    return adjusted == before;
   }
-  Tree adjusted = actual;
-  adjusted[mixed->path].content = content;
-  return adjusted == after;
+  // The bytes of the range that hold one version are made the other's; the
+  // rest of the tree must then be the tree after (the operation committed),
+  // or before (it did not; only the unlogged bytes reached the media).
+  const auto settle = [&](const std::string& from, const std::string& to) {
+    Tree t = actual;
+    for (auto& [path, node] : t) {
+      if (node.ino != c->second.ino || !S_ISREG(node.mode)) continue;
+      std::string& content = node.content;
+      const uint64_t end = std::min<uint64_t>({mixed->offset + mixed->len, content.size(),
+                                               from.size(), to.size()});
+      for (uint64_t i = mixed->offset; i < end; ++i) {
+        if (content[i] == from[i]) content[i] = to[i];
+      }
+    }
+    return t;
+  };
+  return settle(old_bytes, new_bytes) == after || settle(new_bytes, old_bytes) == before;
 }
 
 Result<uint64_t> ResolvePath(Filesystem& fs, std::string_view path) {
@@ -207,6 +245,32 @@ Result<uint64_t> ResolvePath(Filesystem& fs, std::string_view path) {
     pos = end;
   }
   return ino;
+}
+
+Status CheckExtensionsRead0(Filesystem& fs, const Tree& tree, uint64_t extra) {
+  std::set<uint64_t> done;
+  std::string buffer(extra, '\0');
+  for (const auto& [path, node] : tree) {
+    if (!S_ISREG(node.mode) || !done.insert(node.ino).second) continue;
+    SetAttrRequest grow;
+    grow.valid = kSetSize;
+    grow.size = node.size + extra;
+    Result<Attr> attr = fs.SetAttr(node.ino, grow);
+    if (!attr.ok()) return PathError(path, "truncate up", attr.error());
+    Result<FileHandle> file = fs.Open(node.ino, O_RDONLY);
+    if (!file.ok()) return PathError(path, "open", file.error());
+    Result<size_t> got = fs.Read(*file, node.size, buffer.data(), buffer.size());
+    fs.Release(*file);
+    if (!got.ok()) return PathError(path, "read", got.error());
+    for (size_t i = 0; i < *got; ++i) {
+      if (buffer[i] != '\0') {
+        return MakeError(EUCLEAN, "%s: truncated up from %" PRIu64 " bytes, byte %" PRIu64
+                         " reads 0x%02x, not zero", path.c_str(), node.size, node.size + i,
+                         static_cast<unsigned>(static_cast<unsigned char>(buffer[i])));
+      }
+    }
+  }
+  return Status::Ok();
 }
 
 namespace {

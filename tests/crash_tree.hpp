@@ -38,24 +38,41 @@ using Tree = std::map<std::string, TreeNode>;
 // reached twice (a cycle or a second link to a directory).
 Result<Tree> SnapshotTree(Filesystem& fs);
 
+// Link counts the tree itself implies: a directory has 2 + its
+// subdirectories, any other inode as many links as names. "" when they hold.
+std::string CheckLinkCounts(const Tree& tree);
+
 // The first difference between two trees, "" when they are equal.
 std::string TreeDiff(const Tree& expected, const Tree& actual);
 
-// A file whose bytes [offset, offset + len) may each hold their old or their
-// new value after a crash (an overwrite is durable, not atomic).
+// What a crash may leave of an operation that is durable but not atomic.
 struct MixedRange {
+  enum Kind {
+    // Bytes [offset, offset + len) of the file may each hold their old or
+    // their new value (an overwrite).
+    kBytes,
+    // The file may hold any number of blocks between its old and its new
+    // count, the rest as before (a fallocate in several transactions).
+    kAllocation,
+  };
+  Kind kind = kBytes;
   std::string path;
   uint64_t offset = 0;
   uint64_t len = 0;
 };
 
-// True if `actual` is `before`, `after`, or (with a range) `after` except for
-// bytes of the range that hold their `before` value.
+// True if `actual` is `before`, `after`, or in between as `mixed` allows.
 bool TreeMatches(const Tree& actual, const Tree& before, const Tree& after,
                  const MixedRange* mixed);
 
 // The inode at `path`, resolved with Lookup (its reference is forgotten).
 Result<uint64_t> ResolvePath(Filesystem& fs, std::string_view path);
+
+// Extends every regular file of `tree` by `extra` bytes (truncate up) and
+// checks the new bytes read as zero: whatever a crash left past the end of a
+// file (in its last block, or in blocks fallocate kept past the end) must
+// never become visible. Changes the files' sizes.
+Status CheckExtensionsRead0(Filesystem& fs, const Tree& tree, uint64_t extra);
 
 // Removes every name but lost+found (whose contents go too).
 Status DeleteAll(Filesystem& fs);

@@ -180,11 +180,18 @@ MountedFs::MountedFs(uint64_t image_size) {
   char dir[] = "/tmp/nvfs-mnt-XXXXXX";
   if (mkdtemp(dir) == nullptr) throw std::runtime_error("mkdtemp");
   dir_ = dir;
-  RunResult r = Run("NVFS_MKFS", {"-q", "-s", std::to_string(image_size), image_});
-  if (r.exit_code != 0) {
+  // No destructor runs if the constructor throws: undo by hand.
+  std::string failure;
+  try {
+    RunResult r = Run("NVFS_MKFS", {"-q", "-s", std::to_string(image_size), image_});
+    if (r.exit_code != 0) failure = "mkfs.nvfs failed: " + r.out;
+  } catch (const std::exception& e) {
+    failure = e.what();
+  }
+  if (!failure.empty()) {
     rmdir(dir_.c_str());
     unlink(image_.c_str());
-    throw std::runtime_error("mkfs.nvfs failed: " + r.out);
+    throw std::runtime_error(failure);
   }
 }
 
@@ -209,10 +216,11 @@ int MountedFs::Reap(double seconds) {
   return code;
 }
 
-void MountedFs::Start(const std::string& options) {
+void MountedFs::Start(const std::string& options, const std::vector<std::string>& flags) {
   REQUIRE(pid_ <= 0);
   REQUIRE_FALSE(IsMountPoint(dir_));
   std::vector<std::string> argv{Program("NVFS_DAEMON"), "-f"};
+  argv.insert(argv.end(), flags.begin(), flags.end());
   if (!options.empty()) {
     argv.push_back("-o");
     argv.push_back(options);

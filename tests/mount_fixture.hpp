@@ -53,9 +53,9 @@ class MountedFs {
   MountedFs(const MountedFs&) = delete;
   MountedFs& operator=(const MountedFs&) = delete;
 
-  // Starts `nvfs -f [-o OPTIONS] IMAGE DIR` and waits (REQUIRE, 10 s) until
-  // the mount shows in /proc/self/mountinfo.
-  void Start(const std::string& options = "");
+  // Starts `nvfs -f [FLAGS] [-o OPTIONS] IMAGE DIR` and waits (REQUIRE,
+  // 10 s) until the mount shows in /proc/self/mountinfo.
+  void Start(const std::string& options = "", const std::vector<std::string>& flags = {});
   // Unmounts with fusermount3 -u and waits for the daemon to exit; returns
   // its exit status (0 for a clean shutdown).
   int Stop();

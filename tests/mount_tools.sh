@@ -13,24 +13,23 @@ options=${1:-}
 : "${NVFS_MKFS:?set NVFS_MKFS to mkfs.nvfs}"
 : "${NVFS_FSCK:?set NVFS_FSCK to fsck.nvfs}"
 
-if ! { exec 9<>/dev/fuse; } 2>/dev/null; then
+if ! [ -c /dev/fuse ] || ! [ -r /dev/fuse ] || ! [ -w /dev/fuse ]; then
   echo "*** SKIPPED: /dev/fuse is not usable on this machine; nvfs cannot be mounted ***"
   exit 0
 fi
-exec 9>&-
 for tool in git rsync make cc tar diff getfattr setfattr fusermount3; do
   command -v "$tool" >/dev/null || { echo "missing tool: $tool (tools/lib/common.sh installs it)"; exit 1; }
 done
 
 repo_src=$(cd "$(dirname "$0")/.." && pwd)/src
 image=/dev/shm/nvfs-tools-$$.img
-mnt=$(mktemp -d /tmp/nvfs-tools-XXXXXX)
-work=$(mktemp -d /dev/shm/nvfs-tools-work-XXXXXX)
+mnt=
+work=
 daemon_pid=
 
 cleanup() {
   local rc=$?
-  if mountpoint -q "$mnt"; then
+  if [ -n "$mnt" ] && mountpoint -q "$mnt"; then
     fusermount3 -u "$mnt" 2>/dev/null || fusermount3 -uz "$mnt" 2>/dev/null || true
   fi
   if [ -n "$daemon_pid" ]; then
@@ -38,14 +37,24 @@ cleanup() {
     kill -9 "$daemon_pid" 2>/dev/null || true
     wait "$daemon_pid" 2>/dev/null || true
   fi
-  rmdir "$mnt" 2>/dev/null || true
-  rm -rf "$work" "$image"
+  if [ -n "$mnt" ]; then rmdir "$mnt" 2>/dev/null || true; fi
+  if [ -n "$work" ]; then rm -rf "$work"; fi
+  rm -f "$image"
   [ $rc -eq 0 ] && echo "mount_tools: all passed" || echo "mount_tools: FAILED (exit $rc)"
   exit $rc
 }
 trap cleanup EXIT
+mnt=$(mktemp -d /tmp/nvfs-tools-XXXXXX)
+work=$(mktemp -d /dev/shm/nvfs-tools-work-XXXXXX)
 
 step() { printf '== %s\n' "$*"; }
+
+# Type, mode, owner, times (ns) and, for files and symlinks, size of
+# everything under a tree: what cp -a, rsync -a and tar xp must preserve.
+meta() { (cd "$1" && find . -printf '%y %m %U:%G %T@ %p\n' -a \( -type d -o -printf '  %s\n' \) | sort); }
+same_meta() {
+  diff <(meta "$1") <(meta "$2") || { echo "metadata differs: $1 vs $2"; return 1; }
+}
 
 mount_nvfs() {
   "$NVFS_DAEMON" -f ${options:+-o "$options"} "$image" "$mnt" &
@@ -76,8 +85,10 @@ mount_nvfs
 step "cp -a of a source tree, diff -r"
 cp -a "$src" "$mnt/src"
 diff -r "$src" "$mnt/src"
+same_meta "$src" "$mnt/src"
 cp -a /usr/include/c++ "$mnt/cxx"
 diff -r /usr/include/c++ "$mnt/cxx"
+same_meta /usr/include/c++ "$mnt/cxx"
 
 step "tar c | tar x round trip, diff -r"
 (cd "$mnt" && tar cf - src cxx) | (mkdir "$work/untar" && cd "$work/untar" && tar xf -)
@@ -85,14 +96,17 @@ diff -r "$src" "$work/untar/src"
 mkdir "$mnt/untar"
 tar cf - -C "$work/untar" . | tar xpf - -C "$mnt/untar"
 diff -r "$work/untar" "$mnt/untar"
+same_meta "$work/untar/src" "$mnt/untar/src"
 
 step "rsync -a, then an incremental rsync that finds nothing to do"
 rsync -a "$src/" "$mnt/rsynced/"
 diff -r "$src" "$mnt/rsynced"
+same_meta "$src" "$mnt/rsynced"
 changes=$(rsync -ai "$src/" "$mnt/rsynced/" | wc -l)
 [ "$changes" -eq 0 ] || { echo "second rsync changed $changes entries"; exit 1; }
 rsync -a --delete "$mnt/rsynced/" "$work/back/"
 diff -r "$src" "$work/back"
+same_meta "$src" "$work/back"
 
 step "git init, add, commit, log, status"
 (
@@ -124,7 +138,8 @@ printf 'hello: main.o add.o\n\t$(CC) -o $@ $^\n%%.o: %%.c\n\t$(CC) -O2 -c -o $@ 
 make -s -C "$mnt/proj"
 [ "$("$mnt/proj/hello")" = 42 ]
 touch "$mnt/proj/add.c"
-make -C "$mnt/proj" | grep -q "add.o"   # make sees the new mtime
+rebuilt=$(make -C "$mnt/proj")
+grep -q "add.o" <<<"$rebuilt"   # make saw the new mtime
 make -s -C "$mnt/proj" clean
 [ ! -e "$mnt/proj/hello" ]
 
@@ -137,7 +152,9 @@ unmount_nvfs
 "$NVFS_FSCK" -n "$image"
 mount_nvfs
 diff -r "$src" "$mnt/rsynced"
+same_meta "$src" "$mnt/rsynced"
 diff -r /usr/include/c++ "$mnt/cxx"
+same_meta /usr/include/c++ "$mnt/cxx"
 (cd "$mnt/src" && git fsck --no-progress && [ "$(git rev-list --count HEAD)" -eq 2 ])
 df -h "$mnt" | tail -1
 unmount_nvfs

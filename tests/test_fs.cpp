@@ -261,6 +261,33 @@ TEST_CASE("unlinked but open files live until the last release", "[fs]") {
   CHECK(fs.GetStatFs()->blocks_free == free_before);
 }
 
+TEST_CASE("ForgetAll frees unlinked inodes only lookups still held", "[fs]") {
+  // What the daemon does when its FUSE session ends before the kernel's
+  // FORGETs: the references die with the session.
+  FsImage img;
+  Filesystem& fs = img.fs();
+  const uint64_t blocks_before = fs.GetStatFs()->blocks_free;
+  const uint64_t inodes_before = fs.GetStatFs()->inodes_free;
+  Attr attr;
+  auto h = fs.Create(kRoot, "held", 0644, O_RDWR, kCred, &attr);  // one lookup
+  REQUIRE(h.ok());
+  const std::string data(100000, 'h');
+  REQUIRE(*fs.Write(*h, 0, data.data(), data.size()) == data.size());
+  REQUIRE(fs.Lookup(kRoot, "held").ok());  // a second one
+  const uint64_t kept = MustCreate(fs, kRoot, "kept", "k");
+  REQUIRE(fs.LookupInode(kept).ok());
+  REQUIRE(fs.Unlink(kRoot, "held").ok());
+  fs.Release(*h);
+  CHECK(fs.GetStatFs()->blocks_free < blocks_before);  // still referenced
+  fs.ForgetAll();
+  CHECK(fs.GetStatFs()->inodes_free == inodes_before - 1);  // only "kept" remains
+  CHECK(fs.GetStatFs()->blocks_free + 2 >= blocks_before);
+  CHECK(fs.Lookup(kRoot, "kept").ok());  // still there, and usable
+  fs.Forget(kept, 1);
+  img.Remount();
+  CHECK(img->GetStatFs()->inodes_free == inodes_before - 1);
+}
+
 TEST_CASE("an unlinked open file is reclaimed at the next mount after a crash", "[fs]") {
   FsImage img;
   const uint64_t free_before = img->GetStatFs()->blocks_free;

@@ -400,7 +400,7 @@ TEST_CASE("fsck usage errors exit 16, operational errors 8", "[fsck][cli]") {
   for (const std::vector<std::string>& args :
        {std::vector<std::string>{"-n", "-y", image.path()}, {"-p", "-y", image.path()},
         {"-n", "-a", image.path()}, {}, {"-n"}, {image.path(), image.path()},
-        {"-Z", image.path()}}) {
+        {"-Z", image.path()}, {"-j", "0", image.path()}, {"-j", "two", image.path()}}) {
     const RunResult r = Fsck(args);
     INFO(r.out);
     CHECK(r.exit_code == kFsckUsage);
@@ -554,11 +554,11 @@ struct Populated {
     const format::Inode d = Inode(dir_ino);
     REQUIRE(d.map.dir.root != 0);
     REQUIRE((d.map.dir.root & format::kDirNodeIndexBit) == 0);
-    const uint64_t leaf = g.BlockOffset(d.map.dir.root);
-    const std::vector<char> bytes = ReadAt(path(), leaf, g.block_size());
+    const uint64_t leaf_at = g.BlockOffset(d.map.dir.root);
+    const std::vector<char> bytes = ReadAt(path(), leaf_at, g.block_size());
     for (const test::LeafRecord& r :
          test::ParseDirLeaf(reinterpret_cast<const std::byte*>(bytes.data()), bytes.size())) {
-      if (r.entry.ino != 0 && r.name == name) return leaf + r.offset;
+      if (r.entry.ino != 0 && r.name == name) return leaf_at + r.offset;
     }
     FAIL("no entry " << name);
     return 0;
@@ -1052,6 +1052,83 @@ TEST_CASE("fsck on a namespace that needs journal recovery", "[fsck][journal]") 
   std::memcpy(&root, ReadAt(crashed.path(), g.InodeOffset(1), sizeof root).data(), sizeof root);
   CHECK(root.nlink == 3);
   RequireClean(crashed.path());
+}
+
+// Everything CheckNamespace says, with `threads` threads.
+std::vector<std::string> CheckLines(const std::string& path, RepairMode mode, unsigned threads,
+                                    FsckReport* report) {
+  MediaOptions options;
+  options.read_only = mode == RepairMode::kNone;
+  auto media = OpenMedia(path, options);
+  REQUIRE(media.ok());
+  std::vector<std::string> lines;
+  *report = CheckNamespace(**media, mode, [&](const std::string& l) { lines.push_back(l); }, {},
+                           threads);
+  return lines;
+}
+
+TEST_CASE("fsck on several threads finds and repairs what one thread does", "[fsck][threads]") {
+  // Three groups, 80 directories (the passes go parallel from 32 on).
+  test::FsImage image(300 << 20, 4096, 4096);
+  Filesystem& fs = image.fs();
+  std::vector<uint64_t> dirs, files;
+  for (int d = 0; d < 80; ++d) {
+    auto dir = fs.Mkdir(1, "dir" + std::to_string(d), 0755, kCred);
+    REQUIRE(dir.ok());
+    dirs.push_back(dir->ino);
+    for (int f = 0; f < 12; ++f) {
+      Attr attr;
+      auto file = fs.Create(dir->ino, "f" + std::to_string(f), 0644, O_RDWR, kCred, &attr);
+      REQUIRE(file.ok());
+      const std::string data(5000 + 100 * f, 'x');
+      REQUIRE(fs.Write(*file, 0, data.data(), data.size()).ok());
+      fs.Release(*file);
+      fs.Forget(attr.ino, 1);
+      files.push_back(attr.ino);
+    }
+    fs.Forget(dir->ino, 1);
+  }
+  image.Unmount();
+  const Geometry g = GeometryOf(image.path());
+  REQUIRE(g.group_count() == 3);
+
+  FsckReport one, many;
+  SECTION("clean") {
+    CHECK(CheckLines(image.path(), RepairMode::kNone, 1, &one).empty());
+    CHECK(CheckLines(image.path(), RepairMode::kNone, 4, &many).empty());
+    CHECK(one.inodes_checked == many.inodes_checked);
+    CHECK(one.entries == many.entries);
+    CHECK(many.exit_code == kFsckClean);
+    CHECK(many.inodes_checked == 2 + 80 + 80 * 12);
+  }
+  SECTION("damaged in every pass") {
+    const auto put_inode = [&](uint64_t ino, const std::function<void(format::Inode&)>& change) {
+      format::Inode inode;
+      std::memcpy(&inode, ReadAt(image.path(), g.InodeOffset(ino), sizeof inode).data(),
+                  sizeof inode);
+      change(inode);
+      WriteAt(image.path(), g.InodeOffset(ino), &inode, sizeof inode);
+    };
+    // A block shared by two files in different groups' inodes, a wrong link
+    // count, a bad pointer, a directory named nowhere.
+    format::Inode first;
+    std::memcpy(&first, ReadAt(image.path(), g.InodeOffset(files[3]), sizeof first).data(),
+                sizeof first);
+    put_inode(files.back(), [&](format::Inode& i) { i.map.file.direct[1] = first.map.file.direct[0]; });
+    put_inode(files[100], [](format::Inode& i) { i.nlink = 3; });
+    put_inode(files[500], [&](format::Inode& i) { i.map.file.direct[0] = g.block_count() + 9; });
+    put_inode(dirs[40], [](format::Inode& i) { i.parent = 77; });
+    const std::vector<std::string> lines_one = CheckLines(image.path(), RepairMode::kNone, 1, &one);
+    const std::vector<std::string> lines_many =
+        CheckLines(image.path(), RepairMode::kNone, 4, &many);
+    CHECK(lines_one == lines_many);
+    CHECK(lines_many.size() >= 5);
+    CHECK(many.exit_code == kFsckUncorrected);
+    CHECK(CheckLines(image.path(), RepairMode::kYes, 4, &many).size() == lines_one.size());
+    CHECK(many.exit_code == kFsckCorrected);
+    CHECK(CheckLines(image.path(), RepairMode::kNone, 4, &many).empty());
+    CHECK(many.exit_code == kFsckClean);
+  }
 }
 
 }  // namespace

@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # Installs what it needs, builds, makes an emulated pmem image under /dev/shm,
-# formats it, checks it and shows what is on it. Idempotent.
+# formats it, checks it, shows what is on it, then mounts it with the nvfs
+# daemon, does a few things a person can see, times reads through the mount,
+# and unmounts (also when a step fails). Idempotent: it re-formats its own
+# image and first unmounts what an interrupted run may have left mounted.
 #   tools/demo.sh [IMAGE] [SIZE]
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
 
 image=${1:-/dev/shm/nvfs-demo.img}
 size=${2:-1G}
+mnt=${NVFS_DEMO_MOUNT:-/tmp/nvfs-demo.mnt}
 
 nvfs_install_deps
 nvfs_build
@@ -14,9 +18,70 @@ bin=$NVFS_BUILD
 
 step() { printf '\n\033[1m$ %s\033[0m\n' "$*"; "$@"; }
 
+# Waits until the daemon has let go of the image (it holds a lock while mounted).
+wait_image_free() {
+  for _ in $(seq 500); do
+    flock -n "$image" true 2>/dev/null && return 0
+    sleep 0.01
+  done
+  echo "demo: $image is still held by a process" >&2
+  return 1
+}
+
+# Unmounts every mount of the demo image (a run killed before its trap ran
+# leaves one behind) and waits for its daemon to exit.
+unmount_demo() {
+  local dir
+  for dir in $(awk -v img="$image" '$1 == img && $3 == "fuse.nvfs" { print $2 }' /proc/mounts); do
+    fusermount3 -u "$dir" 2>/dev/null || fusermount3 -uz "$dir"
+  done
+  [ -e "$image" ] && wait_image_free
+  return 0
+}
+
+unmount_demo
+
 # -f: the demo re-formats its own image on every run.
 step "$bin/mkfs.nvfs" -f -s "$size" -L demo "$image"
 step "$bin/fsck.nvfs" -n "$image"
 step "$bin/nvfs-dump" "$image"
+
+if ! [ -c /dev/fuse ] || ! [ -r /dev/fuse ] || ! [ -w /dev/fuse ]; then
+  echo
+  echo "demo: /dev/fuse is not usable here, so the image cannot be mounted; stopping."
+  exit 0
+fi
+
+mkdir -p "$mnt"
+cleanup() {
+  unmount_demo || true
+  rmdir "$mnt" 2>/dev/null || true
+}
+trap cleanup EXIT
+
+step "$bin/nvfs" "$image" "$mnt"
+step grep " $mnt " /proc/mounts
+step mkdir "$mnt/docs"
+printf '\n\033[1m$ echo "hello from nvfs" > %s\033[0m\n' "$mnt/docs/hello.txt"
+echo "hello from nvfs" > "$mnt/docs/hello.txt"
+step cat "$mnt/docs/hello.txt"
+step ln -s docs/hello.txt "$mnt/hello-link"
+step cp -a "$NVFS_TOP/src" "$mnt/src"
+step ls -la "$mnt" "$mnt/docs"
+step stat "$mnt/docs/hello.txt"
+step du -sh "$mnt/src"
+step df -h "$mnt"
+
+# Reads through the mount. TODO(issue 5): run the pread benchmark here
+# (nvfs-pread file on "$mnt/bench.dat", the three read paths side by side);
+# until then, dd shows sequential write and read throughput.
+step dd if=/dev/zero of="$mnt/bench.dat" bs=1M count=256 status=none
+step dd if="$mnt/bench.dat" of=/dev/null bs=1M
+step dd if="$mnt/bench.dat" of=/dev/null bs=4k count=65536
+
+printf '\n\033[1m$ umount %s\033[0m\n' "$mnt"
+umount "$mnt"
+wait_image_free
+step "$bin/fsck.nvfs" -n "$image"
 echo
-echo "demo: formatted $image ($size); mounting and benchmarking arrive with the daemon (issue 4)."
+echo "demo: $image ($size) was formatted, mounted on $mnt, used and cleanly unmounted."

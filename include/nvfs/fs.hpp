@@ -141,6 +141,12 @@ class Filesystem {
   // A reference to an inode known by number (readdirplus, NFS handles).
   Result<Attr> LookupInode(uint64_t ino);
   void Forget(uint64_t ino, uint64_t count);
+  // Drops every reference Lookup & co. handed out, as if each had been
+  // forgotten: for a FUSE session that ended (umount, SIGTERM) before the
+  // kernel sent its FORGETs. Unlinked inodes left without a reference or an
+  // open file are freed now rather than at the next mount. REQUIRES: nothing
+  // runs concurrently (the session loop has returned; before Unmount).
+  void ForgetAll();
 
   Result<Attr> Mknod(uint64_t parent, std::string_view name, uint32_t mode, uint64_t rdev,
                      const Cred& cred);

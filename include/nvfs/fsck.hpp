@@ -62,10 +62,14 @@ struct FsckReport {
 // finding, without a newline. `progress(done, total)` is called as the check
 // advances: once per group in each of the two long passes (inodes, then
 // directories), so total is twice the group count.
+// `threads`: how many threads the inode and directory passes may use (0: as
+// many as the machine has, at most 8); the findings and repairs are the same
+// whatever the number.
 // Thread safety: the caller must have the namespace to itself (OpenMedia's
 // lock); the callbacks are called from the calling thread.
 FsckReport CheckNamespace(Media& media, RepairMode mode,
                           const std::function<void(const std::string&)>& say,
-                          const std::function<void(uint64_t, uint64_t)>& progress = {});
+                          const std::function<void(uint64_t, uint64_t)>& progress = {},
+                          unsigned threads = 0);
 
 }  // namespace nvfs

@@ -55,10 +55,10 @@ std::vector<Signature> DetectSignatures(const std::byte* base, uint64_t size);
 
 // Writes the plan to `media`, and reports progress per group.
 // Store order (so a crash in the middle never leaves a namespace that looks
-// like a valid nvfs): (1) wipe every known signature, nvfs superblocks included,
-// persisted; (2) group metadata, journal, root and lost+found, persisted;
-// (3) the dynamic superblock and the backup static copy, persisted; (4) the
-// primary static superblock, persisted.
+// like a valid nvfs): (1) wipe every known signature, nvfs static superblocks
+// whole (and the places the new copies go), persisted; (2) group metadata,
+// journal, root and lost+found, persisted; (3) the dynamic superblock and the
+// backup static copy, persisted; (4) the primary static superblock, persisted.
 Status WriteMkfs(Media& media, const MkfsPlan& plan,
                  const std::function<void(uint64_t done, uint64_t total)>& progress = {});
 

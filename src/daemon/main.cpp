@@ -265,14 +265,20 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (!cl.foreground) openlog("nvfs", LOG_PID, LOG_DAEMON);
-  fuse_daemonize(cl.foreground ? 1 : 0);
+  if (fuse_daemonize(cl.foreground ? 1 : 0) != 0) {
+    Say("cannot detach (fork failed); try -f");
+    fuse_session_unmount(se);
+    fuse_remove_signal_handlers(se);
+    (void)UnmountCore(std::move(fs), device);
+    return 1;
+  }
   g_detached = !cl.foreground;
 
   int loop;
-  if (cl.single_thread) {
-    loop = fuse_session_loop(se);
+  fuse_loop_config* config = cl.single_thread ? nullptr : fuse_loop_cfg_create();
+  if (config == nullptr) {
+    loop = fuse_session_loop(se);  // -s, or no memory for a thread pool
   } else {
-    fuse_loop_config* config = fuse_loop_cfg_create();
     fuse_loop_cfg_set_clone_fd(config, 1);
     if (cl.threads != 0) {
       fuse_loop_cfg_set_max_threads(config, cl.threads);
@@ -285,6 +291,7 @@ int main(int argc, char** argv) {
   fuse_session_unmount(se);
   fuse_remove_signal_handlers(se);
   session.reset();
+  adapter.EndSession();  // what the kernel still held: open files, lookups
   int status = UnmountCore(std::move(fs), device);
   if (loop < 0) {
     Say("%s: session ended with an error: %s", mountpoint.c_str(), std::strerror(-loop));

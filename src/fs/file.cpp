@@ -338,7 +338,10 @@ Status Filesystem::Fallocate(FileHandle file, int mode, uint64_t offset, uint64_
     const uint64_t end_full = zero_end == size ? (zero_end + bs - 1) >> shift : zero_end >> shift;
     std::optional<Tx> tx;
     tx.emplace(*journal_, "punch");
-    // Partial blocks at the edges: zeroed in place, logged (they are visible).
+    // Partial blocks at the edges: zeroed in place as a write of zeros would
+    // (flushed now, drained by the commit): durable, not atomic. Logging them
+    // cost a record as large as the range, which with large blocks does not
+    // fit a journal slot, so such a punch failed with ENOSPC.
     auto zero_range = [&](uint64_t from, uint64_t to) -> Status {
       while (from < to) {
         uint64_t run;
@@ -347,8 +350,8 @@ Status Filesystem::Fallocate(FileHandle file, int mode, uint64_t offset, uint64_
         const uint64_t block_end = ((from >> shift) + 1) << shift;
         const uint64_t n = std::min(to, block_end) - from;
         if (phys != 0) {
-          std::vector<std::byte> zeros(n);
-          tx->Store(g.BlockOffset(phys) + (from & (bs - 1)), zeros.data(), n);
+          media_->Fill(g.BlockOffset(phys) + (from & (bs - 1)), 0, n);
+          media_->Flush(g.BlockOffset(phys) + (from & (bs - 1)), n);
         }
         from += n;
       }
@@ -371,7 +374,11 @@ Status Filesystem::Fallocate(FileHandle file, int mode, uint64_t offset, uint64_
     return tx->Commit();
   }
 
-  // Allocation: every hole in the range gets zeroed blocks.
+  // Allocation: every hole in the range gets zeroed blocks. Blocks wholly
+  // past the end that the size change below exposes are zeroed by Resize,
+  // which zeroes every mapped byte it exposes; zeroing them here too would
+  // write them twice.
+  const bool extend = !(mode & FALLOC_FL_KEEP_SIZE) && end > inode.size;
   std::optional<Tx> tx;
   tx.emplace(*journal_, "fallocate");
   uint64_t index = offset >> shift;
@@ -381,7 +388,8 @@ Status Filesystem::Fallocate(FileHandle file, int mode, uint64_t offset, uint64_
     const uint64_t phys = bmap_->Lookup(inode, index, end_index - index, &run);
     if (phys == Bmap::kCorrupt) return Error(EIO);
     if (phys == 0) {
-      Result<Extent> mapped = bmap_->MapForWrite(*tx, inode, index, run, true);
+      const bool zero = !extend || (index << shift) < inode.size;
+      Result<Extent> mapped = bmap_->MapForWrite(*tx, inode, index, run, zero);
       if (!mapped.ok()) return mapped.take_error();  // aborts this transaction's part
       run = mapped->count;
     }
@@ -391,9 +399,7 @@ Status Filesystem::Fallocate(FileHandle file, int mode, uint64_t offset, uint64_
       tx.emplace(*journal_, "fallocate");
     }
   }
-  if (!(mode & FALLOC_FL_KEEP_SIZE) && end > inode.size) {
-    NVFS_TRY(FsOps::Resize(*this, ci->ino, end, &*tx));
-  }
+  if (extend) NVFS_TRY(FsOps::Resize(*this, ci->ino, end, &*tx));
   FsOps::Touch(*tx, inode, false, true, now);
   return tx->Commit();
 }

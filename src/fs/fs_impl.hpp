@@ -63,8 +63,9 @@ struct FsOps {
 
   // Frees the blocks of `ino` from file block `from` on, in as many
   // transactions as it takes; the inode must be on the orphan list if more
-  // than one is needed (the caller arranges it). REQUIRES: inode lock held
-  // exclusively.
+  // than one is needed (the caller arranges it). The last transaction takes
+  // it off the list, unless it is unlinked (reclaim does that). REQUIRES:
+  // inode lock held exclusively.
   static Status FreeBlocksFrom(Filesystem& fs, uint64_t ino, uint64_t from);
   // Changes the size of a regular file (truncate up or down), atomically as
   // seen after a crash. REQUIRES: inode lock held exclusively.

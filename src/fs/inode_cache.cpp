@@ -45,6 +45,17 @@ bool InodeCache::ForgetLookups(uint64_t ino, uint64_t n, CachedInode** out) {
   return it->Idle() && !it->reclaiming;
 }
 
+std::vector<CachedInode*> InodeCache::ForgetAllLookups() {
+  std::lock_guard lock(mu_);
+  std::vector<CachedInode*> idle;
+  for (CachedInode& inode : set_) {
+    if (inode.lookups == 0) continue;
+    inode.lookups = 0;
+    if (inode.Idle() && !inode.reclaiming) idle.push_back(&inode);
+  }
+  return idle;
+}
+
 bool InodeCache::CloseOpen(CachedInode* inode) {
   std::lock_guard lock(mu_);
   --inode->opens;

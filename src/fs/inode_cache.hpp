@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <mutex>
 #include <shared_mutex>
+#include <vector>
 
 #include "nvfs/format.hpp"
 
@@ -80,6 +81,9 @@ class InodeCache {
   void AddLookups(CachedInode* inode, uint64_t n);
   void AddOpen(CachedInode* inode);
   bool ForgetLookups(uint64_t ino, uint64_t n, CachedInode** inode);
+  // Sets every inode's lookups to 0; returns those that became idle (the
+  // caller retires them, as after Unpin).
+  std::vector<CachedInode*> ForgetAllLookups();
   bool CloseOpen(CachedInode* inode);
 
   // If the inode is still idle, either removes and deletes it (reclaim false)

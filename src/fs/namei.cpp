@@ -82,6 +82,10 @@ void Filesystem::Forget(uint64_t ino, uint64_t count) {
   if (cache_->ForgetLookups(ino, count, &inode)) FsOps::OnIdle(*this, inode);
 }
 
+void Filesystem::ForgetAll() {
+  for (CachedInode* inode : cache_->ForgetAllLookups()) FsOps::OnIdle(*this, inode);
+}
+
 namespace {
 
 struct NewEntry {

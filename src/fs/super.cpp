@@ -1,8 +1,10 @@
 // Mount, unmount, the orphan list and the inode helpers every operation uses.
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstring>
+#include <unordered_set>
 
 #include "fs/fs_impl.hpp"
 #include "nvfs/bitmap.hpp"
@@ -45,6 +47,26 @@ Result<std::unique_ptr<Filesystem>> Filesystem::Mount(std::unique_ptr<Media> med
   return fs;
 }
 
+// The dynamic superblock as journal recovery will leave it, computed on a
+// copy before anything is written. Its fields and its checksum are separate
+// logged stores (the orphan list changes them inside operations), so a crash
+// between them leaves a checksum that only recovery makes right again.
+static Result<SuperDynamic> RecoveredDynamic(const Journal& journal, const std::byte* base) {
+  SuperDynamic dyn;
+  std::memcpy(&dyn, base + format::kSuperDynamicOffset, sizeof dyn);
+  auto* bytes = reinterpret_cast<std::byte*>(&dyn);
+  const uint64_t start = format::kSuperDynamicOffset;
+  const uint64_t end = start + sizeof dyn;
+  Status planned = journal.PlanRecovery([&](uint32_t, const Journal::RecoveryStep& step) {
+    if (step.type != format::JournalRecordType::kUndo) return;
+    const uint64_t from = std::max(step.target, start);
+    const uint64_t to = std::min(step.target + step.length, end);
+    if (from < to) std::memcpy(bytes + (from - start), step.payload + (from - step.target), to - from);
+  });
+  if (!planned.ok()) return planned.take_error();
+  return dyn;
+}
+
 Status Filesystem::MountInternal(const MountOptions& options) {
   read_only_ = options.read_only;
   Result<FoundSuper> found = FindSuper(media_->base(), media_->size());
@@ -57,15 +79,16 @@ Status Filesystem::MountInternal(const MountOptions& options) {
     return MakeError(EROFS, "unknown read-only-compatible features 0x%" PRIx64
                      "; mount read-only (-o ro)", UnknownRoCompat(found->sb));
   }
-  const auto& dyn =
-      *reinterpret_cast<const SuperDynamic*>(media_->base() + format::kSuperDynamicOffset);
-  Status dyn_ok = CheckSuperDynamic(dyn);
-  if (!dyn_ok.ok()) {
-    return MakeError(EUCLEAN, "%s; run fsck.nvfs", dyn_ok.error().message.c_str());
-  }
   geometry_ = std::make_unique<Geometry>(found->geometry);
   hash_seed_ = found->sb.hash_seed;
   const Geometry& g = *geometry_;
+  journal_ = std::make_unique<Journal>(*media_, g);
+  Result<SuperDynamic> dyn = RecoveredDynamic(*journal_, media_->base());
+  if (!dyn.ok()) return dyn.take_error();
+  Status dyn_ok = CheckSuperDynamic(*dyn);
+  if (!dyn_ok.ok()) {
+    return MakeError(EUCLEAN, "%s; run fsck.nvfs", dyn_ok.error().message.c_str());
+  }
   const std::byte* inode_bitmap = media_->base() + g.BlockOffset(g.InodeBitmapBlock(0));
   const auto& root = *reinterpret_cast<const Inode*>(media_->base() +
                                                      g.InodeOffset(format::kRootIno));
@@ -73,7 +96,6 @@ Status Filesystem::MountInternal(const MountOptions& options) {
     return MakeError(EUCLEAN, "root directory is damaged; run fsck.nvfs");
   }
 
-  journal_ = std::make_unique<Journal>(*media_, g);
   if (!read_only_) {
     Result<Journal::RecoveryStats> recovered = journal_->Recover();
     if (!recovered.ok()) return recovered.take_error();
@@ -96,12 +118,17 @@ Status Filesystem::MountInternal(const MountOptions& options) {
   generation_state_ = RandomU64();
 
   if (!read_only_) {
+    // Damage met while finishing the orphans (a damaged list, or a damaged
+    // map in an orphan) leaves the rest of them to fsck: the mount goes on with
+    // the superblock's error flag set, rather than fail having written.
     Status orphans = FsOps::ProcessOrphans(*this);
-    if (!orphans.ok()) return orphans;
+    const bool damaged = !orphans.ok() && orphans.code() == EUCLEAN;
+    if (!orphans.ok() && !damaged) return orphans;
     std::lock_guard lock(orphan_mu_);
     Tx tx(*journal_, "mount");
     const int64_t now = FsOps::Now().tv_sec;
     FsOps::UpdateDynamic(*this, tx, [&](SuperDynamic& d) {
+      if (damaged) d.errors = 1;
       d.state = static_cast<uint32_t>(format::FsState::kMounted);
       d.mount_count += 1;
       d.mount_time = now;
@@ -316,8 +343,14 @@ Status FsOps::FreeBlocksFrom(Filesystem& fs, uint64_t ino, uint64_t from) {
     Result<bool> done = fs.bmap_->Truncate(tx, inode, from);
     if (!done.ok()) return done.take_error();
     if (*done) {
-      std::lock_guard lock(fs.orphan_mu_);
-      NVFS_TRY(OrphanRemove(fs, tx, ino));
+      // An unlinked inode (still open) was on the list before the truncation
+      // and stays there until reclaim frees it: taking it off here would
+      // leak it, and its blocks, if the machine crashed before the release.
+      std::unique_lock lock(fs.orphan_mu_, std::defer_lock);
+      if (inode.nlink != 0) {
+        lock.lock();
+        NVFS_TRY(OrphanRemove(fs, tx, ino));
+      }
       return tx.Commit();
     }
     NVFS_TRY(tx.Commit());
@@ -331,19 +364,24 @@ Status FsOps::Resize(Filesystem& fs, uint64_t ino, uint64_t new_size, Tx* first_
   const uint64_t old_size = inode.size;
   Tx& tx = *first_tx;
   if (new_size >= old_size) {
-    // The bytes past the old end of its last block are undefined: zero the
-    // part the new size exposes (fresh stores: unreachable until the size is
-    // published).
-    const uint64_t block_end = (old_size + g.block_size() - 1) & ~uint64_t{g.block_size() - 1};
-    const uint64_t zero_end = std::min(new_size, block_end);
-    if (zero_end > old_size) {
+    // Every byte past the old end is undefined, in the old last block and in
+    // any block fallocate kept past the end: a write that extended the file
+    // stores its data there before the transaction publishing the new size,
+    // so a crash leaves them holding bytes the file never got. Zero what the
+    // new size exposes in every mapped block (fresh stores: unreachable until
+    // the size is published). Holes read as zeros already.
+    const uint32_t shift = g.block_shift();
+    const uint64_t mask = g.block_size() - 1;
+    uint64_t pos = old_size;
+    while (pos < new_size) {
+      const uint64_t index = pos >> shift;
       uint64_t run;
-      const uint64_t phys = fs.bmap_->Lookup(inode, old_size >> g.block_shift(), 1, &run);
+      const uint64_t phys =
+          fs.bmap_->Lookup(inode, index, ((new_size - 1) >> shift) - index + 1, &run);
       if (phys == Bmap::kCorrupt) return Error(EUCLEAN);
-      if (phys != 0) {
-        tx.FillFresh(g.BlockOffset(phys) + (old_size & (g.block_size() - 1)), 0,
-                     zero_end - old_size);
-      }
+      const uint64_t run_end = std::min(new_size, (index + run) << shift);
+      if (phys != 0) tx.FillFresh(g.BlockOffset(phys) + (pos & mask), 0, run_end - pos);
+      pos = run_end;
     }
     if (new_size != old_size) tx.Set(inode.size, new_size);
     return Status::Ok();
@@ -409,6 +447,20 @@ void FsOps::OnIdle(Filesystem& fs, CachedInode* inode) {
 Status FsOps::ProcessOrphans(Filesystem& fs) {
   const auto& dyn = *reinterpret_cast<const SuperDynamic*>(fs.media_->base() +
                                                            format::kSuperDynamicOffset);
+  // The whole list is checked before the first orphan is touched: each inode
+  // in use, flagged, listed once, and either unlinked or a regular file whose
+  // truncation was cut short (nothing else is ever truncated).
+  {
+    std::unordered_set<uint64_t> listed;
+    for (uint64_t ino = dyn.orphan_head; ino != 0; ino = InodeAt(fs, ino).orphan_next) {
+      if (!CheckIno(fs, ino).ok() || !(InodeAt(fs, ino).flags & format::kInodeFlagOrphan) ||
+          !listed.insert(ino).second ||
+          (InodeAt(fs, ino).nlink != 0 && !S_ISREG(InodeAt(fs, ino).mode))) {
+        return MakeError(EUCLEAN, "orphan list is damaged (inode %" PRIu64 "); run fsck.nvfs",
+                         ino);
+      }
+    }
+  }
   uint64_t steps = 0;
   while (dyn.orphan_head != 0) {
     const uint64_t ino = dyn.orphan_head;

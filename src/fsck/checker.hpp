@@ -15,6 +15,15 @@
 // Memory: per inode one state byte and one 32-bit link counter; per block one
 // bit; per directory a DirInfo. Nothing is allocated per inode.
 //
+// Threads. The two long passes (inodes by group, directories) run on several
+// threads, optimistically: with repairs off (Problem() only notes that there
+// was one). A pass that met no problem keeps its result — the same a single
+// thread would have found; one that met any is thrown away and run again on
+// one thread, which reports and repairs in a deterministic order. Shared DRAM
+// state is touched through atomics in those passes: the block bitmap
+// (claims), the state bytes and link counters of entry targets, and a
+// directory's parent entry.
+//
 // Repairs. Each is one small store (a pointer, a record, an inode field, a
 // bitmap block), persisted before the check goes on, so a crash during a
 // repair leaves damage that the next run finds again — never a state worse
@@ -24,6 +33,7 @@
 // fault is reported once rather than cascading.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -58,6 +68,7 @@ enum InodeState : uint8_t {
   kOrphanFlag = 1u << 3,  // kInodeFlagOrphan is set on the media
   kOnOrphanList = 1u << 4,
   kReferenced = 1u << 5,  // some directory entry names it
+  kHasXattr = 1u << 6,    // holds a valid xattr block (claimed)
 };
 
 // A directory found in pass 1, completed by passes 2 and 3.
@@ -89,7 +100,7 @@ struct ChainEntry {
 class Checker {
  public:
   Checker(Media& media, RepairMode mode, const std::function<void(const std::string&)>& say,
-          const std::function<void(uint64_t, uint64_t)>& progress);
+          const std::function<void(uint64_t, uint64_t)>& progress, unsigned threads);
   ~Checker();
 
   FsckReport Run();
@@ -141,17 +152,31 @@ class Checker {
   static const char* FaultName(BlockFault fault);
   bool IsMetadata(uint64_t block_no) const;
   BlockFault CheckBlock(uint64_t block_no) const;
-  // Marks the block as referenced. REQUIRES: CheckBlock() == kNone.
-  void Claim(uint64_t block_no) { claimed_[block_no / 64] |= uint64_t{1} << (block_no % 64); }
-  bool Claimed(uint64_t block_no) const { return (claimed_[block_no / 64] >> (block_no % 64)) & 1; }
+  // Marks the block as referenced. REQUIRES: CheckBlock() == kNone. Another
+  // thread claiming it meanwhile is a problem like any other (kShared).
+  void Claim(uint64_t block_no) {
+    const uint64_t bit = uint64_t{1} << (block_no % 64);
+    const uint64_t old = std::atomic_ref<uint64_t>(claimed_[block_no / 64])
+                             .fetch_or(bit, std::memory_order_relaxed);
+    if ((old & bit) && parallel_) trouble_.store(true, std::memory_order_relaxed);
+  }
+  bool Claimed(uint64_t block_no) const {
+    const uint64_t word = std::atomic_ref<uint64_t>(const_cast<uint64_t&>(claimed_[block_no / 64]))
+                              .load(std::memory_order_relaxed);
+    return (word >> (block_no % 64)) & 1;
+  }
 
   // --- Inodes ---------------------------------------------------------------
-  uint8_t Kind(uint64_t ino) const { return state_[ino] & kKindMask; }
+  uint8_t State(uint64_t ino) const {
+    return std::atomic_ref<uint8_t>(const_cast<uint8_t&>(state_[ino]))
+        .load(std::memory_order_relaxed);
+  }
+  uint8_t Kind(uint64_t ino) const { return State(ino) & kKindMask; }
   DirInfo* FindDir(uint64_t ino);
   // An unlinked directory being freed: on the orphan list with no links (no
   // entry names it; pass 2 drops any that does). It needs no parent.
   bool DeadDir(const DirInfo& dir) const {
-    return (state_[dir.ino] & kOnOrphanList) && dir.nlink == 0;
+    return (State(dir.ino) & kOnOrphanList) && dir.nlink == 0;
   }
 
  private:
@@ -169,9 +194,19 @@ class Checker {
   const std::byte* OverlayBlock(uint64_t block_no) const;
   std::byte* PatchBlock(uint64_t block_no);
 
+  // Runs fn(item, worker) for items [0, count) on `workers` threads (the
+  // calling one among them), reporting progress from the calling thread as
+  // progress_base + the share done of `progress_span`. Returns the sum of
+  // what fn returned.
+  uint64_t RunWorkers(unsigned workers, uint64_t count, uint64_t progress_base,
+                      uint64_t progress_span,
+                      const std::function<uint64_t(uint64_t item, unsigned worker)>& fn);
+
   // Pass 1 (fsck_inodes.cpp).
   void CheckInodes();
-  void CheckInode(uint64_t ino);
+  uint64_t CheckInodeGroup(uint32_t group);  // returns the inodes checked
+  void CheckInode(uint64_t ino, const format::Inode& inode);
+  void BuildDirList();
   bool ClearInode(uint64_t ino, const char* why);
   uint64_t CheckFileMap(uint64_t ino, const format::Inode& inode, uint64_t* mapped_end);
   uint64_t CheckPointerBlock(uint64_t ino, uint64_t slot_at, uint64_t block_no, uint32_t height,
@@ -182,10 +217,10 @@ class Checker {
   uint64_t CheckXattrBlock(uint64_t ino, const format::Inode& inode);
   bool ValidSymlink(uint64_t ino, const format::Inode& inode, bool in_block);
   void CheckOrphans();
+  void LeaveOrphanList(uint64_t ino);
 
   // Passes 2 and 3 (fsck_dirs.cpp).
   void CheckDirectories();
-  void CheckDirectory(DirInfo& dir);
   void CheckConnectivity();
 
   // Passes 4 and 5, lost+found (fsck_links.cpp).
@@ -202,6 +237,10 @@ class Checker {
   const std::function<void(uint64_t, uint64_t)>& progress_;
   FsckReport report_;
   bool halted_ = false;  // -p met a problem that needs -y
+  unsigned threads_ = 1;
+  bool parallel_ = false;            // in a pass on several threads: no repairs
+  std::atomic<bool> trouble_{false};  // such a pass met a problem
+  bool root_made_ = false;           // the root was (or, -n, would be) made anew
 
   Geometry geometry_;
   format::SuperStatic super_{};
@@ -230,7 +269,6 @@ class Checker {
   // they agree (wraps below zero).
   std::vector<uint32_t> links_;
   std::vector<DirInfo> dirs_;      // in inode order
-  std::vector<ChainEntry> chain_entries_;  // pass 2 scratch, reused
   std::vector<uint64_t> unattached_;  // non-directories to connect to lost+found
   // Free counts per group of the bitmaps as pass 5 leaves them.
   std::vector<uint32_t> group_free_blocks_;

@@ -8,6 +8,7 @@
 #include <cstdarg>
 #include <cstring>
 #include <new>
+#include <thread>
 
 #include "fsck/checker.hpp"
 #include "nvfs/bitmap.hpp"
@@ -33,8 +34,11 @@ uint64_t SaturatingMul(uint64_t a, uint64_t b) {
 
 Checker::Checker(Media& media, RepairMode mode,
                  const std::function<void(const std::string&)>& say,
-                 const std::function<void(uint64_t, uint64_t)>& progress)
-    : media_(media), mode_(mode), say_(say), progress_(progress) {}
+                 const std::function<void(uint64_t, uint64_t)>& progress, unsigned threads)
+    : media_(media), mode_(mode), say_(say), progress_(progress) {
+  if (threads == 0) threads = std::min(std::max(std::thread::hardware_concurrency(), 1u), 8u);
+  threads_ = threads;
+}
 
 Checker::~Checker() = default;
 
@@ -48,6 +52,12 @@ void Checker::Say(const char* fmt, ...) {
 }
 
 bool Checker::Problem(Repair repair, const char* fmt, ...) {
+  if (parallel_) {
+    // A pass on several threads neither reports nor repairs: it is run again
+    // on one thread (checker.hpp, "Threads").
+    trouble_.store(true, std::memory_order_relaxed);
+    return false;
+  }
   char buf[512];
   va_list ap;
   va_start(ap, fmt);
@@ -119,8 +129,30 @@ DirInfo* Checker::FindDir(uint64_t ino) {
   return it != dirs_.end() && it->ino == ino ? &*it : nullptr;
 }
 
+uint64_t Checker::RunWorkers(unsigned workers, uint64_t count, uint64_t progress_base,
+                             uint64_t progress_span,
+                             const std::function<uint64_t(uint64_t, unsigned)>& fn) {
+  std::atomic<uint64_t> next{0}, finished{0}, sum{0};
+  const auto work = [&](unsigned worker) {
+    uint64_t mine = 0;
+    for (;;) {
+      const uint64_t item = next.fetch_add(1, std::memory_order_relaxed);
+      if (item >= count) break;
+      mine += fn(item, worker);
+      const uint64_t done = finished.fetch_add(1, std::memory_order_relaxed) + 1;
+      if (worker == 0) Progress(progress_base + done * progress_span / count);
+    }
+    sum.fetch_add(mine, std::memory_order_relaxed);
+  };
+  std::vector<std::thread> threads;
+  for (unsigned worker = 1; worker < workers; ++worker) threads.emplace_back(work, worker);
+  work(0);
+  for (std::thread& thread : threads) thread.join();
+  return sum.load();
+}
+
 void Checker::Progress(uint64_t done) {
-  if (progress_ && done > progress_done_) {
+  if (progress_ && done > progress_done_ && done <= progress_total_) {
     progress_done_ = done;
     progress_(done, progress_total_);
   }
@@ -348,9 +380,10 @@ namespace nvfs {
 
 FsckReport CheckNamespace(Media& media, RepairMode mode,
                           const std::function<void(const std::string&)>& say,
-                          const std::function<void(uint64_t, uint64_t)>& progress) {
+                          const std::function<void(uint64_t, uint64_t)>& progress,
+                          unsigned threads) {
   try {
-    fsck::Checker checker(media, mode, say, progress);
+    fsck::Checker checker(media, mode, say, progress, threads);
     return checker.Run();
   } catch (const std::bad_alloc&) {
     if (say) say(media.path() + ": out of memory");

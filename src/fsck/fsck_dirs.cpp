@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cinttypes>
 #include <cstring>
 #include <string>
@@ -59,17 +60,19 @@ uint8_t DirTypeOf(uint8_t kind, uint32_t mode) {
 // block met twice.
 class Checker::DirWalker {
  public:
-  DirWalker(Checker& checker, DirInfo& dir)
+  // `entries` is scratch space, reused from one directory to the next.
+  DirWalker(Checker& checker, DirInfo& dir, std::vector<ChainEntry>& entries)
       : c_(checker),
         dir_(dir),
         inode_(checker.InodeAt(dir.ino)),
         fanout_bits_(checker.block_shift_ - 3),
         max_depth_(static_cast<int>((kDirHashBits + fanout_bits_ - 1) / fanout_bits_) - 1),
-        live_(!((checker.state_[dir.ino] & kOnOrphanList) && dir.nlink == 0)) {}
+        live_(!checker.DeadDir(dir)),
+        entries_(entries) {}
 
-  void Run() {
-    ++c_.report_.directories;
-    if (dir_.empty_root) return;
+  // Returns the entries found.
+  uint64_t Run() {
+    if (dir_.empty_root) return 0;
     const uint64_t root_at = c_.InodeOffset(dir_.ino) + offsetof(Inode, map) +
                              offsetof(format::InodeDirMap, root);
     const uint64_t ptr = inode_.map.dir.root;
@@ -89,7 +92,7 @@ class Checker::DirWalker {
         }
       }
     }
-    if (c_.halted_) return;
+    if (c_.halted_) return dir_.entries;
     const uint64_t size = nodes_ << c_.block_shift_;
     if (inode_.size != size &&
         c_.Problem(Repair::kSafe, "directory %" PRIu64 ": size %" PRIu64 ", should be %" PRIu64
@@ -104,6 +107,7 @@ class Checker::DirWalker {
       c_.WriteField(dir_.ino, inode_.blocks, blocks);
       c_.Fixed();
     }
+    return dir_.entries;
   }
 
  private:
@@ -226,7 +230,7 @@ class Checker::DirWalker {
   // The leaf chain headed by the checked and claimed leaf `head`.
   void VisitChain(uint64_t head) {
     ++nodes_;
-    c_.chain_entries_.clear();
+    entries_.clear();
     const DirLeafHeader& first = Leaf(head);
     const uint32_t prefix_bits = first.prefix_bits;
     const uint64_t prefix = first.prefix;
@@ -340,7 +344,7 @@ class Checker::DirWalker {
       Drop(at, name, std::min<uint32_t>(len, record.rec_len - kRecordHeader), record.ino, why);
       return;
     }
-    c_.chain_entries_.push_back(
+    entries_.push_back(
         {record.key, record.ino, at, name, static_cast<uint8_t>(len), record.file_type});
   }
 
@@ -354,7 +358,7 @@ class Checker::DirWalker {
 
   // The chain's entries, each key once and each name once; then their targets.
   void CheckChainEntries() {
-    std::vector<ChainEntry>& entries = c_.chain_entries_;
+    std::vector<ChainEntry>& entries = entries_;
     std::stable_sort(entries.begin(), entries.end(),
                      [](const ChainEntry& a, const ChainEntry& b) { return a.key < b.key; });
     size_t group = 0;  // first entry of the current 56-bit hash
@@ -395,10 +399,12 @@ class Checker::DirWalker {
       why = "names its own directory";
     } else if (kind == kDirectory) {
       child = c_.FindDir(target);
-      if (child->parent_entry != 0) {
-        why = "is a second name of a directory";
-      } else if (child->nlink == 0 && (c_.state_[target] & kOnOrphanList)) {
+      uint64_t none = 0;
+      if (c_.DeadDir(*child)) {
         why = "names a deleted directory";
+      } else if (!std::atomic_ref<uint64_t>(child->parent_entry)
+                      .compare_exchange_strong(none, dir_.ino, std::memory_order_relaxed)) {
+        why = "is a second name of a directory";
       }
     }
     if (why != nullptr) {
@@ -407,8 +413,7 @@ class Checker::DirWalker {
       return;
     }
     if (child != nullptr) {
-      child->parent_entry = dir_.ino;
-      child->entry_at = e.at;
+      child->entry_at = e.at;  // read by pass 3, after the threads are joined
       ++dir_.subdirs;
     }
     const uint8_t type =
@@ -420,10 +425,11 @@ class Checker::DirWalker {
       c_.Write(e.at + offsetof(DirEntry, file_type), &type, 1);
       c_.Fixed();
     }
-    c_.state_[target] |= kReferenced;
-    if (kind != kDirectory) --c_.links_[target];
+    std::atomic_ref<uint8_t>(c_.state_[target]).fetch_or(kReferenced, std::memory_order_relaxed);
+    if (kind != kDirectory) {
+      std::atomic_ref<uint32_t>(c_.links_[target]).fetch_sub(1, std::memory_order_relaxed);
+    }
     ++dir_.entries;
-    ++c_.report_.entries;
     if (dir_.ino == format::kRootIno && kind == kDirectory &&
         std::string_view(e.name, e.name_len) == "lost+found") {
       c_.lost_found_ = target;
@@ -436,14 +442,45 @@ class Checker::DirWalker {
   const uint32_t fanout_bits_;
   const int max_depth_;
   const bool live_;  // not an unlinked directory being freed
+  std::vector<ChainEntry>& entries_;  // of the leaf chain being checked
   uint64_t nodes_ = 0;
 };
 
 void Checker::CheckDirectories() {
   const uint64_t groups = geometry_.group_count();
+  report_.directories = dirs_.size();
+  const unsigned workers =
+      static_cast<unsigned>(std::min<uint64_t>(threads_, dirs_.size() / 16));
+  if (workers > 1) {
+    // Kept to start again from, should the threads meet a problem.
+    const std::vector<uint64_t> claimed = claimed_;
+    const std::vector<uint32_t> links = links_;
+    std::vector<std::vector<ChainEntry>> scratch(workers);
+    parallel_ = true;
+    const uint64_t entries =
+        RunWorkers(workers, dirs_.size(), groups, groups, [&](uint64_t i, unsigned worker) {
+          return DirWalker(*this, dirs_[i], scratch[worker]).Run();
+        });
+    parallel_ = false;
+    if (!trouble_.load()) {
+      report_.entries += entries;
+      Progress(2 * groups);
+      return;
+    }
+    trouble_.store(false);
+    claimed_ = claimed;
+    links_ = links;
+    for (uint8_t& state : state_) state &= static_cast<uint8_t>(~kReferenced);
+    for (DirInfo& dir : dirs_) {
+      dir.parent_entry = dir.entry_at = dir.entries = 0;
+      dir.subdirs = 0;
+    }
+    lost_found_ = 0;
+  }
+  std::vector<ChainEntry> scratch;
   for (DirInfo& dir : dirs_) {
     if (halted_) return;
-    DirWalker(*this, dir).Run();
+    report_.entries += DirWalker(*this, dir, scratch).Run();
     Progress(groups + geometry_.InodeGroup(dir.ino));
   }
   Progress(2 * groups);

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cinttypes>
 #include <cstring>
@@ -48,7 +49,6 @@ bool ValidXattrName(std::string_view name) {
 
 void Checker::CheckInodes() {
   const Geometry& g = geometry_;
-  const uint32_t ipg = g.inodes_per_group();
   // The root first: every other inode is judged by what reaches it.
   const std::byte* bitmap0 = Block(g.InodeBitmapBlock(0));
   const bool root_allocated =
@@ -78,33 +78,91 @@ void Checker::CheckInodes() {
       Fixed();
     }
     if (halted_) return;
-    // From here on (also for -n) the root is an empty directory.
+    // From here on (also for -n) the root is an empty directory; pass 1 skips it.
+    root_made_ = true;
     state_[format::kRootIno] = kDirectory;
-    DirInfo info;
-    info.ino = format::kRootIno;
-    info.nlink = 2;
-    info.empty_root = true;
-    dirs_.push_back(info);
   }
 
-  for (uint32_t group = 0; group < g.group_count() && !halted_; ++group) {
-    const std::byte* bitmap = Block(g.InodeBitmapBlock(group));
-    const uint64_t first = uint64_t{group} * ipg;
-    for (uint32_t word = 0; word * 64 < ipg && !halted_; ++word) {
-      uint64_t bits;
-      std::memcpy(&bits, bitmap + word * 8, 8);
-      if (ipg - word * 64 < 64) bits &= (uint64_t{1} << (ipg - word * 64)) - 1;
-      while (bits != 0) {
-        const uint32_t bit = static_cast<uint32_t>(std::countr_zero(bits));
-        bits &= bits - 1;
-        const uint64_t ino = first + word * 64 + bit;
-        if (ino == 0) continue;  // reserved, always set
-        if (ino == format::kRootIno && root_kind != kDirectory) continue;
-        CheckInode(ino);
-        if (halted_) return;
+  const uint32_t groups = g.group_count();
+  const unsigned workers = std::min<unsigned>(threads_, groups);
+  bool done = false;
+  if (workers > 1) {
+    parallel_ = true;
+    const uint64_t checked = RunWorkers(workers, groups, 0, groups, [this](uint64_t group, unsigned) {
+      return CheckInodeGroup(static_cast<uint32_t>(group));
+    });
+    parallel_ = false;
+    if (!trouble_.load()) {
+      report_.inodes_checked += checked;
+      done = true;
+    } else {
+      // Start again on one thread, which reports and repairs in order.
+      trouble_.store(false);
+      std::fill(claimed_.begin(), claimed_.end(), 0);
+      for (uint32_t group = 0; group < groups; ++group) {
+        const uint64_t first = g.GroupFirstBlock(group);
+        for (uint64_t b = 0; b < g.GroupMetaBlocks(group); ++b) Claim(first + b);
       }
+      Claim(g.BackupBlock());
+      std::fill(state_.begin(), state_.end(), kFree);
+      std::fill(links_.begin(), links_.end(), 0);
+      if (root_made_) state_[format::kRootIno] = kDirectory;
     }
+  }
+  for (uint32_t group = 0; group < groups && !done && !halted_; ++group) {
+    report_.inodes_checked += CheckInodeGroup(group);
     Progress(group + 1);
+  }
+  if (!halted_) BuildDirList();
+}
+
+// The allocated inodes of one group, in one pass over its inode table.
+uint64_t Checker::CheckInodeGroup(uint32_t group) {
+  const Geometry& g = geometry_;
+  const uint32_t ipg = g.inodes_per_group();
+  const std::byte* bitmap = Block(g.InodeBitmapBlock(group));
+  const uint64_t first = uint64_t{group} * ipg;
+  // The table is contiguous in the mapping unless the recovery overlay
+  // patched some of it.
+  const std::byte* table = overlay_.empty() ? Block(g.InodeTableBlock(group)) : nullptr;
+  uint64_t checked = 0;
+  for (uint32_t word = 0; word * 64 < ipg && !halted_; ++word) {
+    uint64_t bits;
+    std::memcpy(&bits, bitmap + word * 8, 8);
+    if (ipg - word * 64 < 64) bits &= (uint64_t{1} << (ipg - word * 64)) - 1;
+    while (bits != 0) {
+      const uint32_t bit = static_cast<uint32_t>(std::countr_zero(bits));
+      bits &= bits - 1;
+      const uint32_t index = word * 64 + bit;
+      const uint64_t ino = first + index;
+      if (ino == 0) continue;  // reserved, always set
+      if (ino == format::kRootIno && root_made_) continue;
+      ++checked;
+      CheckInode(ino, table != nullptr
+                          ? *reinterpret_cast<const Inode*>(table + uint64_t{index} * format::kInodeSize)
+                          : InodeAt(ino));
+      if (halted_) break;
+    }
+  }
+  return checked;
+}
+
+// The directories found, in inode order, for passes 2 to 4.
+void Checker::BuildDirList() {
+  dirs_.clear();
+  for (uint64_t ino = 1; ino < geometry_.inode_count(); ++ino) {
+    const uint8_t state = state_[ino];
+    if ((state & kKindMask) != kDirectory) continue;
+    DirInfo info;
+    info.ino = ino;
+    info.xattr = (state & kHasXattr) ? 1 : 0;
+    if (ino == format::kRootIno && root_made_) {
+      info.nlink = 2;
+      info.empty_root = true;
+    } else {
+      info.nlink = InodeAt(ino).nlink;
+    }
+    dirs_.push_back(info);
   }
 }
 
@@ -117,9 +175,7 @@ bool Checker::ClearInode(uint64_t ino, const char* why) {
   return true;
 }
 
-void Checker::CheckInode(uint64_t ino) {
-  const Inode& inode = InodeAt(ino);
-  ++report_.inodes_checked;
+void Checker::CheckInode(uint64_t ino, const Inode& inode) {
   const uint8_t kind = KindOfMode(inode.mode);
   if (kind == kFree) {
     char why[64];
@@ -178,14 +234,8 @@ void Checker::CheckInode(uint64_t ino) {
         blocks += CheckFileMap(ino, inode, &mapped_end);
       }
       break;
-    case kDirectory: {
-      DirInfo info;
-      info.ino = ino;
-      info.nlink = inode.nlink;
-      info.xattr = static_cast<uint8_t>(blocks);
-      dirs_.push_back(info);
+    case kDirectory:
       break;
-    }
     case kSpecial:
       if (inode.size != 0 &&
           Problem(Repair::kSafe, "inode %" PRIu64 ": special file of size %" PRIu64, ino,
@@ -204,7 +254,8 @@ void Checker::CheckInode(uint64_t ino) {
       Fixed();
     }
   }
-  state_[ino] = static_cast<uint8_t>(kind | (orphan ? kOrphanFlag : 0));
+  state_[ino] = static_cast<uint8_t>(kind | (orphan ? kOrphanFlag : 0) |
+                                     (kind == kDirectory && blocks != 0 ? kHasXattr : 0));
   if (kind != kDirectory) links_[ino] = inode.nlink;
 }
 
@@ -342,8 +393,9 @@ uint64_t Checker::CheckPointerBlock(uint64_t ino, uint64_t slot_at, uint64_t blo
   }
   Claim(block_no);
   uint64_t count = 1;
-  // p^(height - 1) < max_file_blocks_ <= 2^51: base < max_file_blocks_ and
-  // the depth range starts past p^(height - 1).
+  // No shift overflows: a tree of this height is walked only when its range
+  // starts below max_file_blocks_ (<= 2^51), and for every block size the
+  // format allows that keeps p^height below 2^57.
   const uint32_t child_shift = (block_shift_ - 3) * (height - 1);
   for (uint64_t i = 0; i < ptrs; ++i) {
     const uint64_t ptr = slots[i];
@@ -365,10 +417,12 @@ uint64_t Checker::CheckPointerBlock(uint64_t ino, uint64_t slot_at, uint64_t blo
   return count;
 }
 
-// The orphan list (inodes unlinked while open, or being truncated): a chain
-// from the dynamic superblock through inodes that carry the orphan flag, each
-// once. A bad link cuts the list there; flagged inodes left off it are put
-// back on, so the next mount finishes them.
+// The orphan list (inodes unlinked while open, or regular files whose
+// truncation was cut short): a chain from the dynamic superblock through
+// inodes that carry the orphan flag, each once — what mount's orphan pass
+// accepts (src/fs/super.cpp). A bad link cuts the list there; flagged inodes
+// left off it are put back on, so the next mount finishes them, or, when they
+// cannot be orphans (linked, and not regular files), lose the flag.
 void Checker::CheckOrphans() {
   uint64_t prev = 0;  // 0: the head is in the superblock
   uint64_t ino = dynamic_.orphan_head;
@@ -382,8 +436,8 @@ void Checker::CheckOrphans() {
       why = "is not flagged as an orphan";
     } else if (state_[ino] & kOnOrphanList) {
       why = "is on it twice (a loop)";
-    } else if (Kind(ino) == kDirectory && InodeAt(ino).nlink != 0) {
-      why = "is a directory still linked";
+    } else if (InodeAt(ino).nlink != 0 && Kind(ino) != kRegular) {
+      why = "is linked and no regular file";
     }
     if (why != nullptr) {
       if (Problem(Repair::kSafe, "orphan list: inode %" PRIu64 " %s; cutting the list there",
@@ -406,8 +460,9 @@ void Checker::CheckOrphans() {
   for (uint64_t n = 1; n < geometry_.inode_count(); ++n) {
     if ((state_[n] & (kOrphanFlag | kOnOrphanList)) != kOrphanFlag) continue;
     const Inode& inode = InodeAt(n);
-    if (Kind(n) == kDirectory && inode.nlink != 0) {
-      if (Problem(Repair::kSafe, "inode %" PRIu64 ": orphan flag on a linked directory", n)) {
+    if (inode.nlink != 0 && Kind(n) != kRegular) {
+      if (Problem(Repair::kSafe, "inode %" PRIu64 ": orphan flag on a linked inode that is no "
+                  "regular file; clearing it", n)) {
         WriteField(n, inode.flags, inode.flags & ~format::kInodeFlagOrphan);
         WriteField(n, inode.orphan_next, uint64_t{0});
         Fixed();
@@ -425,6 +480,30 @@ void Checker::CheckOrphans() {
     state_[n] |= kOnOrphanList;
     ++orphan_count_;
   }
+}
+
+// Takes `ino` off the orphan list and clears its flag (part of a repair the
+// caller counts): when a link count repair gives links to an orphan that
+// mount may not truncate.
+void Checker::LeaveOrphanList(uint64_t ino) {
+  state_[ino] &= static_cast<uint8_t>(~(kOnOrphanList | kOrphanFlag));
+  if (!CanWrite()) return;
+  const Inode& inode = InodeAt(ino);
+  const uint64_t next = inode.orphan_next;
+  if (dynamic_.orphan_head == ino) {
+    dynamic_.orphan_head = next;
+    dynamic_dirty_ = true;
+  } else {
+    // The list was checked: it ends, and every link on it is in range.
+    for (uint64_t prev = dynamic_.orphan_head; prev != 0; prev = InodeAt(prev).orphan_next) {
+      if (InodeAt(prev).orphan_next == ino) {
+        WriteField(prev, InodeAt(prev).orphan_next, next);
+        break;
+      }
+    }
+  }
+  WriteField(ino, inode.flags, inode.flags & ~format::kInodeFlagOrphan);
+  WriteField(ino, inode.orphan_next, uint64_t{0});
 }
 
 }  // namespace nvfs::fsck

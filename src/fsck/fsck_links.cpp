@@ -126,6 +126,9 @@ void Checker::CheckLinkCounts() {
         WriteField(ino, inode.nlink, refs);
         Fixed();
       }
+      // Linked again, it may stay an orphan only as a regular file (mount
+      // truncates those; CheckOrphans).
+      if ((state & kOnOrphanList) && kind != kRegular) LeaveOrphanList(ino);
     }
   }
 }
@@ -209,6 +212,7 @@ void Checker::Reconnect() {
   if (targets.empty()) return;
   // (-n stops here, after saying what it would do.)
   if (lost_found_ == 0 && !Problem(Repair::kSafe, "/lost+found not found; creating it")) return;
+  if (!CanWrite()) return;
 
   Journal journal(media_, geometry_);
   Result<Journal::RecoveryStats> idle = journal.Recover();  // sequence numbers past the slots'

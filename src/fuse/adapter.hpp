@@ -14,6 +14,18 @@
 //   - a reply the kernel refuses (the request was interrupted) undoes the
 //     references the reply would have handed over (Forget, Release).
 //
+// Two POSIX rules the kernel leaves to a FUSE daemon in some cases:
+//   - set-user-ID (and group-executable set-group-ID) is cleared after a
+//     write by a non-root caller (the kernel does it only on its page-cache
+//     path, not for direct I/O);
+//   - nvfs has no POSIX ACLs: system.posix_acl_* cannot be set (EOPNOTSUPP,
+//     so cp -a and rsync -A fall back to chmod) and is never found.
+//
+// The callbacks are split by concern like the core: names (namei.cpp),
+// attributes and xattrs (attr.cpp), files and the read/write paths
+// (file.cpp), directories (dir.cpp); ops.hpp holds what they share and
+// adapter.cpp the session setup and the operations table.
+//
 // Inode numbers are the core's: the root is 1 == FUSE_ROOT_ID, and every
 // entry carries the inode's generation, so (ino, generation) is a stable,
 // NFS-export-safe handle (FUSE_CAP_EXPORT_SUPPORT).
@@ -42,6 +54,8 @@
 #include <fuse_lowlevel.h>
 
 #include <cstdint>
+#include <mutex>
+#include <unordered_set>
 
 #include "nvfs/fs.hpp"
 
@@ -89,11 +103,24 @@ class FuseAdapter {
   // The operations table; pass `this` as the session's userdata.
   static const fuse_lowlevel_ops& Ops();
 
+  // Handles handed to the kernel (open, create) and not yet released. A
+  // session can end (SIGTERM, umount) with files still open, their RELEASE
+  // or the kernel's FORGETs still in flight: EndSession gives the core back
+  // every handle and every lookup reference the kernel held, so an unlinked
+  // file still open is freed at unmount rather than at the next mount.
+  // REQUIRES for EndSession: the session loop has returned.
+  void TrackOpen(FileHandle file);
+  void UntrackOpen(FileHandle file);
+  void EndSession();
+
  private:
   // Both set before the session mounts and constant while it runs, so the
   // worker threads read them without a lock.
   Filesystem* fs_ = nullptr;
   const AdapterOptions options_;
+
+  std::mutex open_mu_;  // a leaf lock: never held while calling the core
+  std::unordered_set<FileHandle> open_;  // protected by open_mu_
 };
 
 }  // namespace nvfs

@@ -9,6 +9,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <utility>
+#include <vector>
 
 namespace nvfs {
 
@@ -17,6 +20,50 @@ namespace {
 size_t PageSize() {
   static const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   return page;
+}
+
+// Crash tests create thousands of same-sized images: mappings are kept for
+// reuse, which saves the page faults of a fresh mapping.
+class MappingPool {
+ public:
+  std::byte* Take(size_t bytes) {
+    {
+      std::lock_guard lock(mu_);
+      for (auto it = free_.begin(); it != free_.end(); ++it) {
+        if (it->second == bytes) {
+          std::byte* p = it->first;
+          free_.erase(it);
+          return p;
+        }
+      }
+    }
+    void* map = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (map == MAP_FAILED) {
+      std::fprintf(stderr, "nvfs: recording media: cannot map %zu bytes: %s\n", bytes,
+                   std::strerror(errno));
+      std::abort();
+    }
+    return static_cast<std::byte*>(map);
+  }
+  // REQUIRES: the mapping is readable and writable again.
+  void Give(std::byte* p, size_t bytes) {
+    std::lock_guard lock(mu_);
+    if (free_.size() < kKeep) {
+      free_.emplace_back(p, bytes);
+      return;
+    }
+    munmap(p, bytes);
+  }
+
+ private:
+  static constexpr size_t kKeep = 8;
+  std::mutex mu_;
+  std::vector<std::pair<std::byte*, size_t>> free_;  // protected by mu_
+};
+
+MappingPool& Pool() {
+  static MappingPool* pool = new MappingPool();  // never destroyed: used by static images
+  return *pool;
 }
 
 }  // namespace
@@ -35,24 +82,27 @@ void RecordingMedia::Init(const void* image, uint64_t size) {
   if (!options_.record) options_.keep_log = false;
   const size_t page = PageSize();
   mapped_ = std::max<size_t>(page, (size + page - 1) / page * page);
-  void* map = mmap(nullptr, mapped_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (map == MAP_FAILED) {
-    std::fprintf(stderr, "nvfs: recording media: cannot map %zu bytes: %s\n", mapped_,
-                 std::strerror(errno));
-    std::abort();
-  }
-  base_ = static_cast<std::byte*>(map);
+  base_ = Pool().Take(mapped_);
   size_ = size;
   read_only_ = options_.read_only;
   granularity_ = Granularity::kCacheLine;
   path_ = "recording-media";
-  if (image != nullptr) std::memcpy(base_, image, size);
-  if (options_.record) durable_.assign(base_, base_ + size);
+  if (image != nullptr) {
+    std::memcpy(base_, image, size);
+  } else {
+    std::memset(base_, 0, mapped_);
+  }
+  if (options_.record) {
+    durable_ = Pool().Take(mapped_);
+    std::memcpy(durable_, base_, size);
+  }
   if (options_.protect) Protect(0, size);
 }
 
 RecordingMedia::~RecordingMedia() {
-  if (base_ != nullptr) munmap(base_, mapped_);
+  if (options_.protect) mprotect(base_, mapped_, PROT_READ | PROT_WRITE);
+  Pool().Give(base_, mapped_);
+  if (durable_ != nullptr) Pool().Give(durable_, mapped_);
 }
 
 // ---------------------------------------------------------------------------
@@ -181,7 +231,7 @@ void RecordingMedia::Drain() {
     PendingLine& line = it->second;
     for (size_t i = 0; i < line.flushed; ++i) {
       const Piece& piece = line.writes[i];
-      std::memcpy(durable_.data() + it->first + piece.offset, piece.bytes, piece.len);
+      std::memcpy(durable_ + it->first + piece.offset, piece.bytes, piece.len);
     }
     line.writes.erase(line.writes.begin(), line.writes.begin() + static_cast<long>(line.flushed));
     line.flushed = 0;
@@ -193,7 +243,7 @@ void RecordingMedia::Preload(uint64_t offset, const void* src, size_t len) {
   CheckWrite(offset, len);
   std::lock_guard lock(mu_);
   WriteVolatile(offset, src, len);
-  if (options_.record) std::memcpy(durable_.data() + offset, src, len);
+  if (options_.record) std::memcpy(durable_ + offset, src, len);
 }
 
 // ---------------------------------------------------------------------------
@@ -231,12 +281,12 @@ void RecordingMedia::CheckOpEnd(const std::string& op) {
     AddViolation(std::move(v));
     return;
   }
-  if (options_.compare_at_op_end && std::memcmp(base_, durable_.data(), size_) != 0) {
+  if (options_.compare_at_op_end && std::memcmp(base_, durable_, size_) != 0) {
     Violation v{op, "differ between the volatile and durable images (a store that bypassed "
                     "the media layer?)", {}, 0};
     for (uint64_t line = 0; line < size_; line += kLine) {
       const uint64_t n = std::min<uint64_t>(kLine, size_ - line);
-      if (std::memcmp(base_ + line, durable_.data() + line, n) != 0) {
+      if (std::memcmp(base_ + line, durable_ + line, n) != 0) {
         if (v.offsets.size() < 16) v.offsets.push_back(line);
         ++v.count;
       }
@@ -281,10 +331,14 @@ void RecordingMedia::LineAfter(uint64_t line_offset, size_t prefix, std::byte ou
   const uint64_t n = std::min<uint64_t>(kLine, size_ - line_offset);
   std::memcpy(out, durable() + line_offset, n);
   auto it = pending_.find(line_offset);
-  if (it == pending_.end()) return;
-  const std::vector<Piece>& writes = it->second.writes;
-  prefix = std::min(prefix, writes.size());
-  for (size_t i = 0; i < prefix; ++i) std::memcpy(out + writes[i].offset, writes[i].bytes, writes[i].len);
+  if (it != pending_.end()) ApplyWrites(it->second, prefix, out);
+}
+
+void RecordingMedia::ApplyWrites(const PendingLine& line, size_t prefix, std::byte out[kLine]) {
+  prefix = std::min(prefix, line.writes.size());
+  for (size_t i = 0; i < prefix; ++i) {
+    std::memcpy(out + line.writes[i].offset, line.writes[i].bytes, line.writes[i].len);
+  }
 }
 
 std::vector<std::byte> RecordingMedia::CrashImage(const std::vector<size_t>& prefixes) const {

@@ -71,6 +71,8 @@ class RecordingMedia final : public Media {
   // A namespace holding a copy of `image` (both images start equal to it).
   RecordingMedia(const void* image, uint64_t size, const RecordingOptions& options = {});
   ~RecordingMedia() override;
+  RecordingMedia(const RecordingMedia&) = delete;
+  RecordingMedia& operator=(const RecordingMedia&) = delete;
 
   void Store(uint64_t offset, const void* src, size_t len) override;
   void Store64(uint64_t offset, uint64_t value) override;
@@ -88,7 +90,7 @@ class RecordingMedia final : public Media {
 
   const RecordingOptions& options() const { return options_; }
   // The durable image (base() when !record).
-  const std::byte* durable() const { return options_.record ? durable_.data() : base_; }
+  const std::byte* durable() const { return options_.record ? durable_ : base_; }
 
   // --- The crash model ---------------------------------------------------
 
@@ -108,6 +110,8 @@ class RecordingMedia final : public Media {
   // The line at `line_offset` as a crash would leave it if the first `prefix`
   // of its pending writes (all of them past the end) had reached the media.
   void LineAfter(uint64_t line_offset, size_t prefix, std::byte out[kLine]) const;
+  // Applies the first `prefix` writes of `line` to `out` (a copy of the line).
+  static void ApplyWrites(const PendingLine& line, size_t prefix, std::byte out[kLine]);
   // The whole image a crash would leave: `prefixes[i]` writes of the i-th
   // pending line (in offset order) on top of the durable image.
   std::vector<std::byte> CrashImage(const std::vector<size_t>& prefixes) const;
@@ -165,7 +169,7 @@ class RecordingMedia final : public Media {
 
   RecordingOptions options_;
   size_t mapped_ = 0;               // bytes of the volatile mapping (whole pages)
-  std::vector<std::byte> durable_;  // when record
+  std::byte* durable_ = nullptr;    // when record: a mapping of mapped_ bytes
 
   std::mutex mu_;  // serialises everything below and the stores
   std::map<uint64_t, PendingLine> pending_;

@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <bit>
 #include <cstring>
 #include <ctime>
@@ -134,10 +135,22 @@ Status WriteMkfs(Media& media, const MkfsPlan& plan,
   const int64_t now = sb.mkfs_time;
   const uint64_t bs = g.block_size();
 
-  // (1) Nothing may look like a filesystem while we work.
+  // (1) Nothing may look like a filesystem while we work. An nvfs static
+  // superblock is wiped whole, and so are the places the new copies go
+  // (where a crashed mkfs may have left an old copy without its magic): with
+  // only the magic cleared, an old copy came back to life when a torn write
+  // of the new one put the same magic back over the old fields and checksum,
+  // pairing the old superblock with the new metadata.
   for (const Signature& sig : DetectSignatures(media.base(), media.size())) {
-    media.Fill(sig.offset, 0, sig.length);
-    media.Flush(sig.offset, sig.length);
+    const bool nvfs_super = sig.name.rfind("nvfs", 0) == 0;
+    const uint64_t len =
+        nvfs_super ? std::min<uint64_t>(sizeof(SuperStatic), media.size() - sig.offset) : sig.length;
+    media.Fill(sig.offset, 0, len);
+    media.Flush(sig.offset, len);
+  }
+  for (const uint64_t offset : {uint64_t{format::kSuperStaticOffset}, g.BackupSuperOffset()}) {
+    media.Fill(offset, 0, sizeof(SuperStatic));
+    media.Flush(offset, sizeof(SuperStatic));
   }
   media.Drain();
 

@@ -32,3 +32,24 @@ nvfs_build() {
   fi
   ninja -C "$NVFS_BUILD" >/dev/null
 }
+
+# The sanitizer build (AddressSanitizer + UndefinedBehaviorSanitizer): only
+# what the given meson suites run is built, not the whole project.
+NVFS_ASAN_BUILD=${NVFS_ASAN_BUILD:-$NVFS_TOP/build-asan}
+nvfs_build_asan() {
+  if [ ! -f "$NVFS_ASAN_BUILD/build.ninja" ]; then
+    meson setup "$NVFS_ASAN_BUILD" "$NVFS_TOP" -Db_sanitize=address,undefined \
+      -Db_lundef=false >/dev/null
+  fi
+  local targets
+  targets=$(meson introspect --tests "$NVFS_ASAN_BUILD" | python3 -c '
+import json, os, sys
+build, suites = sys.argv[1], set(sys.argv[2:])
+targets = {"mkfs.nvfs", "fsck.nvfs"}
+for test in json.load(sys.stdin):
+    if suites & {s.split(":")[-1] for s in test["suite"]}:
+        targets.add(os.path.relpath(test["cmd"][0], build))
+print(" ".join(sorted(targets)))' "$NVFS_ASAN_BUILD" "$@")
+  # shellcheck disable=SC2086
+  ninja -C "$NVFS_ASAN_BUILD" $targets >/dev/null
+}

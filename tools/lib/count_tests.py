@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Sums Catch2 test-case counts over every test in a meson testlog.json.
+"""Sums Catch2 test-case counts over every test in one or more meson
+testlog.json files (one per build directory).
 
 A test whose output has no Catch2 summary (it crashed, timed out, or is not a
 Catch2 binary) counts as one case, passed or failed by its meson result.
@@ -14,9 +15,17 @@ SUMMARY = re.compile(r"test cases:\s*(\d+)\s*\|\s*(\d+) passed\s*\|\s*(\d+) fail
 ONLY_FAILED = re.compile(r"test cases:\s*(\d+)\s*\|\s*(\d+) failed")
 
 passed = failed = 0
-with open(sys.argv[1]) as log:
-    for line in log:
-        test = json.loads(line)
+for path in sys.argv[1:]:
+    tests = []
+    with open(path) as log:
+        for number, line in enumerate(log, 1):
+            try:
+                tests.append(json.loads(line))
+            except json.JSONDecodeError:
+                # An unreadable record hides a result: count it as a failure.
+                print(f"{path}:{number}: unreadable test record", file=sys.stderr)
+                failed += 1
+    for test in tests:
         out = test.get("stdout", "") or ""
         ok = test.get("result") in ("OK", "EXPECTEDFAIL", "SKIP")
         m = ALL_PASSED.search(out)

@@ -1,0 +1,167 @@
+// Attributes (getattr, setattr, statfs) and extended attributes.
+#include <sys/statvfs.h>
+
+#include <cstring>
+
+#include "fuse/ops.hpp"
+#include "fuse/thread_buffers.hpp"
+
+namespace nvfs::fuse_ops {
+
+void OpGetattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info* /*fi*/) {
+  Guarded(req, [&] {
+    FuseAdapter& adapter = AdapterOf(req);
+    Result<Attr> attr = adapter.fs().GetAttr(ino);
+    if (!attr.ok()) {
+      fuse_reply_err(req, attr.code());
+      return;
+    }
+    const struct stat st = ToStat(*attr);
+    fuse_reply_attr(req, &st, adapter.options().attr_timeout);
+  });
+}
+
+// FUSE_SET_ATTR_* to the core's SetAttrRequest. The size is changed through
+// the inode whether or not the kernel names a handle (ftruncate): the
+// handle's inode is `ino`, and an open handle keeps it alive.
+void OpSetattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set,
+               fuse_file_info* /*fi*/) {
+  Guarded(req, [&] {
+    FuseAdapter& adapter = AdapterOf(req);
+    SetAttrRequest r;
+    if (to_set & FUSE_SET_ATTR_MODE) {
+      r.valid |= kSetMode;
+      r.mode = attr->st_mode & 07777;
+    }
+    if (to_set & FUSE_SET_ATTR_UID) {
+      r.valid |= kSetUid;
+      r.uid = attr->st_uid;
+    }
+    if (to_set & FUSE_SET_ATTR_GID) {
+      r.valid |= kSetGid;
+      r.gid = attr->st_gid;
+    }
+    if (to_set & FUSE_SET_ATTR_SIZE) {
+      r.valid |= kSetSize;
+      r.size = static_cast<uint64_t>(attr->st_size);
+    }
+    if (to_set & FUSE_SET_ATTR_ATIME_NOW) {
+      r.valid |= kSetAtimeNow;
+    } else if (to_set & FUSE_SET_ATTR_ATIME) {
+      r.valid |= kSetAtime;
+      r.atime = attr->st_atim;
+    }
+    if (to_set & FUSE_SET_ATTR_MTIME_NOW) {
+      r.valid |= kSetMtimeNow;
+    } else if (to_set & FUSE_SET_ATTR_MTIME) {
+      r.valid |= kSetMtime;
+      r.mtime = attr->st_mtim;
+    }
+    if (to_set & FUSE_SET_ATTR_CTIME) {
+      r.valid |= kSetCtime;
+      r.ctime = attr->st_ctim;
+    }
+    // Nothing the core stores (only FORCE or KILL_* bits): no change, and
+    // no ctime update either.
+    Result<Attr> result = r.valid == 0 ? adapter.fs().GetAttr(ino) : adapter.fs().SetAttr(ino, r);
+    if (!result.ok()) {
+      fuse_reply_err(req, result.code());
+      return;
+    }
+    const struct stat st = ToStat(*result);
+    fuse_reply_attr(req, &st, adapter.options().attr_timeout);
+  });
+}
+
+void OpStatfs(fuse_req_t req, fuse_ino_t /*ino*/) {
+  Guarded(req, [&] {
+    Result<StatFs> s = AdapterOf(req).fs().GetStatFs();
+    if (!s.ok()) {
+      fuse_reply_err(req, s.code());
+      return;
+    }
+    struct statvfs sv {};
+    sv.f_bsize = s->block_size;
+    sv.f_frsize = s->block_size;
+    sv.f_blocks = s->blocks;
+    sv.f_bfree = s->blocks_free;
+    sv.f_bavail = s->blocks_free;  // no blocks reserved for root
+    sv.f_files = s->inodes;
+    sv.f_ffree = s->inodes_free;
+    sv.f_favail = s->inodes_free;
+    sv.f_namemax = s->name_max;
+    fuse_reply_statfs(req, &sv);
+  });
+}
+
+// POSIX ACLs. Without FUSE_CAP_POSIX_ACL the kernel passes
+// system.posix_acl_access and _default through as plain xattrs and enforces
+// nothing; stored as such, they would make cp -a, rsync -A or tar --acls
+// believe an ACL was applied and skip their chmod, leaving the mode wrong.
+// nvfs has no ACLs: setting one is EOPNOTSUPP (tools then fall back to the
+// mode bits), reading or removing one finds none (ENODATA, never EOPNOTSUPP
+// or ENOSYS, which would make the kernel stop forwarding every getxattr).
+static bool IsPosixAcl(const char* name) {
+  return std::strcmp(name, "system.posix_acl_access") == 0 ||
+         std::strcmp(name, "system.posix_acl_default") == 0;
+}
+
+void OpSetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value, size_t size,
+                int flags) {
+  Guarded(req, [&] {
+    if (IsPosixAcl(name)) {
+      fuse_reply_err(req, EOPNOTSUPP);
+      return;
+    }
+    ReplyStatus(req, AdapterOf(req).fs().SetXattr(ino, name, value, size, flags));
+  });
+}
+
+// size 0 asks for the size (fuse_reply_xattr); otherwise the value, or ERANGE.
+void OpGetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
+  Guarded(req, [&] {
+    if (IsPosixAcl(name)) {
+      fuse_reply_err(req, ENODATA);
+      return;
+    }
+    Filesystem& fs = AdapterOf(req).fs();
+    ThreadBuffers& tb = LocalBuffers();
+    if (size != 0) tb.Reserve(size, fs.block_size());
+    Result<size_t> n = fs.GetXattr(ino, name, size != 0 ? tb.data() : nullptr, size);
+    if (!n.ok()) {
+      fuse_reply_err(req, n.code());
+    } else if (size == 0) {
+      fuse_reply_xattr(req, *n);
+    } else {
+      fuse_reply_buf(req, tb.data(), *n);
+    }
+  });
+}
+
+void OpListxattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
+  Guarded(req, [&] {
+    Filesystem& fs = AdapterOf(req).fs();
+    ThreadBuffers& tb = LocalBuffers();
+    if (size != 0) tb.Reserve(size, fs.block_size());
+    Result<size_t> n = fs.ListXattr(ino, size != 0 ? tb.data() : nullptr, size);
+    if (!n.ok()) {
+      fuse_reply_err(req, n.code());
+    } else if (size == 0) {
+      fuse_reply_xattr(req, *n);
+    } else {
+      fuse_reply_buf(req, tb.data(), *n);
+    }
+  });
+}
+
+void OpRemovexattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
+  Guarded(req, [&] {
+    if (IsPosixAcl(name)) {
+      fuse_reply_err(req, ENODATA);
+      return;
+    }
+    ReplyStatus(req, AdapterOf(req).fs().RemoveXattr(ino, name));
+  });
+}
+
+}  // namespace nvfs::fuse_ops

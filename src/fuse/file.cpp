@@ -1,0 +1,315 @@
+// Open files and the data path: open, create, release, flush, fsync, the
+// three read paths, write and write_buf, fallocate, lseek.
+#include <fcntl.h>
+#include <sys/uio.h>
+
+#include <vector>
+
+#include "fuse/ops.hpp"
+#include "fuse/thread_buffers.hpp"
+
+namespace nvfs::fuse_ops {
+
+namespace {
+
+// The open(2) flags the core's handle gets. With the page cache the kernel
+// positions O_APPEND writes itself (under the inode lock, at its i_size),
+// and writes back mmap'ed pages through whichever writable handle it picks,
+// possibly an O_APPEND one: the core must then write at the offset it is
+// given. With direct I/O no page is ever written back, and the core appends
+// atomically.
+int CoreOpenFlags(const FuseAdapter& adapter, int flags) {
+  if (adapter.options().cache == CacheMode::kPage) flags &= ~O_APPEND;
+  return flags;
+}
+
+// Fills the open reply for `file`, which the adapter then tracks until
+// RELEASE (or session end). If tracking fails (std::bad_alloc) the file is
+// released and the exception goes on to Guarded.
+void SetOpenReply(FuseAdapter& adapter, fuse_file_info* fi, FileHandle file) {
+  try {
+    adapter.TrackOpen(file);
+  } catch (...) {
+    adapter.fs().Release(file);
+    throw;
+  }
+  fi->fh = reinterpret_cast<uint64_t>(file);
+  if (adapter.options().cache == CacheMode::kNone) {
+    fi->direct_io = 1;
+  } else {
+    fi->keep_cache = 1;  // only the kernel changes the file: its cached pages stay valid
+  }
+  fi->noflush = 1;  // flush has nothing to do: spare close(2) a round trip
+}
+
+// A bufvec of one memory buffer (FUSE_BUFVEC_INIT is a C compound literal).
+fuse_bufvec MemoryBufvec(void* mem, size_t size) {
+  fuse_bufvec v{};
+  v.count = 1;
+  v.buf[0].size = size;
+  v.buf[0].mem = mem;
+  v.buf[0].fd = -1;
+  return v;
+}
+
+}  // namespace
+
+void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  Guarded(req, [&] {
+    FuseAdapter& adapter = AdapterOf(req);
+    Result<FileHandle> file = adapter.fs().Open(ino, CoreOpenFlags(adapter, fi->flags));
+    if (!file.ok()) {
+      fuse_reply_err(req, file.code());
+      return;
+    }
+    SetOpenReply(adapter, fi, *file);
+    if (fuse_reply_open(req, fi) != 0) {
+      adapter.UntrackOpen(*file);
+      adapter.fs().Release(*file);
+    }
+  });
+}
+
+// O_CREAT: the kernel sends CREATE after a negative lookup. The core's Create
+// is exclusive; without O_EXCL a name that appeared in between is opened
+// instead, as open(2) would.
+void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
+              fuse_file_info* fi) {
+  Guarded(req, [&] {
+    FuseAdapter& adapter = AdapterOf(req);
+    Filesystem& fs = adapter.fs();
+    const int flags = CoreOpenFlags(adapter, fi->flags);
+    Attr attr;
+    Result<FileHandle> file = fs.Create(parent, name, mode, flags, CredOf(req), &attr);
+    if (!file.ok() && file.code() == EEXIST && !(fi->flags & O_EXCL)) {
+      Result<Attr> found = fs.Lookup(parent, name);
+      if (!found.ok()) {
+        fuse_reply_err(req, found.code());
+        return;
+      }
+      file = S_ISDIR(found->mode) ? Result<FileHandle>(Error(EISDIR)) : fs.Open(found->ino, flags);
+      Result<Attr> now = file.ok() ? fs.GetAttr(found->ino) : Result<Attr>(Error(EIO));
+      if (!file.ok() || !now.ok()) {
+        if (file.ok()) fs.Release(*file);
+        fs.Forget(found->ino, 1);
+        fuse_reply_err(req, file.ok() ? now.code() : file.code());
+        return;
+      }
+      attr = *now;
+    }
+    if (!file.ok()) {
+      fuse_reply_err(req, file.code());
+      return;
+    }
+    const fuse_entry_param e = ToEntry(adapter, attr);
+    try {
+      SetOpenReply(adapter, fi, *file);
+    } catch (...) {
+      fs.Forget(attr.ino, 1);
+      throw;
+    }
+    if (fuse_reply_create(req, &e, fi) != 0) {
+      adapter.UntrackOpen(*file);
+      fs.Release(*file);
+      fs.Forget(attr.ino, 1);
+    }
+  });
+}
+
+void OpRelease(fuse_req_t req, fuse_ino_t /*ino*/, fuse_file_info* fi) {
+  Guarded(req, [&] {
+    FuseAdapter& adapter = AdapterOf(req);
+    adapter.UntrackOpen(HandleOf(fi));
+    adapter.fs().Release(HandleOf(fi));
+    fuse_reply_err(req, 0);
+  });
+}
+
+void OpFlush(fuse_req_t req, fuse_ino_t /*ino*/, fuse_file_info* /*fi*/) {
+  fuse_reply_err(req, 0);  // every write is durable already (and open sets noflush)
+}
+
+void OpFsync(fuse_req_t req, fuse_ino_t /*ino*/, int /*datasync*/, fuse_file_info* fi) {
+  Guarded(req, [&] { ReplyStatus(req, AdapterOf(req).fs().Fsync(HandleOf(fi))); });
+}
+
+// Reads `size` bytes at `off` through the configured read path.
+//   read: one copy into the thread's buffer, one reply buffer.
+//   iter: the same buffer described as 4 KiB segments (what the kernel's
+//         read_iter would hand a filesystem), one reply buffer.
+//   map:  the runs inside the mapping go to the kernel as they are: one run
+//         by fuse_reply_data (libfuse writev()s a single memory buffer
+//         without copying or allocating), several by fuse_reply_iov (one
+//         writev; libfuse's fuse_reply_data would copy them into a fresh
+//         malloc'ed buffer first). The kernel copies out of the runs after
+//         Map returned (the core's contract: they stay valid until the file
+//         is written, truncated or released), so a write racing with the
+//         read may show in it, as with any read racing a write, and a
+//         racing truncate that frees and reuses a block could show that
+//         block's new bytes: the price of replying without a copy.
+void OpRead(fuse_req_t req, fuse_ino_t /*ino*/, size_t size, off_t off, fuse_file_info* fi) {
+  Guarded(req, [&] {
+    FuseAdapter& adapter = AdapterOf(req);
+    Filesystem& fs = adapter.fs();
+    const FileHandle file = HandleOf(fi);
+    const uint64_t offset = static_cast<uint64_t>(off);
+    if (size == 0) {
+      fuse_reply_buf(req, nullptr, 0);
+      return;
+    }
+    ThreadBuffers& tb = LocalBuffers();
+    tb.Reserve(size, fs.block_size());
+    ReadPath path = adapter.options().read_path;
+    if (path == ReadPath::kMap) {
+      std::vector<ReadRun>& runs = tb.runs();
+      size_t count = 0;
+      Result<size_t> n = fs.Map(file, offset, size, runs.data(), runs.size(), &count);
+      if (!n.ok()) {
+        fuse_reply_err(req, n.code());
+        return;
+      }
+      if (count < runs.size() || *n == size) {
+        if (count == 0) {
+          fuse_reply_buf(req, nullptr, 0);
+        } else if (count == 1) {
+          fuse_bufvec one = MemoryBufvec(const_cast<void*>(runs[0].data), runs[0].len);
+          fuse_reply_data(req, &one, FUSE_BUF_NO_SPLICE);
+        } else {
+          std::vector<iovec>& iov = tb.run_iov();
+          for (size_t i = 0; i < count; ++i) iov[i] = {const_cast<void*>(runs[i].data), runs[i].len};
+          fuse_reply_iov(req, iov.data(), static_cast<int>(count));
+        }
+        return;
+      }
+      path = ReadPath::kRead;  // more runs than one reply may carry: copy instead
+    }
+    Result<size_t> n = Error(EIO);
+    if (path == ReadPath::kIter) {
+      std::vector<iovec>& seg = tb.segments();
+      const size_t count = (size + kIterSegment - 1) / kIterSegment;
+      const iovec last = seg[count - 1];
+      seg[count - 1].iov_len = size - (count - 1) * kIterSegment;
+      n = fs.ReadIter(file, offset, seg.data(), static_cast<int>(count));
+      seg[count - 1] = last;
+    } else {
+      n = fs.Read(file, offset, tb.data(), size);
+    }
+    if (!n.ok()) {
+      fuse_reply_err(req, n.code());
+      return;
+    }
+    fuse_reply_buf(req, tb.data(), *n);
+  });
+}
+
+// A write by an unprivileged caller clears set-user-ID, and set-group-ID
+// where group execution is on, as every Linux filesystem does. The kernel
+// does it itself (file_remove_privs, then a SETATTR) only on its page-cache
+// path; direct I/O writes (cache=none, O_DIRECT) come here with the bits
+// still set. Root stands in for CAP_FSETID, which the daemon cannot see.
+static void KillPrivsAfterWrite(fuse_req_t req, Filesystem& fs, FileHandle file) {
+  if (fuse_req_ctx(req)->uid == 0) return;
+  const uint64_t ino = fs.HandleIno(file);
+  Result<Attr> attr = fs.GetAttr(ino);
+  if (!attr.ok()) return;
+  uint32_t kill = attr->mode & S_ISUID;
+  if ((attr->mode & (S_ISGID | S_IXGRP)) == (S_ISGID | S_IXGRP)) kill |= S_ISGID;
+  if (kill == 0) return;
+  SetAttrRequest r;
+  r.valid = kSetMode;
+  r.mode = attr->mode & 07777 & ~kill;
+  (void)fs.SetAttr(ino, r);  // the data is written: the write succeeded regardless
+}
+
+void OpWrite(fuse_req_t req, fuse_ino_t /*ino*/, const char* buf, size_t size, off_t off,
+             fuse_file_info* fi) {
+  Guarded(req, [&] {
+    Filesystem& fs = AdapterOf(req).fs();
+    Result<size_t> n = fs.Write(HandleOf(fi), static_cast<uint64_t>(off), buf, size);
+    if (!n.ok()) {
+      fuse_reply_err(req, n.code());
+      return;
+    }
+    KillPrivsAfterWrite(req, fs, HandleOf(fi));
+    fuse_reply_write(req, *n);
+  });
+}
+
+// With splice off, libfuse hands write_buf the request's own memory: those
+// buffers go to WriteIter as they are, with no copy in the daemon. A buffer
+// that is a file descriptor (splice) is copied into the thread's buffer.
+void OpWriteBuf(fuse_req_t req, fuse_ino_t /*ino*/, fuse_bufvec* bufv, off_t off,
+                fuse_file_info* fi) {
+  Guarded(req, [&] {
+    Filesystem& fs = AdapterOf(req).fs();
+    const FileHandle file = HandleOf(fi);
+    const uint64_t offset = static_cast<uint64_t>(off);
+    ThreadBuffers& tb = LocalBuffers();
+    std::vector<iovec>& iov = tb.write_iov();
+    iov.clear();
+    size_t total = 0;
+    bool from_fd = false;
+    for (size_t i = bufv->idx; i < bufv->count; ++i) {
+      const fuse_buf& b = bufv->buf[i];
+      const size_t skip = i == bufv->idx ? bufv->off : 0;
+      if (b.size <= skip) continue;
+      total += b.size - skip;
+      if (b.flags & FUSE_BUF_IS_FD) {
+        from_fd = true;
+      } else {
+        iov.push_back({static_cast<char*>(b.mem) + skip, b.size - skip});
+      }
+    }
+    Result<size_t> n = size_t{0};
+    if (!from_fd) {
+      n = fs.WriteIter(file, offset, iov.data(), static_cast<int>(iov.size()));
+    } else {
+      tb.Reserve(total, fs.block_size());
+      fuse_bufvec dst = MemoryBufvec(tb.data(), total);
+      const ssize_t got = fuse_buf_copy(&dst, bufv, FUSE_BUF_NO_SPLICE);
+      if (got < 0) {
+        fuse_reply_err(req, static_cast<int>(-got));
+        return;
+      }
+      n = fs.Write(file, offset, tb.data(), static_cast<size_t>(got));
+    }
+    if (!n.ok()) {
+      fuse_reply_err(req, n.code());
+      return;
+    }
+    KillPrivsAfterWrite(req, fs, file);
+    fuse_reply_write(req, *n);
+  });
+}
+
+void OpFallocate(fuse_req_t req, fuse_ino_t /*ino*/, int mode, off_t offset, off_t length,
+                 fuse_file_info* fi) {
+  Guarded(req, [&] {
+    if (offset < 0 || length <= 0) {
+      fuse_reply_err(req, EINVAL);
+      return;
+    }
+    ReplyStatus(req, AdapterOf(req).fs().Fallocate(HandleOf(fi), mode,
+                                                   static_cast<uint64_t>(offset),
+                                                   static_cast<uint64_t>(length)));
+  });
+}
+
+// The kernel answers SEEK_SET/CUR/END itself; SEEK_DATA and SEEK_HOLE come here.
+void OpLseek(fuse_req_t req, fuse_ino_t /*ino*/, off_t off, int whence, fuse_file_info* fi) {
+  Guarded(req, [&] {
+    if (off < 0) {
+      fuse_reply_err(req, ENXIO);
+      return;
+    }
+    Result<uint64_t> pos =
+        AdapterOf(req).fs().Lseek(HandleOf(fi), static_cast<uint64_t>(off), whence);
+    if (!pos.ok()) {
+      fuse_reply_err(req, pos.code());
+      return;
+    }
+    fuse_reply_lseek(req, static_cast<off_t>(*pos));
+  });
+}
+
+}  // namespace nvfs::fuse_ops

@@ -1,0 +1,405 @@
+// The workloads of the crash suite (crash_workloads.hpp).
+#include "crash_workloads.hpp"
+
+#include <sys/sysmacros.h>
+#include <sys/xattr.h>
+
+#include <cstdio>
+
+#include "crash_ops.hpp"
+#include "crash_random.hpp"
+
+namespace nvfs::test {
+
+using namespace ops;
+
+const ImageSpec kSmallSlots{8ull << 20, 4096};
+
+namespace {
+
+Step S(std::string name, std::function<void(StepContext&)> run) {
+  return Step{std::move(name), std::move(run)};
+}
+
+Workload W(std::string name, std::vector<Step> steps,
+           std::function<void(StepContext&)> setup = {}, ImageSpec image = {}) {
+  return Workload{std::move(name), image, std::move(setup), std::move(steps)};
+}
+
+// Allocates every free block to /fill.
+void FillUp(StepContext& c) {
+  Create(c, "/fill");
+  FileHandle f = c.Expect(c.fs().Open(c.Ino("/fill"), O_RDWR), "open /fill");
+  uint64_t offset = 0;
+  for (uint64_t chunk : {uint64_t{1} << 20, uint64_t{4096}}) {
+    while (c.fs().Fallocate(f, 0, offset, chunk).ok()) offset += chunk;
+    offset = c.fs().GetAttr(c.Ino("/fill"))->blocks * 512;
+  }
+  c.fs().Release(f);
+  if (c.fs().GetStatFs()->blocks_free != 0) c.Fail("could not fill the namespace");
+}
+
+SetAttrRequest Mode(uint32_t mode) {
+  SetAttrRequest r;
+  r.valid = kSetMode;
+  r.mode = mode;
+  return r;
+}
+
+}  // namespace
+
+std::vector<Workload> MetadataWorkloads() {
+  std::vector<Workload> w;
+  w.push_back(W("create", {S("create /d1/new", [](auto& c) { Create(c, "/d1/new"); })}));
+  w.push_back(W("create-in-root", {S("create /new", [](auto& c) { Create(c, "/new", 0600); })}));
+  w.push_back(W("mkdir", {S("mkdir /d1/newdir", [](auto& c) { Mkdir(c, "/d1/newdir"); })}));
+  w.push_back(W("mknod", {S("mknod fifo", [](auto& c) { Mknod(c, "/d2/fifo", S_IFIFO | 0644, 0); }),
+                          S("mknod chr", [](auto& c) {
+                            Mknod(c, "/d2/chr", S_IFCHR | 0600, makedev(4, 5));
+                          })}));
+  w.push_back(W("symlink-short", {S("symlink", [](auto& c) { Symlink(c, "/d1/s", "f1"); })}));
+  w.push_back(W("symlink-long", {S("symlink", [](auto& c) {
+                  Symlink(c, "/d1/s-long", std::string(300, 'x') + "/end");
+                })}));
+  w.push_back(W("link", {S("link /d1/f1 /d2/link2", [](auto& c) { Link(c, "/d1/f1", "/d2/link2"); })}));
+  w.push_back(W("unlink-closed", {S("unlink /d2/g1", [](auto& c) { Unlink(c, "/d2/g1"); })}));
+  w.push_back(W("unlink-hard-link", {S("unlink /d2/hl", [](auto& c) { Unlink(c, "/d2/hl"); })}));
+  w.push_back(W("unlink-symlink-long", {S("unlink /sl-long", [](auto& c) { Unlink(c, "/sl-long"); })}));
+  w.push_back(W("unlink-open",
+                {S("unlink /d2/g1", [](auto& c) { Unlink(c, "/d2/g1"); }),
+                 S("release it", [](auto& c) { c.Close("g1"); })},
+                [](auto& c) { OpenKeep(c, "g1", "/d2/g1"); }));
+  w.push_back(W("rmdir", {S("rmdir /d2/empty", [](auto& c) { Rmdir(c, "/d2/empty"); })}));
+  w.push_back(W("rename-new-name",
+                {S("rename /d1/f1 /d1/f1-renamed", [](auto& c) { Rename(c, "/d1/f1", "/d1/f1-renamed"); })}));
+  w.push_back(W("rename-over-file",
+                {S("rename /d1/f2 /d2/g1", [](auto& c) { Rename(c, "/d1/f2", "/d2/g1"); })}));
+  w.push_back(W("rename-over-hard-link",
+                {S("rename /d1/f2 /d2/hl", [](auto& c) { Rename(c, "/d1/f2", "/d2/hl"); })}));
+  w.push_back(W("rename-over-open-file",
+                {S("rename /d1/f2 /d2/g1", [](auto& c) { Rename(c, "/d1/f2", "/d2/g1"); }),
+                 S("release the replaced file", [](auto& c) { c.Close("g1"); })},
+                [](auto& c) { OpenKeep(c, "g1", "/d2/g1"); }));
+  w.push_back(W("rename-over-empty-dir",
+                {S("rename /d1/sub /d2/empty", [](auto& c) { Rename(c, "/d1/sub", "/d2/empty"); })}));
+  w.push_back(W("rename-across-dirs",
+                {S("rename /d1/f1 /d2/moved", [](auto& c) { Rename(c, "/d1/f1", "/d2/moved"); })}));
+  w.push_back(W("rename-dir-across-dirs",
+                {S("rename /d1/full /d2/full2", [](auto& c) { Rename(c, "/d1/full", "/d2/full2"); })}));
+  w.push_back(W("rename-dir-over-dir-across",
+                {S("rename /d1/full /d2/empty", [](auto& c) { Rename(c, "/d1/full", "/d2/empty"); })}));
+  w.push_back(W("rename-exchange-files", {S("exchange /d1/f1 /d2/g1", [](auto& c) {
+                  Rename(c, "/d1/f1", "/d2/g1", RENAME_EXCHANGE);
+                })}));
+  w.push_back(W("rename-exchange-dir-file", {S("exchange /d1/full /d2/g1", [](auto& c) {
+                  Rename(c, "/d1/full", "/d2/g1", RENAME_EXCHANGE);
+                })}));
+  w.push_back(W("rename-exchange-dirs", {S("exchange /d1/full /d2/empty", [](auto& c) {
+                  Rename(c, "/d1/full", "/d2/empty", RENAME_EXCHANGE);
+                })}));
+  w.push_back(W("rename-noreplace", {S("rename noreplace /d1/f2 /d2/f2", [](auto& c) {
+                  Rename(c, "/d1/f2", "/d2/f2", RENAME_NOREPLACE);
+                })}));
+  w.push_back(W("rename-symlink", {S("rename /sl /d1/sl", [](auto& c) { Rename(c, "/sl", "/d1/sl"); })}));
+  w.push_back(W("setattr-mode", {S("chmod /d1/f1", [](auto& c) { SetAttr(c, "/d1/f1", Mode(04711)); })}));
+  w.push_back(W("setattr-owner", {S("chown /d2/g1", [](auto& c) {
+                  SetAttrRequest r;
+                  r.valid = kSetUid | kSetGid;
+                  r.uid = 42;
+                  r.gid = 43;
+                  SetAttr(c, "/d2/g1", r);
+                })}));
+  w.push_back(W("setattr-times", {S("utimes /d1", [](auto& c) {
+                  SetAttrRequest r;
+                  r.valid = kSetAtime | kSetMtime;
+                  r.atime = {1000, 5};
+                  r.mtime = {2000, 6};
+                  SetAttr(c, "/d1", r);
+                })}));
+  w.push_back(W("setattr-size-up", {S("truncate /d1/f2 100000", [](auto& c) { Truncate(c, "/d1/f2", 100000); })}));
+  w.push_back(W("setattr-size-down", {S("truncate /big 5000", [](auto& c) { Truncate(c, "/big", 5000); })}));
+  w.push_back(W("setattr-everything", {S("chmod chown truncate /d2/g1", [](auto& c) {
+                  SetAttrRequest r;
+                  r.valid = kSetMode | kSetUid | kSetGid | kSetSize;
+                  r.mode = 0600;
+                  r.uid = 7;
+                  r.gid = 8;
+                  r.size = 4097;
+                  SetAttr(c, "/d2/g1", r);
+                })}));
+  w.push_back(W("truncate-down-to-zero", {S("truncate /big 0", [](auto& c) { Truncate(c, "/big", 0); })}));
+  w.push_back(W("truncate-up-in-block", {S("truncate /d1/f1 12000", [](auto& c) { Truncate(c, "/d1/f1", 12000); })}));
+  w.push_back(W("truncate-down-then-up",
+                {S("truncate /d1/f1 5000", [](auto& c) { Truncate(c, "/d1/f1", 5000); }),
+                 S("truncate /d1/f1 9000", [](auto& c) { Truncate(c, "/d1/f1", 9000); })}));
+  w.push_back(W("open-truncate", {S("open O_TRUNC /d2/g1", [](auto& c) {
+                  FileHandle f = c.Expect(c.fs().Open(c.Ino("/d2/g1"), O_RDWR | O_TRUNC), "open");
+                  c.fs().Release(f);
+                })}));
+  w.push_back(W("setxattr-create", {S("setxattr /d2/g1", [](auto& c) { SetXattr(c, "/d2/g1", "user.new", "value"); })}));
+  w.push_back(W("setxattr-replace", {S("setxattr replace /d1/f1", [](auto& c) {
+                  SetXattr(c, "/d1/f1", "user.color", "red", XATTR_REPLACE);
+                })}));
+  w.push_back(W("setxattr-on-dir-and-symlink",
+                {S("setxattr /d2", [](auto& c) { SetXattr(c, "/d2", "trusted.t", std::string(1000, 't')); }),
+                 S("setxattr /sl", [](auto& c) { SetXattr(c, "/sl", "user.s", "1"); })}));
+  w.push_back(W("removexattr", {S("removexattr /d1/f1", [](auto& c) { RemoveXattr(c, "/d1/f1", "user.big"); })}));
+  w.push_back(W("removexattr-last", {S("removexattr /d1", [](auto& c) { RemoveXattr(c, "/d1", "user.dir"); })}));
+  w.push_back(W("fallocate-keep-size", {S("fallocate keep size /d1/f1", [](auto& c) {
+                  Fallocate(c, "/d1/f1", FALLOC_FL_KEEP_SIZE, 20000, 50000);
+                })}));
+  w.push_back(W("fallocate-extend", {S("fallocate /d1/f2", [](auto& c) { Fallocate(c, "/d1/f2", 0, 0, 30000); })}));
+  w.push_back(W("punch-hole", {S("punch /big", [](auto& c) {
+                  Fallocate(c, "/big", FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 8192, 8192 * 10 + 100);
+                })}));
+  w.push_back(W("punch-partial-block", {S("punch /d1/f1", [](auto& c) {
+                  Fallocate(c, "/d1/f1", FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 100, 300);
+                })}));
+  // Aborted operations: ENOSPC in the middle of a transaction.
+  w.push_back(W("abort-symlink-enospc", {S("symlink needing a block, none free", [](auto& c) {
+                  auto [dir, name] = c.Parent("/d1/s-long");
+                  Result<Attr> attr = c.fs().Symlink(dir, name, std::string(300, 'x'), kUser);
+                  if (attr.code() != ENOSPC) c.Fail("symlink: expected ENOSPC, got " + std::to_string(attr.code()));
+                })}, FillUp));
+  w.push_back(W("abort-write-enospc", {S("write into a hole, no block free", [](auto& c) {
+                  FileHandle f = c.Expect(c.fs().Open(c.Ino("/sparse"), O_RDWR), "open");
+                  const std::string data = Bytes(100, 13);
+                  Result<size_t> n = c.fs().Write(f, 3 * 4096, data.data(), data.size());
+                  c.fs().Release(f);
+                  if (n.code() != ENOSPC) c.Fail("write: expected ENOSPC, got " + std::to_string(n.code()));
+                })}, FillUp));
+  return w;
+}
+
+std::vector<Workload> DataWorkloads() {
+  std::vector<Workload> w;
+  w.push_back(W("write-append", {S("append to /d1/f1", [](auto& c) {
+                  Write(c, "/d1/f1", 0, Bytes(3000, 1), O_RDWR | O_APPEND);
+                })}));
+  w.push_back(W("write-overwrite-in-block", {S("overwrite /d2/g1", [](auto& c) {
+                  Overwrite(c, "/d2/g1", 100, Bytes(500, 2));
+                })}));
+  w.push_back(W("write-unaligned-across-blocks", {S("overwrite /d2/g1", [](auto& c) {
+                  Overwrite(c, "/d2/g1", 4000, Bytes(300, 3));
+                })}));
+  w.push_back(W("write-extend-multiblock", {S("write 5 blocks to /d1/f2", [](auto& c) {
+                  Write(c, "/d1/f2", 0, Bytes(5 * 4096 + 123, 4));
+                })}));
+  w.push_back(W("write-fill-hole", {S("write into the hole of /sparse", [](auto& c) {
+                  Write(c, "/sparse", 5 * 4096 + 10, Bytes(5000, 5));
+                })}));
+  w.push_back(W("write-past-eof-gap", {S("write past the end of /d1/f1", [](auto& c) {
+                  Write(c, "/d1/f1", 50000, Bytes(100, 6));
+                })}));
+  w.push_back(W("write-new-indirect-block", {S("write at block 600 of /d1/f2", [](auto& c) {
+                  Write(c, "/d1/f2", 600 * 4096, Bytes(4096, 7));
+                })}));
+  w.push_back(W("write-extend-big", {S("append to /big", [](auto& c) {
+                  Write(c, "/big", 60 * 4096, Bytes(3 * 4096, 8));
+                })}));
+  w.push_back(W("write-into-preallocated-tail", {S("write 100 bytes to /d1/f2", [](auto& c) {
+                  Write(c, "/d1/f2", 0, Bytes(100, 12));
+                })}, [](StepContext& c) {
+                  Fallocate(c, "/d1/f2", FALLOC_FL_KEEP_SIZE, 0, 16384);
+                }));
+  w.push_back(W("write-two-appends",
+                {S("append 1", [](auto& c) { Write(c, "/d1/f2", 0, Bytes(100, 9)); }),
+                 S("append 2", [](auto& c) { Write(c, "/d1/f2", 100, Bytes(200, 10)); })}));
+  return w;
+}
+
+size_t NamesBeforeSplit() {
+  static const size_t count = [] {
+    const BaseImage& image = StandardImage();
+    RecordingOptions plain;
+    plain.record = false;
+    RecordingMedia media(image.bytes.data(), image.bytes.size(), plain);
+    auto fs = Filesystem::Mount(BorrowMedia(media), {});
+    if (!fs.ok()) return size_t{0};
+    const uint64_t sub = ResolvePath(**fs, "/d1/sub").value();
+    uint64_t size = 0;  // after the first name: one leaf (an empty directory may have none)
+    for (size_t n = 0; n < 10000; ++n) {
+      Attr attr;
+      auto file = (*fs)->Create(sub, "name-with-some-length-" + std::to_string(n), 0644, O_RDWR,
+                                {}, &attr);
+      if (!file.ok()) return size_t{0};
+      (*fs)->Release(*file);
+      (*fs)->Forget(attr.ino, 1);
+      const uint64_t now = (*fs)->GetAttr(sub)->size;
+      if (n == 0) size = now;
+      if (now != size) return n;
+    }
+    return size_t{0};
+  }();
+  return count;
+}
+
+namespace {
+
+std::string SplitName(size_t n) { return "/d1/sub/name-with-some-length-" + std::to_string(n); }
+
+}  // namespace
+
+std::vector<Workload> DirectoryWorkloads() {
+  std::vector<Workload> w;
+  const size_t n = NamesBeforeSplit();
+  auto fill = [n](StepContext& c) {
+    for (size_t i = 0; i < n; ++i) Create(c, SplitName(i));
+  };
+  w.push_back(W("dir-leaf-split", {S("create the name that splits the leaf", [n](auto& c) {
+                  Create(c, SplitName(n));
+                  if (c.fs().GetAttr(c.Ino("/d1/sub"))->size == c.tree().at("/d1/sub").size) {
+                    c.Fail("the leaf did not split");
+                  }
+                })}, fill));
+  w.push_back(W("dir-split-then-unlink",
+                {S("split", [n](auto& c) { Create(c, SplitName(n)); }),
+                 S("unlink one", [](auto& c) { Unlink(c, SplitName(0)); })},
+                fill));
+  w.push_back(W("dir-mkdir-in-split-dir", {S("mkdir that splits", [n](auto& c) {
+                  Mkdir(c, SplitName(n));
+                })}, fill));
+  w.push_back(W("rmdir-grown-dir", {S("rmdir /d1/sub", [](auto& c) { Rmdir(c, "/d1/sub"); })},
+                [n](StepContext& c) {
+                  for (size_t i = 0; i <= n + 10; ++i) Create(c, SplitName(i));
+                  for (size_t i = 0; i <= n + 10; ++i) Unlink(c, SplitName(i));
+                }));
+  w.push_back(W("abort-create-enospc-split", {S("create that must split, no block free", [n](auto& c) {
+                  auto [dir, name] = c.Parent(SplitName(n));
+                  Attr attr;
+                  Result<FileHandle> f = c.fs().Create(dir, name, 0644, O_RDWR, kUser, &attr);
+                  if (f.code() != ENOSPC) {
+                    c.Fail("create: expected ENOSPC, got " + std::to_string(f.code()));
+                  }
+                })}, [fill](StepContext& c) {
+                  fill(c);
+                  FillUp(c);
+                }));
+  w.push_back(W("rename-into-split-dir", {S("rename /d1/f1 into /d1/sub", [n](auto& c) {
+                  Rename(c, "/d1/f1", SplitName(n));
+                })}, fill));
+  return w;
+}
+
+namespace {
+
+// A file whose blocks alternate with another's, so freeing it takes one
+// journal record per block: with 4 KiB journal slots, several transactions.
+void MakeFragmented(StepContext& c) {
+  Create(c, "/frag");
+  Create(c, "/frag-other");
+  const std::string block = Bytes(4096, 11);
+  for (uint64_t i = 0; i < 160; ++i) {
+    Write(c, "/frag", i * 4096, block);
+    Write(c, "/frag-other", i * 4096, block);
+  }
+}
+
+}  // namespace
+
+std::vector<Workload> LongWorkloads() {
+  std::vector<Workload> w;
+  w.push_back(W("truncate-long", {S("truncate /frag 4096", [](auto& c) { Truncate(c, "/frag", 4096); })},
+                MakeFragmented, kSmallSlots));
+  w.push_back(W("unlink-long", {S("unlink /frag", [](auto& c) { Unlink(c, "/frag"); })},
+                MakeFragmented, kSmallSlots));
+  w.push_back(W("unlink-long-open",
+                {S("unlink /frag", [](auto& c) { Unlink(c, "/frag"); }),
+                 S("release it", [](auto& c) { c.Close("frag"); })},
+                [](StepContext& c) {
+                  MakeFragmented(c);
+                  OpenKeep(c, "frag", "/frag");
+                },
+                kSmallSlots));
+  w.push_back(W("truncate-long-unlinked-open",
+                {S("truncate the open, unlinked /frag to 4096", [](auto& c) {
+                   SetAttrRequest r;
+                   r.valid = kSetSize;
+                   r.size = 4096;
+                   (void)c.Expect(c.fs().SetAttr(c.fs().HandleIno(c.Handle("frag")), r), "truncate");
+                 }),
+                 S("release it", [](auto& c) { c.Close("frag"); })},
+                [](StepContext& c) {
+                  MakeFragmented(c);
+                  OpenKeep(c, "frag", "/frag");
+                  Unlink(c, "/frag");
+                },
+                kSmallSlots));
+  w.push_back(W("orphan-remove-not-head", {S("release the older orphan", [](auto& c) {
+                  c.Close("keep-open");
+                })}, [](StepContext& c) {
+                  OpenKeep(c, "g1", "/d2/g1");
+                  Unlink(c, "/d2/g1");
+                }));
+  w.push_back(W("mount-with-orphans", {S("crash and mount", [](auto& c) { c.CrashAndRemount(); })},
+                [](StepContext& c) {
+                  OpenKeep(c, "g1", "/d2/g1");
+                  Unlink(c, "/d2/g1");
+                }));
+  w.push_back(W("mount-with-long-orphan", {S("crash and mount", [](auto& c) { c.CrashAndRemount(); })},
+                [](StepContext& c) {
+                  MakeFragmented(c);
+                  OpenKeep(c, "frag", "/frag");
+                  Unlink(c, "/frag");
+                },
+                kSmallSlots));
+  // Not atomic by design (doc/integrity.md): with 4 KiB journal slots each
+  // hole takes a transaction of its own.
+  w.push_back(W("fallocate-long", {S("fallocate over 80 holes of /holes", [](auto& c) {
+                  c.AllowPartialAllocation("/holes");
+                  Fallocate(c, "/holes", 0, 0, 160 * 4096);
+                })},
+                [](StepContext& c) {
+                  Create(c, "/holes");
+                  for (uint64_t i = 0; i < 160; i += 2) Write(c, "/holes", i * 4096, Bytes(4096, 14));
+                },
+                kSmallSlots));
+  w.push_back(W("unmount-and-mount", {S("release, unmount cleanly, mount", [](auto& c) {
+                  c.CleanRemount();
+                })}));
+  w.push_back(W("small-slots-rename-and-xattr",
+                {S("rename over file", [](auto& c) { Rename(c, "/d1/f2", "/d2/g1"); }),
+                 S("setxattr", [](auto& c) { SetXattr(c, "/d1/f1", "user.color", "green"); })},
+                {}, kSmallSlots));
+  return w;
+}
+
+std::vector<Workload> LargeBlockWorkloads() {
+  const ImageSpec big_blocks{16ull << 20, 0, 65536};
+  std::vector<Workload> w;
+  w.push_back(W("bs64k-create", {S("create /d1/new", [](auto& c) { Create(c, "/d1/new"); })}, {},
+                big_blocks));
+  w.push_back(W("bs64k-unlink-open",
+                {S("unlink /d2/g1", [](auto& c) { Unlink(c, "/d2/g1"); }),
+                 S("release it", [](auto& c) { c.Close("g1"); })},
+                [](auto& c) { OpenKeep(c, "g1", "/d2/g1"); }, big_blocks));
+  w.push_back(W("bs64k-rename-over-file",
+                {S("rename /d1/f2 /d2/g1", [](auto& c) { Rename(c, "/d1/f2", "/d2/g1"); })}, {},
+                big_blocks));
+  w.push_back(W("bs64k-write-extend", {S("write 300 KiB to /d1/f2", [](auto& c) {
+                  Write(c, "/d1/f2", 1000, Bytes(300 << 10, 15));
+                })}, {}, big_blocks));
+  w.push_back(W("bs64k-truncate-down", {S("truncate /big 70000", [](auto& c) {
+                  Truncate(c, "/big", 70000);
+                })}, {}, big_blocks));
+  w.push_back(W("bs64k-punch", {S("punch /big", [](auto& c) {
+                  Fallocate(c, "/big", FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 1000, 150000);
+                })}, {}, big_blocks));
+  w.push_back(W("bs64k-setxattr", {S("setxattr /d1/f1", [](auto& c) {
+                  SetXattr(c, "/d1/f1", "user.color", std::string(5000, 'c'));
+                })}, {}, big_blocks));
+  return w;
+}
+
+std::vector<Workload> SequenceWorkloads() {
+  std::vector<Workload> w;
+  for (int i = 0; i < 48; ++i) {
+    char name[16];
+    std::snprintf(name, sizeof name, "seq-%02d", i);
+    w.push_back(W(name, {S("random op 1", [](auto& c) { RandomOp(c); }),
+                         S("random op 2", [](auto& c) { RandomOp(c); })}));
+  }
+  return w;
+}
+
+}  // namespace nvfs::test
