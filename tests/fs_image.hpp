@@ -2,6 +2,7 @@
 // module level.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -51,8 +52,11 @@ class FsImage {
   }
   // Mounts the image as a crash at this instant would leave it: every
   // completed operation is durable, no clean unmount happened.
-  void CrashAndMount() {
+  // `last_words` runs after the crash state is taken (e.g. to give back
+  // handles the crash would have dropped); what it writes is undone.
+  void CrashAndMount(const std::function<void(Filesystem&)>& last_words = {}) {
     const std::vector<char> bytes = ReadFile(path_.path());
+    if (last_words) last_words(*fs_);
     fs_.reset();  // unmounts cleanly; undone just below
     WriteAt(path_.path(), 0, bytes.data(), bytes.size());
     Mount();
