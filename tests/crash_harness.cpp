@@ -1,22 +1,16 @@
-// The crash-state enumerator and the workload runner (crash_harness.hpp).
+// The workload runner and the checks of each crash state (crash_harness.hpp).
 #include "crash_harness.hpp"
-
-#include "crash_enumerator.hpp"
 
 #include <fcntl.h>
 
-#include <algorithm>
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <iostream>
-#include <iterator>
-#include <set>
 #include <sstream>
-#include <unordered_set>
 
+#include "crash_enumerator.hpp"
 #include "nvfs/crc32c.hpp"
 #include "nvfs/fsck.hpp"
 

@@ -1,13 +1,15 @@
 // nvfs-populate: fills a namespace (not mounted) with a tree of files, in
 // process through the filesystem core, for fsck and metadata benchmarks.
 //
-//   nvfs-populate [-n FILES] [-d DIRS] [-s BYTES] [-l] NAMESPACE
+//   nvfs-populate [-n FILES] [-d DIRS] [-s BYTES] [-l] [-r] NAMESPACE
 //
-// Makes DIRS directories under the root (/d000000, ...) and FILES files spread
-// over them round robin (/d000003/f0000012, ...), each holding BYTES bytes
-// (default 0: made with mknod, no blocks). With -l every tenth file also gets
-// a second name and a symlink beside it, so link counts and symlinks are
-// exercised too. The namespace needs FILES + DIRS free inodes (mkfs.nvfs -N).
+// Makes DIRS directories under the root (/d000000, ...) and FILES files in
+// them, directory after directory as an unpacked archive makes them (with -r:
+// round robin, so neighbouring inodes live in different directories), each
+// holding BYTES bytes (default 0: made with mknod, no blocks). With -l every
+// tenth file also gets a second name and a symlink beside it, so link counts
+// and symlinks are exercised too. The namespace needs FILES + DIRS free inodes
+// (mkfs.nvfs -N).
 #include <fcntl.h>
 #include <getopt.h>
 #include <sys/stat.h>
@@ -24,10 +26,11 @@
 namespace {
 
 constexpr const char* kUsage =
-    "Usage: nvfs-populate [-n FILES] [-d DIRS] [-s BYTES] [-l] NAMESPACE\n"
+    "Usage: nvfs-populate [-n FILES] [-d DIRS] [-s BYTES] [-l] [-r] NAMESPACE\n"
     "Creates DIRS directories (default 100) and FILES files (default 10k; k/m suffixes\n"
     "are powers of 1024) of BYTES bytes each (default 0) in NAMESPACE, which must\n"
-    "not be mounted. -l: every tenth file also gets a hard link and a symlink.\n";
+    "not be mounted. -l: every tenth file also gets a hard link and a symlink.\n"
+    "-r: spread the files over the directories round robin.\n";
 
 double Seconds(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -38,8 +41,9 @@ double Seconds(std::chrono::steady_clock::time_point start) {
 int main(int argc, char** argv) {
   uint64_t files = 10240, dirs = 100, bytes = 0;
   bool links = false;
+  bool round_robin = false;
   int opt;
-  while ((opt = getopt(argc, argv, "n:d:s:lhV")) != -1) {
+  while ((opt = getopt(argc, argv, "n:d:s:lrhV")) != -1) {
     std::optional<uint64_t> value;
     switch (opt) {
       case 'n': case 'd': case 's':
@@ -51,6 +55,7 @@ int main(int argc, char** argv) {
         (opt == 'n' ? files : opt == 'd' ? dirs : bytes) = *value;
         break;
       case 'l': links = true; break;
+      case 'r': round_robin = true; break;
       case 'V': std::printf("nvfs-populate %s\n", NVFS_VERSION); return 0;
       case 'h': std::fputs(kUsage, stdout); return 0;
       default: std::fputs(kUsage, stderr); return 2;
@@ -83,7 +88,8 @@ int main(int argc, char** argv) {
   for (uint64_t i = 0; i < bytes; ++i) data[i] = static_cast<char>('a' + i % 26);
   nvfs::Progress progress("populating", files, false);
   for (uint64_t f = 0; f < files; ++f) {
-    const uint64_t parent = dir_inos[f % dirs];
+    const uint64_t per_dir = (files + dirs - 1) / dirs;
+    const uint64_t parent = dir_inos[round_robin ? f % dirs : f / per_dir];
     char name[32];
     std::snprintf(name, sizeof name, "f%08" PRIu64, f);
     uint64_t ino = 0;

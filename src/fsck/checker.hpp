@@ -21,8 +21,8 @@
 // thread would have found; one that met any is thrown away and run again on
 // one thread, which reports and repairs in a deterministic order. Shared DRAM
 // state is touched through atomics in those passes: the block bitmap
-// (claims), the state bytes and link counters of entry targets, and a
-// directory's parent entry.
+// (claims) and a directory's parent entry; the inodes entries name are
+// logged per thread and counted after the join.
 //
 // Repairs. Each is one small store (a pointer, a record, an inode field, a
 // bitmap block), persisted before the check goes on, so a crash during a
@@ -156,9 +156,13 @@ class Checker {
   // thread claiming it meanwhile is a problem like any other (kShared).
   void Claim(uint64_t block_no) {
     const uint64_t bit = uint64_t{1} << (block_no % 64);
+    if (!parallel_) {
+      claimed_[block_no / 64] |= bit;
+      return;
+    }
     const uint64_t old = std::atomic_ref<uint64_t>(claimed_[block_no / 64])
                              .fetch_or(bit, std::memory_order_relaxed);
-    if ((old & bit) && parallel_) trouble_.store(true, std::memory_order_relaxed);
+    if (old & bit) trouble_.store(true, std::memory_order_relaxed);
   }
   bool Claimed(uint64_t block_no) const {
     const uint64_t word = std::atomic_ref<uint64_t>(const_cast<uint64_t&>(claimed_[block_no / 64]))
@@ -172,6 +176,11 @@ class Checker {
         .load(std::memory_order_relaxed);
   }
   uint8_t Kind(uint64_t ino) const { return State(ino) & kKindMask; }
+  // An entry names `ino`: marked referenced, one link counted.
+  void CountReference(uint64_t ino) {
+    state_[ino] |= kReferenced;
+    if ((state_[ino] & kKindMask) != kDirectory) --links_[ino];
+  }
   DirInfo* FindDir(uint64_t ino);
   // An unlinked directory being freed: on the orphan list with no links (no
   // entry names it; pass 2 drops any that does). It needs no parent.

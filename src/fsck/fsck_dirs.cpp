@@ -60,15 +60,19 @@ uint8_t DirTypeOf(uint8_t kind, uint32_t mode) {
 // block met twice.
 class Checker::DirWalker {
  public:
-  // `entries` is scratch space, reused from one directory to the next.
-  DirWalker(Checker& checker, DirInfo& dir, std::vector<ChainEntry>& entries)
+  // `entries` is scratch space, reused from one directory to the next. With
+  // `targets` (a pass on threads), the inodes entries name are logged there,
+  // to be counted once the threads are joined, instead of counted at once.
+  DirWalker(Checker& checker, DirInfo& dir, std::vector<ChainEntry>& entries,
+            std::vector<uint32_t>* targets)
       : c_(checker),
         dir_(dir),
         inode_(checker.InodeAt(dir.ino)),
         fanout_bits_(checker.block_shift_ - 3),
         max_depth_(static_cast<int>((kDirHashBits + fanout_bits_ - 1) / fanout_bits_) - 1),
         live_(!checker.DeadDir(dir)),
-        entries_(entries) {}
+        entries_(entries),
+        targets_(targets) {}
 
   // Returns the entries found.
   uint64_t Run() {
@@ -92,6 +96,10 @@ class Checker::DirWalker {
         }
       }
     }
+    // Counted aside and stored once: neighbouring DirInfos belong to other
+    // threads.
+    dir_.entries = entries_found_;
+    dir_.subdirs = subdirs_found_;
     if (c_.halted_) return dir_.entries;
     const uint64_t size = nodes_ << c_.block_shift_;
     if (inode_.size != size &&
@@ -414,7 +422,7 @@ class Checker::DirWalker {
     }
     if (child != nullptr) {
       child->entry_at = e.at;  // read by pass 3, after the threads are joined
-      ++dir_.subdirs;
+      ++subdirs_found_;
     }
     const uint8_t type =
         DirTypeOf(kind, kind == kSpecial ? c_.InodeAt(target).mode : 0);
@@ -425,11 +433,12 @@ class Checker::DirWalker {
       c_.Write(e.at + offsetof(DirEntry, file_type), &type, 1);
       c_.Fixed();
     }
-    std::atomic_ref<uint8_t>(c_.state_[target]).fetch_or(kReferenced, std::memory_order_relaxed);
-    if (kind != kDirectory) {
-      std::atomic_ref<uint32_t>(c_.links_[target]).fetch_sub(1, std::memory_order_relaxed);
+    if (targets_ != nullptr) {
+      targets_->push_back(static_cast<uint32_t>(target));
+    } else {
+      c_.CountReference(target);
     }
-    ++dir_.entries;
+    ++entries_found_;
     if (dir_.ino == format::kRootIno && kind == kDirectory &&
         std::string_view(e.name, e.name_len) == "lost+found") {
       c_.lost_found_ = target;
@@ -443,34 +452,49 @@ class Checker::DirWalker {
   const int max_depth_;
   const bool live_;  // not an unlinked directory being freed
   std::vector<ChainEntry>& entries_;  // of the leaf chain being checked
+  std::vector<uint32_t>* const targets_;
   uint64_t nodes_ = 0;
+  uint64_t entries_found_ = 0;
+  uint32_t subdirs_found_ = 0;
 };
 
 void Checker::CheckDirectories() {
   const uint64_t groups = geometry_.group_count();
   report_.directories = dirs_.size();
+  // Threads log the inodes entries name as 32-bit numbers.
   const unsigned workers =
-      static_cast<unsigned>(std::min<uint64_t>(threads_, dirs_.size() / 16));
+      geometry_.inode_count() > UINT32_MAX
+          ? 1
+          : static_cast<unsigned>(std::min<uint64_t>(threads_, dirs_.size() / 16));
   if (workers > 1) {
-    // Kept to start again from, should the threads meet a problem.
+    // The threads claim directory nodes and set parent entries; kept to
+    // start again from, should they meet a problem.
     const std::vector<uint64_t> claimed = claimed_;
-    const std::vector<uint32_t> links = links_;
     std::vector<std::vector<ChainEntry>> scratch(workers);
+    std::vector<std::vector<uint32_t>> targets(workers);
+    uint64_t expected = 0;  // what the directories say they hold: a hint
+    for (const DirInfo& dir : dirs_) {
+      expected += std::min<uint64_t>(InodeAt(dir.ino).map.dir.entries, geometry_.inode_count());
+    }
+    for (std::vector<uint32_t>& log : targets) {
+      log.reserve(std::min<uint64_t>(expected, geometry_.inode_count()) / workers + 1024);
+    }
     parallel_ = true;
     const uint64_t entries =
         RunWorkers(workers, dirs_.size(), groups, groups, [&](uint64_t i, unsigned worker) {
-          return DirWalker(*this, dirs_[i], scratch[worker]).Run();
+          return DirWalker(*this, dirs_[i], scratch[worker], &targets[worker]).Run();
         });
     parallel_ = false;
     if (!trouble_.load()) {
+      for (const std::vector<uint32_t>& logged : targets) {
+        for (uint32_t target : logged) CountReference(target);
+      }
       report_.entries += entries;
       Progress(2 * groups);
       return;
     }
     trouble_.store(false);
     claimed_ = claimed;
-    links_ = links;
-    for (uint8_t& state : state_) state &= static_cast<uint8_t>(~kReferenced);
     for (DirInfo& dir : dirs_) {
       dir.parent_entry = dir.entry_at = dir.entries = 0;
       dir.subdirs = 0;
@@ -480,7 +504,7 @@ void Checker::CheckDirectories() {
   std::vector<ChainEntry> scratch;
   for (DirInfo& dir : dirs_) {
     if (halted_) return;
-    report_.entries += DirWalker(*this, dir, scratch).Run();
+    report_.entries += DirWalker(*this, dir, scratch, nullptr).Run();
     Progress(groups + geometry_.InodeGroup(dir.ino));
   }
   Progress(2 * groups);

@@ -34,6 +34,7 @@ void Arena::Load(const std::vector<std::byte>& image) {
   if (image.size() > size_) throw std::runtime_error("arena: image too large");
   pristine_ = image;
   pristine_.resize(size_);
+  expected_ = pristine_;
   std::memcpy(data_, pristine_.data(), size_);
   poked_.clear();
   poke_bytes_.clear();
@@ -44,6 +45,7 @@ void Arena::Load(const std::vector<std::byte>& image) {
 void Arena::Poke(uint64_t offset, const void* src, size_t len) {
   if (offset > size_ || len > size_ - offset) throw std::runtime_error("arena: poke outside");
   std::memcpy(data_ + offset, src, len);
+  std::memcpy(expected_.data() + offset, src, len);
   poked_.push_back({offset, len});
   const auto* bytes = static_cast<const std::byte*>(src);
   poke_bytes_.insert(poke_bytes_.end(), bytes, bytes + len);
@@ -53,10 +55,21 @@ void Arena::Restore() {
   for (const std::vector<Range>* ranges : {&poked_, &stored_}) {
     for (const Range& r : *ranges) std::memcpy(data_ + r.offset, pristine_.data() + r.offset, r.len);
   }
+  for (const Range& r : poked_) {
+    std::memcpy(expected_.data() + r.offset, pristine_.data() + r.offset, r.len);
+  }
   poked_.clear();
   poke_bytes_.clear();
   stored_.clear();
   refused_ = 0;
+}
+
+bool Arena::Unchanged() const { return std::memcmp(data_, expected_.data(), size_) == 0; }
+
+void Arena::SetWritable(bool writable) {
+  if (mprotect(data_, size_, writable ? PROT_READ | PROT_WRITE : PROT_READ) != 0) {
+    throw std::runtime_error("arena: mprotect failed");
+  }
 }
 
 void Arena::UndoStores() {

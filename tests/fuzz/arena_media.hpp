@@ -55,6 +55,12 @@ class Arena {
   // Puts back the pristine bytes of everything poked or stored since the
   // last Restore.
   void Restore();
+  // True if the image holds exactly the pristine bytes with the pokes since
+  // the last Restore applied: nothing else changed it, through a Media or not.
+  bool Unchanged() const;
+  // Maps the image read-only (false) or read-write: while read-only, any
+  // write, even one that bypasses every Media, faults at once.
+  void SetWritable(bool writable);
   // Puts back the pristine bytes of what a Media stored, keeping the pokes.
   void UndoStores();
   // Ranges written by a Media since the last Restore (not pokes).
@@ -70,6 +76,7 @@ class Arena {
   std::byte* data_ = nullptr;
   uint64_t size_ = 0;
   std::vector<std::byte> pristine_;
+  std::vector<std::byte> expected_;  // pristine_ with the pokes applied
   std::vector<Range> poked_;
   std::vector<std::byte> poke_bytes_;  // what each poke wrote, in order
   std::vector<Range> stored_;

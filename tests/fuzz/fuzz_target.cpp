@@ -224,22 +224,23 @@ CaseResult RunCase(Arena& arena, const CaseOptions& options) {
   std::string error;
   g_verbose = options.verbose;
 
-  // 1. fsck -n.
+  // 1 and 2, with the image mapped read-only: a write of any kind faults.
+  arena.SetWritable(false);
   result.fsck_exit = Fsck(arena, RepairMode::kNone).exit_code;
   if (arena.refused_writes() != 0) result.violations.push_back("fsck -n tried to write");
-
-  // 2. Read-only mount.
+  const uint64_t refused = arena.refused_writes();
   result.mounted_ro = MountAndWalk(arena, true, false, "read-only mount", options, result,
                                    &error, &result.io_errors);
-  if (arena.refused_writes() != 0) {
+  arena.SetWritable(true);
+  if (arena.refused_writes() != refused) {
     result.violations.push_back("a read-only mount tried to write (" +
-                                std::to_string(arena.refused_writes()) + " times)");
+                                std::to_string(arena.refused_writes() - refused) + " times)");
   }
 
   // 3. Read-write mount: nothing written unless it succeeds.
   result.mounted_rw = MountAndWalk(arena, false, false, "read-write mount", options, result,
                                    &result.mount_error, &result.io_errors);
-  if (!result.mounted_rw && arena.stores() != 0) {
+  if (!result.mounted_rw && (arena.stores() != 0 || !arena.Unchanged())) {
     result.violations.push_back("a failed mount wrote " + std::to_string(arena.stores()) +
                                 " ranges first (" + result.mount_error + ")");
   }

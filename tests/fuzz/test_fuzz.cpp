@@ -4,8 +4,8 @@
 // Deterministic: case N of a seed always applies the same mutation.
 //
 // Environment:
-//   NVFS_FUZZ_CASES=N   mutations per seed (default: per seed, about 20 s of
-//                       cases each under the sanitizers, 10,000 in all)
+//   NVFS_FUZZ_CASES=N   mutations per seed (default: per seed, at most about
+//                       20 s of cases each under the sanitizers; 13,200 in all)
 //   NVFS_FUZZ_SCALE=K   K times the default mutations per seed (long runs)
 //   NVFS_FUZZ_SEED=S    master seed (default 20261130)
 //   NVFS_FUZZ_ONLY=seed:case   run that one case and print what it did
@@ -186,20 +186,20 @@ void FuzzSeed(const std::string& name, uint64_t default_cases) {
   CHECK(failures.empty());
 }
 
-TEST_CASE("corrupted images: fresh namespace", "[fuzz][fresh]") { FuzzSeed("fresh", 3000); }
+TEST_CASE("corrupted images: fresh namespace", "[fuzz][fresh]") { FuzzSeed("fresh", 4000); }
 TEST_CASE("corrupted images: populated namespace", "[fuzz][populated]") {
-  FuzzSeed("populated", 1500);
+  FuzzSeed("populated", 2000);
 }
 TEST_CASE("corrupted images: orphans awaiting the next mount", "[fuzz][orphans]") {
-  FuzzSeed("orphans", 1500);
+  FuzzSeed("orphans", 2000);
 }
 TEST_CASE("corrupted images: journal needing recovery", "[fuzz][recovery]") {
-  FuzzSeed("recovery", 1500);
+  FuzzSeed("recovery", 2000);
 }
-TEST_CASE("corrupted images: full namespace", "[fuzz][full]") { FuzzSeed("full", 1200); }
-TEST_CASE("corrupted images: 64 KiB blocks", "[fuzz][big-blocks]") { FuzzSeed("big-blocks", 500); }
+TEST_CASE("corrupted images: full namespace", "[fuzz][full]") { FuzzSeed("full", 1600); }
+TEST_CASE("corrupted images: 64 KiB blocks", "[fuzz][big-blocks]") { FuzzSeed("big-blocks", 600); }
 TEST_CASE("corrupted images: two groups, fsck on threads", "[fuzz][two-groups]") {
-  FuzzSeed("two-groups", 800);
+  FuzzSeed("two-groups", 1000);
 }
 
 }  // namespace
