@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/syscall.h>
+#include <sys/sysmacros.h>
 #include <sys/types.h>
 #include <sys/xattr.h>
 #include <time.h>
@@ -815,6 +816,41 @@ TEST_CASE("mount: mmap reads and writes with cache=page", "[mount]") {
     CHECK(std::memcmp(static_cast<char*>(p) + 5000, "written through mmap", 20) == 0);
     munmap(p, 8192);
   }
+  CHECK(m.Stop() == 0);
+}
+
+// The mount's read-ahead, as the kernel sees it, or -1 if unreadable.
+static int ReadAheadKb(const std::string& dir) {
+  const struct stat st = Stat(dir);
+  std::ifstream in("/sys/class/bdi/" + std::to_string(major(st.st_dev)) + ":" +
+                   std::to_string(minor(st.st_dev)) + "/read_ahead_kb");
+  int kb = -1;
+  in >> kb;
+  return in ? kb : -1;
+}
+
+TEST_CASE("mount: read-ahead of a cache=page mount", "[mount]") {
+  NVFS_REQUIRE_FUSE();
+  if (geteuid() != 0) {
+    WARN("SKIPPED: setting read-ahead needs root");
+    return;
+  }
+  MountedFs m;
+  m.Start("cache=page");
+  CHECK(ReadAheadKb(m.dir()) == 1024);  // the default: one request fills 1 MiB
+  CHECK(m.Stop() == 0);
+  m.Start("cache=page,read_ahead_kb=256");
+  CHECK(ReadAheadKb(m.dir()) == 256);
+  // Cold reads still return the file's bytes.
+  const std::string data = Pattern(3 * 1024 * kKiB + 123, 9);
+  WriteFile(m.path("f"), data);
+  CHECK(m.Stop() == 0);
+  m.Start("cache=page");
+  CHECK(ReadAll(m.path("f")) == data);
+  CHECK(m.Stop() == 0);
+  // Without the page cache the option changes nothing.
+  m.Start();
+  CHECK(ReadAheadKb(m.dir()) != 1024);
   CHECK(m.Stop() == 0);
 }
 

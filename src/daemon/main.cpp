@@ -14,6 +14,7 @@
 //      then Filesystem::Unmount (exact counters, state clean) and exit 0.
 // After kill -9 nothing of this runs: every operation that returned is
 // durable already, and the next mount recovers (journal, orphans).
+#include <fcntl.h>
 #include <limits.h>
 #include <sys/stat.h>
 #include <syslog.h>
@@ -25,7 +26,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -54,6 +57,9 @@ constexpr const char* kUsage =
     "                           shared mmap fails with ENODEV); page: the kernel\n"
     "                           page cache, write-through (mmap works)\n"
     "  threads=N                at most N worker threads (default 10)\n"
+    "  read_ahead_kb=N          with cache=page, the kernel's read-ahead for the\n"
+    "                           mount (default 1024; needs root, else the\n"
+    "                           kernel's 128 is kept)\n"
     "  ro                       mount read-only\n"
     "\n"
     "Usual FUSE and mount options are passed to libfuse: allow_other,\n"
@@ -77,6 +83,7 @@ struct CommandLine {
   char* read_path = nullptr;  // set by fuse_opt_parse (malloc'ed)
   char* cache = nullptr;
   unsigned threads = 0;
+  int read_ahead_kb = -1;  // -1: not given
   bool foreground = false;
   bool debug = false;
   bool single_thread = false;
@@ -98,6 +105,7 @@ const fuse_opt kOptions[] = {
     NVFS_OPT("read_path=%s", read_path),
     NVFS_OPT("cache=%s", cache),
     NVFS_OPT("threads=%u", threads),
+    NVFS_OPT("read_ahead_kb=%d", read_ahead_kb),
     FUSE_OPT_KEY("-f", kKeyForeground),
     FUSE_OPT_KEY("-d", kKeyDebug),
     FUSE_OPT_KEY("debug", kKeyDebug),
@@ -170,6 +178,71 @@ int UnmountCore(std::unique_ptr<nvfs::Filesystem> fs, const std::string& device)
   return 0;
 }
 
+// The "major:minor" of the file system mounted at `mountpoint` (the last
+// one, if several are stacked there), from /proc/self/mountinfo: a stat()
+// of the mount point would wait for this daemon's own GETATTR reply.
+std::string MountDevice(const std::string& mountpoint) {
+  std::ifstream in("/proc/self/mountinfo");
+  std::string line, found;
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    std::string id, parent, dev, root, point;
+    if (!(fields >> id >> parent >> dev >> root >> point)) continue;
+    std::string unescaped;  // mountinfo writes space, tab, newline and \ as \ooo
+    for (size_t i = 0; i < point.size(); ++i) {
+      const auto octal = [&](size_t at) { return point[at] >= '0' && point[at] <= '7'; };
+      if (point[i] == '\\' && i + 3 < point.size() && octal(i + 1) && octal(i + 2) && octal(i + 3)) {
+        unescaped += static_cast<char>((point[i + 1] - '0') * 64 + (point[i + 2] - '0') * 8 +
+                                       (point[i + 3] - '0'));
+        i += 3;
+      } else {
+        unescaped += point[i];
+      }
+    }
+    if (unescaped == mountpoint) found = dev;
+  }
+  return found;
+}
+
+// The kernel gives a FUSE mount 128 KiB of read-ahead at most (the INIT
+// reply can only lower it; ServeInit has run), so cold page-cache reads
+// arrive in 128 KiB requests, each a round trip. Raising the mount's backing-device
+// read-ahead lets one request fill up to kFuseMaxIo. Needs write access to
+// sysfs (root); otherwise the kernel's value stays, with a warning when the
+// value was asked for explicitly. Done before anything can open a file:
+// a file takes its read-ahead window from the device when opened.
+void SetReadAhead(const std::string& mountpoint, int kb, bool asked) {
+  const std::string dev = MountDevice(mountpoint);
+  const std::string path = "/sys/class/bdi/" + dev + "/read_ahead_kb";
+  const int fd = dev.empty() ? -1 : open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  int error = dev.empty() ? ENOENT : errno;
+  if (fd >= 0) {
+    const std::string value = std::to_string(kb) + "\n";
+    const bool ok = write(fd, value.data(), value.size()) == static_cast<ssize_t>(value.size());
+    error = ok ? 0 : errno;
+    close(fd);
+  }
+  if (error != 0 && asked) {
+    Say("%s: cannot set read_ahead_kb (%s): kept the kernel's", mountpoint.c_str(),
+        std::strerror(error));
+  }
+}
+
+// Serves the kernel's first request, INIT, before the request loop starts:
+// when this returns the kernel has taken the reply (its read-ahead limit
+// among it), so what is set after it stays set. False if the session ended
+// first (a signal, an unmount).
+bool ServeInit(fuse_session* se) {
+  fuse_buf buf{};
+  int got;
+  do {
+    got = fuse_session_receive_buf(se, &buf);
+  } while (got == -EINTR && !fuse_session_exited(se));
+  if (got > 0) fuse_session_process_buf(se, &buf);
+  std::free(buf.mem);
+  return got > 0 && !fuse_session_exited(se);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -212,6 +285,9 @@ int main(int argc, char** argv) {
     } else {
       return UsageError("cache must be none or page");
     }
+  }
+  if (cl.read_ahead_kb < -1 || cl.read_ahead_kb > (1 << 20)) {
+    return UsageError("read_ahead_kb must be between 0 and 1048576");
   }
   const std::string device = Absolute(cl.positional[0]);
   const std::string mountpoint = Absolute(cl.positional[1]);
@@ -263,6 +339,17 @@ int main(int argc, char** argv) {
     fuse_remove_signal_handlers(se);
     (void)UnmountCore(std::move(fs), device);
     return 1;
+  }
+  if (!ServeInit(se)) {
+    Say("%s: the kernel did not complete the FUSE handshake", mountpoint.c_str());
+    fuse_session_unmount(se);
+    fuse_remove_signal_handlers(se);
+    (void)UnmountCore(std::move(fs), device);
+    return 1;
+  }
+  if (adapter_options.cache == nvfs::CacheMode::kPage) {
+    SetReadAhead(mountpoint, cl.read_ahead_kb >= 0 ? cl.read_ahead_kb : 1024,
+                 cl.read_ahead_kb >= 0);
   }
   if (!cl.foreground) openlog("nvfs", LOG_PID, LOG_DAEMON);
   if (fuse_daemonize(cl.foreground ? 1 : 0) != 0) {
