@@ -158,6 +158,87 @@ def fio_once(target, wl, size, quick):
     return job["bw_bytes"] / 1e9
 
 
+def engine_figures(quick):
+    """Runs nvfs-pread engine (in process, no FUSE) on a fresh namespace;
+    returns {(path, pattern, bs): median ns/op}."""
+    image = os.path.join(WORK, "engine.img")
+    run([os.path.join(BUILD, "mkfs.nvfs"), "-q", "-f", "-s", "1G", image])
+    try:
+        cmd = [os.path.join(BUILD, "nvfs-pread"), "engine", "--json", "-r", "3" if quick else "9",
+               "-n", "1m" if quick else "4m", "-s", "256m", image]
+        out = run(cmd).stdout.strip().splitlines()
+    finally:
+        os.unlink(image)
+    fig = {}
+    for line in out:
+        rec = json.loads(line)
+        fig[(rec["path"], rec["pattern"], rec["bs"])] = rec["ns_median"]
+    print("\nengine (in process), median ns/op over repetitions, paths interleaved:")
+    for bs in (512, 4 * KIB, 64 * KIB, MIB):
+        row = "  ".join(f"{p} {fig[(p, 'seq', bs)]:.0f}" for p in
+                        ("read", "read_iter", "read_iter_4k", "map", "memcpy") if (p, "seq", bs) in fig)
+        print(f"  seq {bs:>8}: {row}")
+    row = "  ".join(f"{p} {fig[(p, 'same', 4 * KIB)]:.1f}" for p in
+                    ("read", "read_iter", "read_iter_4k", "map", "memcpy") if (p, "same", 4 * KIB) in fig)
+    print(f"  same 4 KiB block (the seed's loop): {row}")
+    return fig
+
+
+def check_targets(med, engine, fio_disagreement):
+    """The issue's targets, each computed from this run's medians."""
+    rows = []
+
+    def add(what, value, ok, limit):
+        rows.append((what, value, ok, limit))
+
+    def ns(t, wl):
+        return med.get((t, wl), {}).get("ns")
+
+    def gb(t, wl):
+        return med.get((t, wl), {}).get("gbps")
+
+    def ratio(a, b):
+        return a / b if a and b else None
+
+    e = engine
+    same = lambda p: e.get((p, "same", 4 * KIB))
+    add("engine: read_iter (1 segment) / read, same 4K", ratio(same("read_iter"), same("read")), "<=", 1.03)
+    add("engine: read / memcpy, same 4K", ratio(same("read"), same("memcpy")), "<=", 1.3)
+    add("engine: map ns at 1 MiB / at 512 B (seq)",
+        ratio(e.get(("map", "seq", MIB)), e.get(("map", "seq", 512))), "<=", 1.5)
+    d = "nvfs-map-none"
+    add(f"{d}: 4K read / FUSE round trip (getxattr)", ratio(ns(d, "seq-4k"), ns(d, "floor")), "<=", 1.10)
+    add(f"{d}: seq 4K x fuse2fs-dio", ratio(gb(d, "seq-4k"), gb("fuse2fs-dio", "seq-4k")), ">=", 1.3)
+    add(f"{d}: seq 1M x tmpfs", ratio(gb(d, "seq-1m"), gb("tmpfs", "seq-1m")), ">=", 0.55)
+    add(f"{d}: seq 1M x fuse2fs-dio", ratio(gb(d, "seq-1m"), gb("fuse2fs-dio", "seq-1m")), ">=", 4.0)
+    p = "nvfs-map-page"
+    add(f"{p}: warm seq 4K x tmpfs", ratio(gb(p, "seq-4k"), gb("tmpfs", "seq-4k")), ">=", 0.9)
+    add(f"{p}: warm seq 1M x tmpfs", ratio(gb(p, "seq-1m"), gb("tmpfs", "seq-1m")), ">=", 1.0)
+    add(f"{p}: cold seq 1M x fuse2fs cold", ratio(gb(p, "seq-1m-cold"), gb("fuse2fs", "seq-1m-cold")),
+        ">=", 1.5)
+    for t in (d, p):
+        for one, two in (("rand-4k", "rand-4k-2t"), ("seq-1m", "seq-1m-2t")):
+            peer = ratio(gb("tmpfs", two), gb("tmpfs", one))
+            mine = ratio(gb(t, two), gb(t, one))
+            if peer is not None and peer >= 1.7:
+                add(f"{t}: {two} / {one} (tmpfs scales {peer:.2f}x)", mine, ">=", 1.7)
+            elif peer is not None:
+                rows.append((f"{t}: {two} / {one} (tmpfs {peer:.2f}x: peer does not scale)", mine, None, 1.7))
+    add("nvfs-pread vs fio, reads >= 5 us", fio_disagreement, "<=", 0.10)
+
+    print("\ntargets (this run's medians):")
+    for what, value, op, limit in rows:
+        if value is None:
+            verdict, shown = "n/a", "-"
+        else:
+            shown = f"{value:.2f}"
+            if op is None:
+                verdict = "info"
+            else:
+                verdict = "met" if (value <= limit if op == "<=" else value >= limit) else "MISSED"
+        print(f"  {what:58} {shown:>6}  {op or '':2} {limit:<5} {verdict}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--size", type=int, default=256 * MIB, help="bytes of the data file")
@@ -245,6 +326,9 @@ def main():
             if d > worst:
                 worst, worst_at = d, f"{wl} on {t}"
     print(f"nvfs-pread vs fio, reads of 5 us or more: largest disagreement {worst * 100:.1f}% ({worst_at})")
+
+    engine = engine_figures(args.quick)
+    check_targets(med, engine, worst)
 
     if shutil.which("gnuplot"):
         dat = os.path.join(WORK, "chart.dat")

@@ -24,6 +24,7 @@
 #include <functional>
 #include <memory>
 #include <random>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -91,10 +92,15 @@ std::vector<std::string> Split(const std::string& s) {
 struct Stats {
   double mean = 0;
   double stddev = 0;
+  double median = 0;
 };
 
 Stats Summarize(const std::vector<double>& v) {
   Stats s;
+  std::vector<double> sorted = v;
+  std::sort(sorted.begin(), sorted.end());
+  const size_t n = sorted.size();
+  s.median = n % 2 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;
   for (double x : v) s.mean += x;
   s.mean /= static_cast<double>(v.size());
   for (double x : v) s.stddev += (x - s.mean) * (x - s.mean);
@@ -110,20 +116,21 @@ void Report(const Options& o, const char* mode, const std::string& path, const s
   if (o.json) {
     std::printf("{\"mode\":\"%s\",\"target\":\"%s\",\"path\":\"%s\",\"pattern\":\"%s\",\"bs\":%" PRIu64
                 ",\"threads\":%d,\"ops\":%" PRIu64 ",\"reps\":%zu,\"ns_per_op\":%.2f,\"ns_stddev\":%.2f,"
-                "\"ops_per_s\":%.0f,\"gbps\":%.4f}\n",
+                "\"ns_median\":%.2f,\"ops_per_s\":%.0f,\"gbps\":%.4f}\n",
                 mode, o.target.c_str(), path.c_str(), pattern.c_str(), bs, threads, ops,
-                ns_per_op.size(), s.mean, s.stddev, ops_per_s, gbps);
+                ns_per_op.size(), s.mean, s.stddev, s.median, ops_per_s, gbps);
   } else {
-    std::printf("%-7s %-13s %-5s %8" PRIu64 " %3d %10" PRIu64 " %11.1f %9.1f %12.0f %8.3f\n", mode,
-                path.c_str(), pattern.c_str(), bs, threads, ops, s.mean, s.stddev, ops_per_s, gbps);
+    std::printf("%-7s %-13s %-5s %8" PRIu64 " %3d %10" PRIu64 " %11.1f %9.1f %9.1f %12.0f %8.3f\n",
+                mode, path.c_str(), pattern.c_str(), bs, threads, ops, s.mean, s.stddev, s.median,
+                ops_per_s, gbps);
   }
   std::fflush(stdout);
 }
 
 void Header(const Options& o) {
   if (o.json) return;
-  std::printf("%-7s %-13s %-5s %8s %3s %10s %11s %9s %12s %8s\n", "mode", "path", "pat", "bs",
-              "thr", "ops", "ns/op", "stddev", "ops/s", "GB/s");
+  std::printf("%-7s %-13s %-5s %8s %3s %10s %11s %9s %9s %12s %8s\n", "mode", "path", "pat", "bs",
+              "thr", "ops", "ns/op", "stddev", "median", "ops/s", "GB/s");
 }
 
 // Offsets for `ops` operations of `bs` bytes over a file of `size` bytes.
@@ -162,11 +169,11 @@ double TimeNs(uint64_t ops, Fn&& fn) {
 
 // --- engine mode ------------------------------------------------------------
 
-int Engine(Options& o, const std::string& ns) {
-  auto mounted = nvfs::Filesystem::Mount(ns, nvfs::MountOptions{});
+int Engine(Options& o, const std::string& namespace_path) {
+  auto mounted = nvfs::Filesystem::Mount(namespace_path, nvfs::MountOptions{});
   if (!mounted.ok()) Die(mounted.error().Describe());
   nvfs::Filesystem& fs = **mounted;
-  if (o.target.empty()) o.target = ns;
+  if (o.target.empty()) o.target = namespace_path;
   if (o.paths.empty()) o.paths = {"read", "read_iter", "read_iter_4k", "map", "memcpy"};
 
   // The data file: created once, filled with a pattern, reused by later runs.
@@ -197,7 +204,16 @@ int Engine(Options& o, const std::string& ns) {
   nvfs::FileHandle h = *handle;
 
   const uint64_t max_bs = *std::max_element(o.sizes.begin(), o.sizes.end());
-  std::vector<char> buffer(max_bs + 4096);
+  // Page-aligned, as a buffer a kernel read_iter copies into is: an
+  // unaligned one (a large malloc starts 16 bytes into a page) makes every
+  // path, memcpy included, pay for 4 KiB aliasing of loads with stores.
+  struct FreeAligned {
+    void operator()(char* p) const { std::free(p); }
+  };
+  const std::unique_ptr<char, FreeAligned> buffer_memory(
+      static_cast<char*>(std::aligned_alloc(4096, (max_bs + 4096 + 4095) & ~uint64_t{4095})));
+  if (!buffer_memory) Die("out of memory");
+  std::span<char> buffer(buffer_memory.get(), max_bs + 4096);
   std::vector<nvfs::ReadRun> runs(max_bs / 4096 + 64);
   Header(o);
   for (const std::string& pattern : o.patterns) {
@@ -292,10 +308,10 @@ int Engine(Options& o, const std::string& ns) {
 int File(Options& o, const std::string& path) {
   if (o.target.empty()) o.target = path;
   if (o.paths.empty()) o.paths = {"pread", "preadv"};
-  const int fd = open(path.c_str(), O_RDONLY | (o.direct ? O_DIRECT : 0));
-  if (fd < 0) Die(path + ": " + std::strerror(errno));
+  const int main_fd = open(path.c_str(), O_RDONLY | (o.direct ? O_DIRECT : 0));
+  if (main_fd < 0) Die(path + ": " + std::strerror(errno));
   struct stat st;
-  if (fstat(fd, &st) != 0) Die(path + ": " + std::strerror(errno));
+  if (fstat(main_fd, &st) != 0) Die(path + ": " + std::strerror(errno));
   const uint64_t size = static_cast<uint64_t>(st.st_size);
   if (size == 0) Die(path + ": empty file");
   Header(o);
@@ -317,6 +333,21 @@ int File(Options& o, const std::string& path) {
           std::atomic<bool> failed{false};
           std::atomic<uint64_t> total_ops{0};
           auto worker = [&](int t) {
+            // Each thread opens the file itself, as separate readers (and
+            // fio's jobs) do.
+            struct ThreadFd {
+              int fd;
+              bool own;
+              ~ThreadFd() {
+                if (own && fd >= 0) close(fd);
+              }
+            } const mine{t == 0 ? main_fd : open(path.c_str(), O_RDONLY | (o.direct ? O_DIRECT : 0)),
+                         t != 0};
+            const int fd = mine.fd;
+            if (fd < 0) {
+              failed = true;
+              return;
+            }
             void* raw = nullptr;
             if (posix_memalign(&raw, 4096, bs) != 0) {
               failed = true;
@@ -377,7 +408,7 @@ int File(Options& o, const std::string& path) {
       }
     }
   }
-  close(fd);
+  close(main_fd);
   return 0;
 }
 

@@ -1,10 +1,11 @@
 // The data path: the three read paths, write, fallocate and lseek.
 //
-// Reads take the inode's lock shared (so a concurrent truncate cannot free a
-// block under the copy) and walk the file in physical runs: one bmap lookup
-// per run, one copy per run. read and read_iter share one copy loop; a
-// one-segment iovec list is a plain buffer, so read_iter costs what read
-// costs without a special case.
+// Reads take no lock: they copy under the inode's sequence counter and
+// retry if a writer changed the file's mapping meanwhile (ReadInto), so a
+// block freed and reused under the copy is never returned. They walk the
+// file in physical runs: one bmap lookup per run, one copy per run. All three
+// paths are one loop with a different sink; a one-segment iovec list is a
+// plain buffer, so read_iter costs what read costs without a special case.
 //
 // Writes: data goes straight to the media with non-temporal stores
 // (Media::StoreFlush); blocks that were holes are allocated, and filled aside
@@ -32,7 +33,9 @@ namespace {
 alignas(4096) const std::byte kZeros[1 << 20] = {};
 
 struct BufferSink {
-  std::byte* out;
+  std::byte* const start;
+  std::byte* out = start;
+  void Reset() { out = start; }
   size_t Copy(const std::byte* src, size_t n) {
     std::memcpy(out, src, n);
     out += n;
@@ -47,9 +50,14 @@ struct BufferSink {
 
 // A scatter list of two or more segments.
 struct IovecSink {
-  const iovec* iov;
-  const iovec* end;
+  const iovec* const first;
+  const iovec* const end;
+  const iovec* iov = first;
   size_t used = 0;  // bytes of *iov filled
+  void Reset() {
+    iov = first;
+    used = 0;
+  }
 
   template <class Fill>
   size_t Put(size_t n, Fill&& fill) {
@@ -75,9 +83,10 @@ struct IovecSink {
 };
 
 struct RunSink {
-  ReadRun* runs;
-  size_t max_runs;
+  ReadRun* const runs;
+  const size_t max_runs;
   size_t count = 0;
+  void Reset() { count = 0; }
   size_t Copy(const std::byte* src, size_t n) {
     if (count == max_runs) return 0;
     runs[count++] = {src, n};
@@ -102,11 +111,12 @@ size_t IovecTotal(const iovec* iov, int iovcnt) {
 
 }  // namespace
 
-// The one copy loop behind all three read paths. REQUIRES: inode lock held
-// (shared), [offset, offset + len) inside the file.
+// The one copy loop behind all three read paths. REQUIRES: [offset, offset +
+// len) inside the file. Returns the bytes put into `sink`, or -EIO if the
+// first block's pointer is corrupt.
 template <class Sink>
-static Result<size_t> CopyOut(Filesystem& fs, const Inode& inode, uint64_t offset, size_t len,
-                              Sink& sink) {
+[[gnu::always_inline]] inline int64_t CopyOut(Filesystem& fs, const Inode& inode,
+                                              uint64_t offset, size_t len, Sink& sink) {
   const FsContext& ctx = FsOps::Ctx(fs);
   const Bmap& bmap = FsOps::BmapOf(fs);
   const uint32_t shift = ctx.geometry.block_shift();
@@ -118,78 +128,74 @@ static Result<size_t> CopyOut(Filesystem& fs, const Inode& inode, uint64_t offse
     const uint64_t blocks = (in_block + (len - done) + mask) >> shift;
     uint64_t run;
     const uint64_t phys = bmap.Lookup(inode, pos >> shift, blocks, &run);
-    if (phys == Bmap::kCorrupt) {
-      if (done != 0) return done;
-      return Error(EIO);
-    }
+    if (phys == Bmap::kCorrupt) return done != 0 ? static_cast<int64_t>(done) : -EIO;
     const size_t n = static_cast<size_t>(std::min<uint64_t>((run << shift) - in_block, len - done));
     const size_t put = phys != 0 ? sink.Copy(ctx.Block(phys) + in_block, n) : sink.Zero(n);
     done += put;
     if (put < n) break;
   }
-  return done;
+  return static_cast<int64_t>(done);
 }
 
-// Clips a read to the file; returns false when nothing is to be read.
-static Result<size_t> ReadableBytes(const Inode& inode, uint64_t offset, size_t len) {
-  if (S_ISDIR(inode.mode)) return Error(EISDIR);
-  if (!S_ISREG(inode.mode)) return Error(EINVAL);
-  if (offset >= inode.size) return size_t{0};
-  return static_cast<size_t>(std::min<uint64_t>(len, inode.size - offset));
-}
-
-// Runs `copy` (which reads the file's mapping and size) under the data path's
-// sequence lock: retried if a writer changed the mapping meanwhile, and after
-// a few retries done under the shared lock instead, so readers cannot starve.
-// What a retried attempt wrote into the caller's buffer is overwritten.
-template <class Copy>
-static auto UnderSeqLock(CachedInode* ci, Copy&& copy) -> decltype(copy()) {
-  for (int attempt = 0; attempt < 4; ++attempt) {
+// What the three read paths share: `len` bytes at `offset`, clipped to the
+// file, copied into `sink` under the data path's sequence lock: retried
+// (the sink reset) if a writer changed the mapping meanwhile, and after a
+// few retries done under the shared lock instead, so readers cannot starve.
+// Returns the bytes read or a negative errno: a Result is made once, by the
+// caller (its variant, moved through the retry loop, cost more instructions
+// than the bmap lookup). Inlined into each path with its sink.
+template <class Sink>
+[[gnu::always_inline]] inline int64_t ReadInto(Filesystem& fs, CachedInode* ci, uint64_t offset,
+                                               size_t len, Sink& sink) {
+  const auto attempt = [&]() __attribute__((always_inline)) -> int64_t {
+    sink.Reset();
+    const Inode& inode = *ci->media;
+    if (!S_ISREG(inode.mode)) return S_ISDIR(inode.mode) ? -EISDIR : -EINVAL;
+    if (offset >= inode.size) return 0;
+    return CopyOut(fs, inode, offset, static_cast<size_t>(std::min<uint64_t>(len, inode.size - offset)),
+                   sink);
+  };
+  for (int tries = 0; tries < 4; ++tries) {
     const uint64_t seq = ci->data_seq.load(std::memory_order_acquire);
     if (seq & 1) continue;
-    auto result = copy();
+    const int64_t n = attempt();
     std::atomic_thread_fence(std::memory_order_acquire);
-    if (ci->data_seq.load(std::memory_order_relaxed) == seq) return result;
+    if (ci->data_seq.load(std::memory_order_relaxed) == seq) return n;
   }
   std::shared_lock lock(ci->lock);
-  return copy();
+  return attempt();
+}
+
+static Result<size_t> ToResult(int64_t n) {
+  if (n < 0) return Error(static_cast<int>(-n));
+  return static_cast<size_t>(n);
 }
 
 Result<size_t> Filesystem::Read(FileHandle file, uint64_t offset, void* buf, size_t len) {
-  CachedInode* ci = file->inode;
-  return UnderSeqLock(ci, [&]() -> Result<size_t> {
-    Result<size_t> n = ReadableBytes(*ci->media, offset, len);
-    if (!n.ok() || *n == 0) return n;
-    BufferSink sink{static_cast<std::byte*>(buf)};
-    return CopyOut(*this, *ci->media, offset, *n, sink);
-  });
+  BufferSink sink{static_cast<std::byte*>(buf)};
+  return ToResult(ReadInto(*this, file->inode, offset, len, sink));
+}
+
+// Out of line, so that ReadIter's one-segment case is a bare jump to Read.
+[[gnu::noinline]] static Result<size_t> ReadSegments(Filesystem& fs, FileHandle file,
+                                                     uint64_t offset, const iovec* iov,
+                                                     int iovcnt) {
+  IovecSink sink{iov, iov + iovcnt};
+  return ToResult(ReadInto(fs, file->inode, offset, IovecTotal(iov, iovcnt), sink));
 }
 
 Result<size_t> Filesystem::ReadIter(FileHandle file, uint64_t offset, const iovec* iov,
                                     int iovcnt) {
   if (iovcnt == 1) return Read(file, offset, iov[0].iov_base, iov[0].iov_len);
-  CachedInode* ci = file->inode;
-  const size_t total = IovecTotal(iov, iovcnt);
-  return UnderSeqLock(ci, [&]() -> Result<size_t> {
-    Result<size_t> n = ReadableBytes(*ci->media, offset, total);
-    if (!n.ok() || *n == 0) return n;
-    IovecSink sink{iov, iov + iovcnt};
-    return CopyOut(*this, *ci->media, offset, *n, sink);
-  });
+  return ReadSegments(*this, file, offset, iov, iovcnt);
 }
 
 Result<size_t> Filesystem::Map(FileHandle file, uint64_t offset, size_t len, ReadRun* runs,
                                size_t max_runs, size_t* run_count) {
-  CachedInode* ci = file->inode;
-  return UnderSeqLock(ci, [&]() -> Result<size_t> {
-    *run_count = 0;
-    Result<size_t> n = ReadableBytes(*ci->media, offset, len);
-    if (!n.ok() || *n == 0) return n;
-    RunSink sink{runs, max_runs};
-    Result<size_t> mapped = CopyOut(*this, *ci->media, offset, *n, sink);
-    *run_count = sink.count;
-    return mapped;
-  });
+  RunSink sink{runs, max_runs};
+  const int64_t n = ReadInto(*this, file->inode, offset, len, sink);
+  *run_count = sink.count;
+  return ToResult(n);
 }
 
 namespace {
