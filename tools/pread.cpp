@@ -58,6 +58,8 @@ constexpr const char* kUsage =
     "  -t THREADS      threads (file mode; default 1)\n"
     "  -D SECONDS      file mode: run each measurement for this long instead of N ops\n"
     "  -d              O_DIRECT (file mode)\n"
+    "  -A OFFSET       engine: the destination buffer starts OFFSET bytes into a\n"
+    "                  page (default 0; 16 is where a large malloc puts it)\n"
     "  -T TARGET       a name for the target in the output (default: the path)\n"
     "  --json          one JSON object per line instead of a table\n"
     "  -h, --help      this help;  -V, --version  the version\n";
@@ -74,6 +76,7 @@ struct Options {
   double duration = 0;  // seconds per run (file mode); 0: a fixed operation count
   bool direct = false;
   bool json = false;
+  uint64_t buffer_offset = 0;  // engine: where in a page the destination starts
   std::string target;
 };
 
@@ -204,16 +207,17 @@ int Engine(Options& o, const std::string& namespace_path) {
   nvfs::FileHandle h = *handle;
 
   const uint64_t max_bs = *std::max_element(o.sizes.begin(), o.sizes.end());
-  // Page-aligned, as a buffer a kernel read_iter copies into is: an
-  // unaligned one (a large malloc starts 16 bytes into a page) makes every
-  // path, memcpy included, pay for 4 KiB aliasing of loads with stores.
+  // Page-aligned by default (-A moves it): a destination a few bytes into a
+  // page (a large malloc starts 16 bytes in) makes every path, memcpy
+  // included, pay for 4 KiB aliasing of its loads with its stores, which
+  // hides the paths' own cost.
   struct FreeAligned {
     void operator()(char* p) const { std::free(p); }
   };
   const std::unique_ptr<char, FreeAligned> buffer_memory(
-      static_cast<char*>(std::aligned_alloc(4096, (max_bs + 4096 + 4095) & ~uint64_t{4095})));
+      static_cast<char*>(std::aligned_alloc(4096, (max_bs + 8192 + 4095) & ~uint64_t{4095})));
   if (!buffer_memory) Die("out of memory");
-  std::span<char> buffer(buffer_memory.get(), max_bs + 4096);
+  std::span<char> buffer(buffer_memory.get() + o.buffer_offset, max_bs + 4096);
   std::vector<nvfs::ReadRun> runs(max_bs / 4096 + 64);
   Header(o);
   for (const std::string& pattern : o.patterns) {
@@ -439,7 +443,7 @@ int main(int argc, char** argv) {
     if (!v || *v == 0) Die(std::string("invalid size: ") + text);
     return *v;
   };
-  while ((opt = getopt_long(argc, argv, "n:N:r:b:P:p:s:t:D:dT:jh", kLong, nullptr)) != -1) {
+  while ((opt = getopt_long(argc, argv, "n:N:r:b:P:p:s:t:D:dA:T:jh", kLong, nullptr)) != -1) {
     switch (opt) {
       case 'n': o.seed_ops = size_arg(optarg); break;
       case 'N': o.matrix_ops = size_arg(optarg); break;
@@ -453,6 +457,10 @@ int main(int argc, char** argv) {
       case 's': o.file_size = size_arg(optarg); break;
       case 't': o.threads = static_cast<int>(size_arg(optarg)); break;
       case 'd': o.direct = true; break;
+      case 'A':
+        o.buffer_offset = std::strtoull(optarg, nullptr, 0);
+        if (o.buffer_offset >= 4096) Die("-A: the offset must be below 4096");
+        break;
       case 'D': o.duration = std::atof(optarg); break;
       case 'T': o.target = optarg; break;
       case 'j': o.json = true; break;
