@@ -69,6 +69,17 @@ class FsFixture {
   const Geometry& geometry() { return *geometry_; }
   Allocator& alloc() { return *alloc_; }
   Journal& journal() { return *journal_; }
+  // The whole namespace as it is now.
+  std::vector<std::byte> Snapshot() {
+    return std::vector<std::byte>(media().base(), media().base() + media().size());
+  }
+  // Reopens as if the machine had crashed when `snapshot` was taken.
+  void CrashTo(const std::vector<std::byte>& snapshot) {
+    Reopen([&](Media& m) {
+      m.Store(0, snapshot.data(), snapshot.size());
+      m.Persist(0, snapshot.size());
+    });
+  }
   const Journal::RecoveryStats& last_recovery() const { return last_recovery_; }
   const std::string& path() const { return path_.path(); }
 

@@ -28,18 +28,6 @@ constexpr uint64_t kDepth3 = 11 + 512 + 262144;
 constexpr uint64_t kDepth4 = kDepth3 + (uint64_t{1} << 27);
 constexpr uint64_t kDepth5 = kDepth4 + (uint64_t{1} << 36);
 
-std::vector<std::byte> Snapshot(Media& media) {
-  return std::vector<std::byte>(media.base(), media.base() + media.size());
-}
-
-// Reopens the fixture as if the machine had crashed when `snapshot` was taken.
-void CrashTo(FsFixture& fs, const std::vector<std::byte>& snapshot) {
-  fs.Reopen([&](Media& media) {
-    media.Store(0, snapshot.data(), snapshot.size());
-    media.Persist(0, snapshot.size());
-  });
-}
-
 // A new, empty regular file.
 uint64_t CreateFile(FsFixture& fs) {
   Tx tx(fs.journal(), "create");
@@ -539,15 +527,15 @@ TEST_CASE("a crash in the middle of mapping recovers the state before it", "[bma
     auto deep = bmap.MapForWrite(tx, InodeOf(fs, ino), index, 8, true);
     REQUIRE(deep.ok());
     CHECK(Phys(bmap, InodeOf(fs, ino), index) == deep->first);
-    mid_map = Snapshot(fs.media());
+    mid_map = fs.Snapshot();
     auto done = bmap.Truncate(tx, InodeOf(fs, ino), 5);
     REQUIRE(done.ok());
     CHECK(*done);
-    mid_truncate = Snapshot(fs.media());
+    mid_truncate = fs.Snapshot();
     tx.Abort();
   }
   for (const auto* snapshot : {&mid_map, &mid_truncate}) {
-    CrashTo(fs, *snapshot);
+    fs.CrashTo(*snapshot);
     CHECK(fs.last_recovery().undone == 1);
     Bmap bmap(fs.ctx());
     const Inode& inode = InodeOf(fs, ino);

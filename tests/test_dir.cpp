@@ -35,18 +35,6 @@ using format::kDirNodeIndexBit;
 // Helpers
 // ---------------------------------------------------------------------------
 
-std::vector<std::byte> Snapshot(Media& media) {
-  return std::vector<std::byte>(media.base(), media.base() + media.size());
-}
-
-// Reopens the fixture as if the machine had crashed when `snapshot` was taken.
-void CrashTo(FsFixture& fs, const std::vector<std::byte>& snapshot) {
-  fs.Reopen([&](Media& media) {
-    media.Store(0, snapshot.data(), snapshot.size());
-    media.Persist(0, snapshot.size());
-  });
-}
-
 // A directory inode made the way the core makes one: allocated in a Tx,
 // written whole with fresh stores, root 0.
 uint64_t MakeDirectory(FsFixture& fs) {
@@ -599,9 +587,9 @@ void CrashDuringSplittingInsert(FsFixture& fs, uint64_t dir, const char* stem, i
       names.push_back(name);
       continue;
     }
-    const std::vector<std::byte> snapshot = Snapshot(fs.media());
+    const std::vector<std::byte> snapshot = fs.Snapshot();
     tx.Abort();
-    CrashTo(fs, snapshot);
+    fs.CrashTo(snapshot);
     CHECK(fs.last_recovery().undone == 1);
     CHECK(Nodes(fs, dir) == nodes_before);
     CHECK(InodeOf(fs, dir).map.dir.root == root_before);
@@ -660,9 +648,9 @@ TEST_CASE("a crash in the middle of a remove that frees a leaf recovers the stat
       REQUIRE(tx.Commit().ok());
       continue;
     }
-    const std::vector<std::byte> snapshot = Snapshot(fs.media());
+    const std::vector<std::byte> snapshot = fs.Snapshot();
     tx.Abort();
-    CrashTo(fs, snapshot);
+    fs.CrashTo(snapshot);
     CHECK(fs.last_recovery().undone == 1);
     CHECK(Nodes(fs, dir) == nodes_before);
     CHECK(InodeOf(fs, dir).map.dir.entries == entries_before);
@@ -698,9 +686,9 @@ TEST_CASE("remove then insert into the hole in one transaction aborts cleanly", 
       REQUIRE(d.Insert(tx, InodeOf(fs, dir), "new-name", 12, DT_REG).ok());
       REQUIRE(LookupIno(fs, dir, "new-name") == 12);
       if (crash) {
-        const std::vector<std::byte> snapshot = Snapshot(fs.media());
+        const std::vector<std::byte> snapshot = fs.Snapshot();
         tx.Abort();
-        CrashTo(fs, snapshot);
+        fs.CrashTo(snapshot);
       } else {
         tx.Abort();
       }

@@ -462,22 +462,37 @@ Result<Found> FindInChain(const Tree& tree, const Chain& chain, uint64_t hash,
   return Error(ENOENT);
 }
 
+// Where `name` is in directory `dir`: the path down the tree to its leaf
+// chain, the chain, and the record in it. ENOENT if it is not there.
+struct Located {
+  Path path;
+  Chain chain;
+  Found found;
+};
+
+Result<Located> Locate(const Tree& tree, const Inode& dir, std::string_view name) {
+  if (name.empty() || name.size() > format::kNameMax) return Error(ENOENT);
+  const uint64_t hash = tree.Hash(name);
+  Result<Path> path = tree.Descend(dir, hash);
+  if (!path.ok()) return path.take_error();
+  if (path->node == 0) return Error(ENOENT);
+  Located at{*path, {}, {}};
+  NVFS_TRY(tree.ReadChain(PointerBlock(at.path.node), &at.chain));
+  Result<Found> found = FindInChain(tree, at.chain, hash, name);
+  if (!found.ok()) return found.take_error();
+  at.found = *found;
+  return at;
+}
+
 }  // namespace
 
 Directory::Directory(const FsContext& ctx) : ctx_(ctx) {}
 
 Result<DirEntryRef> Directory::Lookup(const Inode& dir, std::string_view name) const {
-  if (name.empty() || name.size() > format::kNameMax) return Error(ENOENT);
   const Tree tree(ctx_);
-  const uint64_t hash = tree.Hash(name);
-  Result<Path> path = tree.Descend(dir, hash);
-  if (!path.ok()) return path.take_error();
-  if (path->node == 0) return Error(ENOENT);
-  Chain chain;
-  NVFS_TRY(tree.ReadChain(PointerBlock(path->node), &chain));
-  Result<Found> found = FindInChain(tree, chain, hash, name);
-  if (!found.ok()) return found.take_error();
-  const DirEntry& record = tree.Record(found->block, found->offset);
+  Result<Located> at = Locate(tree, dir, name);
+  if (!at.ok()) return at.take_error();
+  const DirEntry& record = tree.Record(at->found.block, at->found.offset);
   return DirEntryRef{record.ino, record.file_type, record.key, tree.Name(record)};
 }
 
@@ -660,31 +675,26 @@ Status Directory::Insert(Tx& tx, const Inode& dir, std::string_view name, uint64
 // lost+found's) is then unlinked by one logged store of the pointer(s) to it
 // and freed after commit.
 Status Directory::Remove(Tx& tx, const Inode& dir, std::string_view name) {
-  if (name.empty() || name.size() > format::kNameMax) return Error(ENOENT);
   const Tree tree(ctx_);
-  const uint64_t hash = tree.Hash(name);
-  Result<Path> descended = tree.Descend(dir, hash);
-  if (!descended.ok()) return descended.take_error();
-  const Path& path = *descended;
-  if (path.node == 0) return Error(ENOENT);
-  Chain chain;
-  NVFS_TRY(tree.ReadChain(PointerBlock(path.node), &chain));
-  Result<Found> found = FindInChain(tree, chain, hash, name);
-  if (!found.ok()) return found.take_error();
+  Result<Located> at = Locate(tree, dir, name);
+  if (!at.ok()) return at.take_error();
+  const Path& path = at->path;
+  const Chain& chain = at->chain;
+  const Found& found = at->found;
 
   // The neighbours of the record and whether it is the leaf's last entry.
-  const uint64_t block = found->block;
+  const uint64_t block = found.block;
   uint32_t prev_offset = 0;
   uint32_t live = 0;
   NVFS_TRY(tree.ScanLeaf(block, [&](uint32_t offset, const DirEntry& record) {
-    if (offset < found->offset) prev_offset = offset;
+    if (offset < found.offset) prev_offset = offset;
     live += record.ino != 0;
     return true;
   }));
-  const DirEntry& record = tree.Record(block, found->offset);
+  const DirEntry& record = tree.Record(block, found.offset);
   tx.Store64(tree.Offset(&record.ino), 0);
   uint32_t rec_len = record.rec_len;
-  const uint32_t next_offset = found->offset + rec_len;
+  const uint32_t next_offset = found.offset + rec_len;
   if (next_offset < tree.block_size() && tree.Record(block, next_offset).ino == 0) {
     rec_len += tree.Record(block, next_offset).rec_len;
     tx.Set(record.rec_len, rec_len);
@@ -701,9 +711,9 @@ Status Directory::Remove(Tx& tx, const Inode& dir, std::string_view name) {
       // Unlink it from its chain.
       const uint64_t next = tree.Leaf(block).next;
       const uint64_t link =
-          found->chain_index == 0
+          found.chain_index == 0
               ? path.link_offset
-              : tree.Offset(&tree.Leaf(chain.blocks[found->chain_index - 1]).next);
+              : tree.Offset(&tree.Leaf(chain.blocks[found.chain_index - 1]).next);
       tx.Store64(link, next);
       NVFS_TRY(builder.FreeNodes({block}));
     } else if (path.depth >= 0) {
@@ -729,17 +739,10 @@ Status Directory::Remove(Tx& tx, const Inode& dir, std::string_view name) {
 // survive a crash (the journal).
 Status Directory::Replace(Tx& tx, const Inode& dir, std::string_view name, uint64_t ino,
                           uint8_t file_type) {
-  if (name.empty() || name.size() > format::kNameMax) return Error(ENOENT);
   const Tree tree(ctx_);
-  const uint64_t hash = tree.Hash(name);
-  Result<Path> path = tree.Descend(dir, hash);
-  if (!path.ok()) return path.take_error();
-  if (path->node == 0) return Error(ENOENT);
-  Chain chain;
-  NVFS_TRY(tree.ReadChain(PointerBlock(path->node), &chain));
-  Result<Found> found = FindInChain(tree, chain, hash, name);
-  if (!found.ok()) return found.take_error();
-  const DirEntry& record = tree.Record(found->block, found->offset);
+  Result<Located> at = Locate(tree, dir, name);
+  if (!at.ok()) return at.take_error();
+  const DirEntry& record = tree.Record(at->found.block, at->found.offset);
   tx.Store64(tree.Offset(&record.ino), ino);
   tx.Set(record.file_type, file_type);
   if (!tx.ok()) return MakeError(ENOSPC, "journal slot full");

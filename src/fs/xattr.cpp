@@ -114,78 +114,90 @@ Status Store(Filesystem& fs, uint64_t ino, const Inode& inode,
 
 }  // namespace
 
+// Runs `change` on inode `ino`'s attributes, loaded under its exclusive
+// lock, and stores them back (one transaction) if it succeeds.
+template <class Change>
+static Status ChangeAttributes(Filesystem& fs, uint64_t ino, Change&& change) {
+  Result<InodeRef> ref = FsOps::Get(fs, ino);
+  if (!ref.ok()) return ref.take_error();
+  std::unique_lock lock(ref.value()->lock);
+  Result<std::vector<Attribute>> attrs = Load(FsOps::Ctx(fs), ref->media());
+  if (!attrs.ok()) return attrs.take_error();
+  NVFS_TRY(change(*attrs));
+  return Store(fs, ino, ref->media(), *attrs);
+}
+
+// Runs `read` on inode `ino`'s attributes, loaded under its shared lock.
+template <class Read>
+static Result<size_t> ReadAttributes(Filesystem& fs, uint64_t ino, Read&& read) {
+  Result<InodeRef> ref = FsOps::Get(fs, ino);
+  if (!ref.ok()) return ref.take_error();
+  std::shared_lock lock(ref.value()->lock);
+  Result<std::vector<Attribute>> attrs = Load(FsOps::Ctx(fs), ref->media());
+  if (!attrs.ok()) return attrs.take_error();
+  return read(*attrs);
+}
+
+static std::vector<Attribute>::iterator Find(std::vector<Attribute>& attrs, std::string_view name) {
+  return std::find_if(attrs.begin(), attrs.end(), [&](const Attribute& a) { return a.name == name; });
+}
+
 Status Filesystem::SetXattr(uint64_t ino, std::string_view name, const void* value, size_t size,
                             int flags) {
   if (read_only_) return Error(EROFS);
   NVFS_TRY(CheckXattrName(name));
   if (size > kXattrValueMax) return Error(E2BIG);
   if (flags & ~(XATTR_CREATE | XATTR_REPLACE)) return Error(EINVAL);
-  Result<InodeRef> ref = FsOps::Get(*this, ino);
-  if (!ref.ok()) return ref.take_error();
-  std::unique_lock lock(ref.value()->lock);
-  Result<std::vector<Attribute>> attrs = Load(*ctx_, ref->media());
-  if (!attrs.ok()) return attrs.take_error();
-  auto it = std::find_if(attrs->begin(), attrs->end(),
-                         [&](const Attribute& a) { return a.name == name; });
-  if (it != attrs->end() && (flags & XATTR_CREATE)) return Error(EEXIST);
-  if (it == attrs->end() && (flags & XATTR_REPLACE)) return Error(ENODATA);
-  std::string v(static_cast<const char*>(value), size);
-  if (it != attrs->end()) {
-    it->value = std::move(v);
-  } else {
-    attrs->push_back({std::string(name), std::move(v)});
-  }
-  return Store(*this, ino, ref->media(), *attrs);
+  return ChangeAttributes(*this, ino, [&](std::vector<Attribute>& attrs) -> Status {
+    auto it = Find(attrs, name);
+    if (it != attrs.end() && (flags & XATTR_CREATE)) return Error(EEXIST);
+    if (it == attrs.end() && (flags & XATTR_REPLACE)) return Error(ENODATA);
+    std::string v(static_cast<const char*>(value), size);
+    if (it != attrs.end()) {
+      it->value = std::move(v);
+    } else {
+      attrs.push_back({std::string(name), std::move(v)});
+    }
+    return Status::Ok();
+  });
 }
 
 Result<size_t> Filesystem::GetXattr(uint64_t ino, std::string_view name, void* value,
                                     size_t size) {
   NVFS_TRY(CheckXattrName(name));
-  Result<InodeRef> ref = FsOps::Get(*this, ino);
-  if (!ref.ok()) return ref.take_error();
-  std::shared_lock lock(ref.value()->lock);
-  Result<std::vector<Attribute>> attrs = Load(*ctx_, ref->media());
-  if (!attrs.ok()) return attrs.take_error();
-  for (const Attribute& a : *attrs) {
-    if (a.name != name) continue;
-    if (size == 0) return a.value.size();
-    if (size < a.value.size()) return Error(ERANGE);
-    std::memcpy(value, a.value.data(), a.value.size());
-    return a.value.size();
-  }
-  return Error(ENODATA);
+  return ReadAttributes(*this, ino, [&](std::vector<Attribute>& attrs) -> Result<size_t> {
+    auto it = Find(attrs, name);
+    if (it == attrs.end()) return Error(ENODATA);
+    if (size == 0) return it->value.size();
+    if (size < it->value.size()) return Error(ERANGE);
+    std::memcpy(value, it->value.data(), it->value.size());
+    return it->value.size();
+  });
 }
 
 Result<size_t> Filesystem::ListXattr(uint64_t ino, char* list, size_t size) {
-  Result<InodeRef> ref = FsOps::Get(*this, ino);
-  if (!ref.ok()) return ref.take_error();
-  std::shared_lock lock(ref.value()->lock);
-  Result<std::vector<Attribute>> attrs = Load(*ctx_, ref->media());
-  if (!attrs.ok()) return attrs.take_error();
-  size_t total = 0;
-  for (const Attribute& a : *attrs) total += a.name.size() + 1;
-  if (size == 0) return total;
-  if (size < total) return Error(ERANGE);
-  for (const Attribute& a : *attrs) {
-    std::memcpy(list, a.name.c_str(), a.name.size() + 1);
-    list += a.name.size() + 1;
-  }
-  return total;
+  return ReadAttributes(*this, ino, [&](std::vector<Attribute>& attrs) -> Result<size_t> {
+    size_t total = 0;
+    for (const Attribute& a : attrs) total += a.name.size() + 1;
+    if (size == 0) return total;
+    if (size < total) return Error(ERANGE);
+    for (const Attribute& a : attrs) {
+      std::memcpy(list, a.name.c_str(), a.name.size() + 1);
+      list += a.name.size() + 1;
+    }
+    return total;
+  });
 }
 
 Status Filesystem::RemoveXattr(uint64_t ino, std::string_view name) {
   if (read_only_) return Error(EROFS);
   NVFS_TRY(CheckXattrName(name));
-  Result<InodeRef> ref = FsOps::Get(*this, ino);
-  if (!ref.ok()) return ref.take_error();
-  std::unique_lock lock(ref.value()->lock);
-  Result<std::vector<Attribute>> attrs = Load(*ctx_, ref->media());
-  if (!attrs.ok()) return attrs.take_error();
-  auto it = std::find_if(attrs->begin(), attrs->end(),
-                         [&](const Attribute& a) { return a.name == name; });
-  if (it == attrs->end()) return Error(ENODATA);
-  attrs->erase(it);
-  return Store(*this, ino, ref->media(), *attrs);
+  return ChangeAttributes(*this, ino, [&](std::vector<Attribute>& attrs) -> Status {
+    auto it = Find(attrs, name);
+    if (it == attrs.end()) return Error(ENODATA);
+    attrs.erase(it);
+    return Status::Ok();
+  });
 }
 
 }  // namespace nvfs
