@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs what it needs, builds, makes an emulated pmem image under /dev/shm,
 # formats it, checks it, shows what is on it, then mounts it with the nvfs
-# daemon, does a few things a person can see, times reads through the mount,
-# and unmounts (also when a step fails). Idempotent: it re-formats its own
+# daemon, does a few things a person can see, runs the pread benchmark
+# (nvfs-pread) through the mount with each read path and in process, and
+# unmounts (also when a step fails). Idempotent: it re-formats its own
 # image and first unmounts what an interrupted run may have left mounted.
 #   tools/demo.sh [IMAGE] [SIZE]
 set -euo pipefail
@@ -72,16 +73,30 @@ step stat "$mnt/docs/hello.txt"
 step du -sh "$mnt/src"
 step df -h "$mnt"
 
-# Reads through the mount. TODO(issue 5): run the pread benchmark here
-# (nvfs-pread file on "$mnt/bench.dat", the three read paths side by side);
-# until then, dd shows sequential write and read throughput.
-step dd if=/dev/zero of="$mnt/bench.dat" bs=1M count=256 status=none
-step dd if="$mnt/bench.dat" of=/dev/null bs=1M
-step dd if="$mnt/bench.dat" of=/dev/null bs=4k count=65536
+# The pread benchmark through the mount: a 256 MiB file, 4 KiB and 1 MiB
+# reads, sequential and random, with pread and preadv (4 KiB iovecs), and the
+# FUSE round trip (getxattr) as the floor of a 4 KiB read.
+step dd if=/dev/urandom of="$mnt/bench.dat" bs=1M count=256 status=none
+step "$bin/nvfs-pread" file -r 3 -D 0.5 -b 4k,1m -P seq,rand -T "nvfs read_path=map" "$mnt/bench.dat"
+step "$bin/nvfs-pread" file -r 3 -D 0.5 -P same -b 4k -p getxattr "$mnt/bench.dat"
 
 printf '\n\033[1m$ umount %s\033[0m\n' "$mnt"
 umount "$mnt"
 wait_image_free
+
+# The other two read paths, and the page cache, side by side on the same file.
+for opts in read_path=read read_path=iter cache=page; do
+  step "$bin/nvfs" -o "$opts" "$image" "$mnt"
+  step "$bin/nvfs-pread" file -r 3 -D 0.5 -b 4k,1m -P seq -p pread -T "nvfs $opts" "$mnt/bench.dat"
+  printf '\n\033[1m$ umount %s\033[0m\n' "$mnt"
+  umount "$mnt"
+  wait_image_free
+done
+
+# The core's read paths in process (no FUSE): the seed's loop of reads of one
+# 4 KiB block (2^22 of them here) and the sequential and random matrix.
+step "$bin/nvfs-pread" engine -r 3 -n 4m -s 64m "$image"
+
 step "$bin/fsck.nvfs" -n "$image"
 echo
-echo "demo: $image ($size) was formatted, mounted on $mnt, used and cleanly unmounted."
+echo "demo: $image ($size) was formatted, mounted on $mnt, used, benchmarked and cleanly unmounted."
