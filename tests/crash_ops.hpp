@@ -106,11 +106,11 @@ inline void Overwrite(StepContext& c, const std::string& path, uint64_t offset,
   Write(c, path, offset, data);
 }
 
-// A punch zeroes the bytes of its partial edge blocks like a write of zeros:
-// they may mix after a crash.
+// A punch zeroes the bytes of its partial edge blocks, and a zero range all
+// its mapped bytes, like a write of zeros: they may mix after a crash.
 inline void Fallocate(StepContext& c, const std::string& path, int mode, uint64_t offset,
                       uint64_t len) {
-  if (mode & FALLOC_FL_PUNCH_HOLE) c.AllowMixed(path, offset, len);
+  if (mode & (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE)) c.AllowMixed(path, offset, len);
   FileHandle file = c.Expect(c.fs().Open(c.Ino(path), O_RDWR), "open " + path);
   Status st = c.fs().Fallocate(file, mode, offset, len);
   c.fs().Release(file);

@@ -155,6 +155,12 @@ std::vector<Workload> MetadataWorkloads() {
   w.push_back(W("punch-partial-block", {S("punch /d1/f1", [](auto& c) {
                   Fallocate(c, "/d1/f1", FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 100, 300);
                 })}));
+  w.push_back(W("zero-range", {S("zero range /big", [](auto& c) {
+                  Fallocate(c, "/big", FALLOC_FL_ZERO_RANGE, 8192 + 100, 8192 * 9);
+                })}));
+  w.push_back(W("zero-range-extend", {S("zero range past the end of /d1/f1", [](auto& c) {
+                  Fallocate(c, "/d1/f1", FALLOC_FL_ZERO_RANGE, 100, 30000);
+                })}));
   // Aborted operations: ENOSPC in the middle of a transaction.
   w.push_back(W("abort-symlink-enospc", {S("symlink needing a block, none free", [](auto& c) {
                   auto [dir, name] = c.Parent("/d1/s-long");

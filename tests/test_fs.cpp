@@ -408,6 +408,43 @@ TEST_CASE("fallocate and punch hole", "[fs]") {
   fs.Release(*h);
 }
 
+TEST_CASE("fallocate zero range", "[fs]") {
+  FsImage img;
+  Filesystem& fs = img.fs();
+  // 40000 bytes of data, then a hole up to 60000 (the size), so the range
+  // zeroed below covers partial blocks, whole mapped blocks and a hole.
+  const uint64_t ino = MustCreate(fs, kRoot, "f", std::string(40000, 'z'));
+  auto h = fs.Open(ino, O_RDWR);
+  REQUIRE(fs.SetAttr(ino, [] {
+                SetAttrRequest r;
+                r.valid = kSetSize;
+                r.size = 60000;
+                return r;
+              }()).ok());
+  const uint64_t blocks_before = fs.GetAttr(ino)->blocks;
+  REQUIRE(fs.Fallocate(*h, FALLOC_FL_ZERO_RANGE, 1000, 55000).ok());
+  std::string out(60000, 'X');
+  REQUIRE(*fs.Read(*h, 0, out.data(), out.size()) == 60000);
+  CHECK(out.substr(0, 1000) == std::string(1000, 'z'));
+  CHECK(out.substr(1000) == std::string(59000, '\0'));
+  CHECK(fs.GetAttr(ino)->size == 60000);
+  // The hole inside the range got blocks, as with a plain fallocate.
+  CHECK(fs.GetAttr(ino)->blocks > blocks_before);
+  // Past the end: the size grows, unless KEEP_SIZE.
+  REQUIRE(fs.Fallocate(*h, FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE, 50000, 30000).ok());
+  CHECK(fs.GetAttr(ino)->size == 60000);
+  REQUIRE(fs.Fallocate(*h, FALLOC_FL_ZERO_RANGE, 59000, 11000).ok());
+  CHECK(fs.GetAttr(ino)->size == 70000);
+  out.assign(70000, 'X');
+  REQUIRE(*fs.Read(*h, 0, out.data(), out.size()) == 70000);
+  CHECK(out.substr(1000) == std::string(69000, '\0'));
+  CHECK(fs.Fallocate(*h, FALLOC_FL_ZERO_RANGE | FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, 10)
+            .code() == EOPNOTSUPP);
+  fs.Release(*h);
+  img.Remount();
+  CHECK(ReadAll(img.fs(), ino) == std::string(1000, 'z') + std::string(69000, '\0'));
+}
+
 TEST_CASE("readdir lists a large directory completely, cookies survive changes", "[fs]") {
   FsImage img(256ull << 20);
   Filesystem& fs = img.fs();

@@ -256,8 +256,8 @@ TEST_CASE("mount: errno table for misuse", "[mount]") {
     CHECK(Err(lseek(ro.get(), 1, SEEK_HOLE)) == ENXIO);
     CHECK(Err(ftruncate(wo.get(), -1)) == EINVAL);
     // fallocate modes nvfs does not have; a read-only descriptor.
-    CHECK(Err(fallocate(wo.get(), FALLOC_FL_ZERO_RANGE, 0, 4096)) == EOPNOTSUPP);
     CHECK(Err(fallocate(wo.get(), FALLOC_FL_COLLAPSE_RANGE, 0, 4096)) == EOPNOTSUPP);
+    CHECK(Err(fallocate(wo.get(), FALLOC_FL_INSERT_RANGE, 0, 4096)) == EOPNOTSUPP);
     CHECK(Err(fallocate(ro.get(), 0, 0, 4096)) == EBADF);
   }
   // An unknown xattr namespace.
@@ -1315,15 +1315,24 @@ TEST_CASE("mount: seeded random exerciser against a shadow copy", "[mount]") {
       REQUIRE(ftruncate(f.fd, static_cast<off_t>(to)) == 0);
       REQUIRE(ftruncate(f.shadow, static_cast<off_t>(to)) == 0);
       ++counts["truncate"];
-    } else if (kind < 82) {  // fallocate: allocate, keep size, punch
+    } else if (kind < 82) {  // fallocate: allocate, keep size, punch, zero range
       static const int kModes[] = {0, FALLOC_FL_KEEP_SIZE,
-                                   FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE};
-      const int mode = kModes[uniform(3)];
-      const uint64_t off = uniform(kMaxSize);
-      const uint64_t len = 1 + uniform(std::min<uint64_t>(kMaxSize - off, 512 * kKiB));
+                                   FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                                   FALLOC_FL_ZERO_RANGE,
+                                   FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE};
+      const int mode = kModes[uniform(5)];
+      const off_t off = static_cast<off_t>(uniform(kMaxSize));
+      const off_t len = static_cast<off_t>(
+          1 + uniform(std::min<uint64_t>(kMaxSize - static_cast<uint64_t>(off), 512 * kKiB)));
       INFO("fallocate mode " << mode << " at " << off << " len " << len);
-      REQUIRE(fallocate(f.fd, mode, static_cast<off_t>(off), static_cast<off_t>(len)) == 0);
-      REQUIRE(fallocate(f.shadow, mode, static_cast<off_t>(off), static_cast<off_t>(len)) == 0);
+      REQUIRE(fallocate(f.fd, mode, off, len) == 0);
+      if (mode & FALLOC_FL_ZERO_RANGE) {
+        // tmpfs has no ZERO_RANGE: a punch, then an allocation, is the same.
+        REQUIRE(fallocate(f.shadow, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off, len) == 0);
+        REQUIRE(fallocate(f.shadow, mode & FALLOC_FL_KEEP_SIZE, off, len) == 0);
+      } else {
+        REQUIRE(fallocate(f.shadow, mode, off, len) == 0);
+      }
       ++counts["fallocate"];
     } else if (kind < 85) {  // fsync
       REQUIRE(fsync(f.fd) == 0);

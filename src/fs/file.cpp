@@ -315,13 +315,42 @@ Status Filesystem::Fsync(FileHandle file) {
   return Status::Ok();
 }
 
+// Zeroes the bytes of [from, to) that lie in mapped blocks, in place, as a
+// write of zeros would: flushed now, drained by the caller's commit; durable,
+// not atomic. Holes already read as zeros. REQUIRES: inode lock held
+// exclusively (and a MappingChange, so lock-free readers retry).
+static Status ZeroMapped(Filesystem& fs, const Inode& inode, uint64_t from, uint64_t to) {
+  const Geometry& g = FsOps::Geo(fs);
+  const uint32_t shift = g.block_shift();
+  const uint64_t mask = g.block_size() - 1;
+  Media& media = fs.media();
+  while (from < to) {
+    const uint64_t in_block = from & mask;
+    uint64_t run;
+    const uint64_t phys =
+        FsOps::BmapOf(fs).Lookup(inode, from >> shift, (in_block + (to - from) + mask) >> shift, &run);
+    if (phys == Bmap::kCorrupt) return Error(EIO);
+    const uint64_t n = std::min((run << shift) - in_block, to - from);
+    if (phys != 0) {
+      media.Fill(g.BlockOffset(phys) + in_block, 0, n);
+      media.Flush(g.BlockOffset(phys) + in_block, n);
+    }
+    from += n;
+  }
+  return Status::Ok();
+}
+
 Status Filesystem::Fallocate(FileHandle file, int mode, uint64_t offset, uint64_t len) {
   if (read_only_) return Error(EROFS);
   if ((file->flags & O_ACCMODE) == O_RDONLY) return Error(EBADF);
   if (len == 0) return Error(EINVAL);
   const bool punch = mode & FALLOC_FL_PUNCH_HOLE;
-  if (mode & ~(FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE)) return Error(EOPNOTSUPP);
+  const bool zero_range = mode & FALLOC_FL_ZERO_RANGE;
+  if (mode & ~(FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE)) {
+    return Error(EOPNOTSUPP);
+  }
   if (punch && !(mode & FALLOC_FL_KEEP_SIZE)) return Error(EOPNOTSUPP);
+  if (punch && zero_range) return Error(EOPNOTSUPP);  // as vfs_fallocate
   CachedInode* ci = file->inode;
   std::unique_lock lock(ci->lock);
   const MappingChange change(ci);
@@ -344,30 +373,16 @@ Status Filesystem::Fallocate(FileHandle file, int mode, uint64_t offset, uint64_
     const uint64_t end_full = zero_end == size ? (zero_end + bs - 1) >> shift : zero_end >> shift;
     std::optional<Tx> tx;
     tx.emplace(*journal_, "punch");
-    // Partial blocks at the edges: zeroed in place as a write of zeros would
-    // (flushed now, drained by the commit): durable, not atomic. Logging them
+    // Partial blocks at the edges: zeroed in place (ZeroMapped). Logging them
     // cost a record as large as the range, which with large blocks does not
     // fit a journal slot, so such a punch failed with ENOSPC.
-    auto zero_range = [&](uint64_t from, uint64_t to) -> Status {
-      while (from < to) {
-        uint64_t run;
-        const uint64_t phys = bmap_->Lookup(inode, from >> shift, 1, &run);
-        if (phys == Bmap::kCorrupt) return Error(EIO);
-        const uint64_t block_end = ((from >> shift) + 1) << shift;
-        const uint64_t n = std::min(to, block_end) - from;
-        if (phys != 0) {
-          media_->Fill(g.BlockOffset(phys) + (from & (bs - 1)), 0, n);
-          media_->Flush(g.BlockOffset(phys) + (from & (bs - 1)), n);
-        }
-        from += n;
-      }
-      return Status::Ok();
-    };
     if (first_full >= end_full) {
-      NVFS_TRY(zero_range(offset, zero_end));
+      NVFS_TRY(ZeroMapped(*this, inode, offset, zero_end));
     } else {
-      NVFS_TRY(zero_range(offset, first_full << shift));
-      if ((end_full << shift) < zero_end) NVFS_TRY(zero_range(end_full << shift, zero_end));
+      NVFS_TRY(ZeroMapped(*this, inode, offset, first_full << shift));
+      if ((end_full << shift) < zero_end) {
+        NVFS_TRY(ZeroMapped(*this, inode, end_full << shift, zero_end));
+      }
       for (;;) {
         Result<bool> done = bmap_->Punch(*tx, inode, first_full, end_full - first_full);
         if (!done.ok()) return done.take_error();
@@ -386,7 +401,11 @@ Status Filesystem::Fallocate(FileHandle file, int mode, uint64_t offset, uint64_
   // write them twice.
   const bool extend = !(mode & FALLOC_FL_KEEP_SIZE) && end > inode.size;
   std::optional<Tx> tx;
-  tx.emplace(*journal_, "fallocate");
+  tx.emplace(*journal_, zero_range ? "zero range" : "fallocate");
+  // ZERO_RANGE: first the mapped bytes of the range inside the file are
+  // zeroed in place (ZeroMapped; drained by the commit below); mapped bytes
+  // past the end need nothing, as above.
+  if (zero_range) NVFS_TRY(ZeroMapped(*this, inode, offset, std::min(end, inode.size)));
   uint64_t index = offset >> shift;
   const uint64_t end_index = (end + bs - 1) >> shift;
   while (index < end_index) {
