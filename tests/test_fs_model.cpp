@@ -4,6 +4,8 @@
 // A failure prints the seed, round and operation number.
 #include <catch2/catch.hpp>
 
+#include <linux/falloc.h>
+
 #include <fcntl.h>
 #include <linux/fs.h>
 #include <sys/stat.h>
@@ -93,7 +95,7 @@ class Runner {
     Node& d = model_.nodes_[dir];
     const std::string name = NewName();
     const bool exists = d.entries.count(name) != 0;
-    switch (Pick(12)) {
+    switch (Pick(13)) {
       case 0: {  // create
         last_ = "create " + name;
         Attr attr;
@@ -243,6 +245,35 @@ class Runner {
           REQUIRE_MSG(fs.SetXattr(f.ino, key, value.data(), value.size(), 0).ok());
           f.xattrs[key] = value;
         }
+        return;
+      }
+      case 12: {  // fallocate: allocate, keep size, punch, zero range
+        if (names.empty()) return;
+        auto [p, n] = names[Pick(names.size())];
+        Node& f = model_.nodes_[model_.nodes_[p].entries[n]];
+        if (!S_ISREG(f.mode)) return;
+        static const int kModes[] = {0, FALLOC_FL_KEEP_SIZE,
+                                     FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                                     FALLOC_FL_ZERO_RANGE,
+                                     FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE};
+        const int mode = kModes[Pick(5)];
+        const uint64_t off = Pick(70000);
+        const uint64_t len = Pick(30000) + 1;
+        last_ = "fallocate " + n + " mode " + std::to_string(mode) + " @" + std::to_string(off) +
+                "+" + std::to_string(len);
+        auto h = fs.Open(f.ino, O_RDWR);
+        REQUIRE_MSG(h.ok());
+        Status st = fs.Fallocate(*h, mode, off, len);
+        fs.Release(*h);
+        REQUIRE_MSG(st.ok());
+        const uint64_t end = off + len;
+        if (mode & (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE)) {
+          if (off < f.data.size()) {
+            const uint64_t to = std::min<uint64_t>(end, f.data.size());
+            f.data.replace(off, to - off, std::string(to - off, '\0'));
+          }
+        }
+        if (!(mode & FALLOC_FL_KEEP_SIZE) && end > f.data.size()) f.data.resize(end, '\0');
         return;
       }
       case 11: {  // chmod
