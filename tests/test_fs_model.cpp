@@ -4,9 +4,8 @@
 // A failure prints the seed, round and operation number.
 #include <catch2/catch.hpp>
 
-#include <linux/falloc.h>
-
 #include <fcntl.h>
+#include <linux/falloc.h>
 #include <linux/fs.h>
 #include <sys/stat.h>
 
