@@ -22,6 +22,15 @@
 //   3. orphan_mu_ (the orphan list and the dynamic superblock).
 //   4. leaf locks: the inode cache's mutex, the allocator's group mutexes, the
 //      journal's slot mutex.
+// File data readers (Read, ReadIter, Map) take no lock: they copy under the
+// inode's sequence counter (CachedInode::data_seq), which every change of the
+// file's mapping or size makes odd and then even again under the inode lock
+// held exclusively, and retry if it moved; after 4 retries they take the
+// inode lock shared. Every pointer they follow was checked against the
+// namespace when read, so a torn read can copy wrong bytes of the namespace
+// (thrown away by the retry) but never leave the mapping. Map's runs point
+// into the mapping and are read by the caller after the counter was checked:
+// valid until the file is next written, truncated or released.
 #pragma once
 
 #include <sys/types.h>
