@@ -58,6 +58,7 @@ constexpr const char* kUsage =
     "  -t THREADS      threads (file mode; default 1)\n"
     "  -D SECONDS      file mode: run each measurement for this long instead of N ops\n"
     "  -d              O_DIRECT (file mode)\n"
+    "  -w              engine: a second thread overwrites the file in place meanwhile\n"
     "  -A OFFSET       engine: the destination buffer starts OFFSET bytes into a\n"
     "                  page (default 0; 16 is where a large malloc puts it)\n"
     "  -T TARGET       a name for the target in the output (default: the path)\n"
@@ -76,6 +77,7 @@ struct Options {
   double duration = 0;  // seconds per run (file mode); 0: a fixed operation count
   bool direct = false;
   bool json = false;
+  bool writer = false;         // engine: a thread overwrites the file in place meanwhile
   uint64_t buffer_offset = 0;  // engine: where in a page the destination starts
   std::string target;
 };
@@ -206,6 +208,23 @@ int Engine(Options& o, const std::string& namespace_path) {
   if (!handle.ok()) Die(handle.error().Describe());
   nvfs::FileHandle h = *handle;
 
+  // -w: a second thread overwrites the file in place, 4 KiB at a time, for as
+  // long as the reads run: what readers pay for a concurrent writer.
+  std::atomic<bool> stop_writer{false};
+  std::thread writer;
+  if (o.writer) {
+    auto wh = fs.Open(ino, O_RDWR);
+    if (!wh.ok()) Die(wh.error().Describe());
+    writer = std::thread([&fs, &stop_writer, &o, w = *wh] {
+      std::vector<char> block(4096, 'w');
+      for (uint64_t off = 0; !stop_writer.load(std::memory_order_relaxed);
+           off = (off + 4096) % o.file_size) {
+        if (!fs.Write(w, off, block.data(), block.size()).ok()) Die("the writer thread failed");
+      }
+      fs.Release(w);
+    });
+  }
+
   const uint64_t max_bs = *std::max_element(o.sizes.begin(), o.sizes.end());
   // Page-aligned by default (-A moves it): a destination a few bytes into a
   // page (a large malloc starts 16 bytes in) makes every path, memcpy
@@ -302,6 +321,10 @@ int Engine(Options& o, const std::string& namespace_path) {
       }
       if (sink == 42) std::printf(" ");  // keeps the loops from being optimised away
     }
+  }
+  if (writer.joinable()) {
+    stop_writer = true;
+    writer.join();
   }
   fs.Release(h);
   return 0;
@@ -443,7 +466,7 @@ int main(int argc, char** argv) {
     if (!v || *v == 0) Die(std::string("invalid size: ") + text);
     return *v;
   };
-  while ((opt = getopt_long(argc, argv, "n:N:r:b:P:p:s:t:D:dA:T:jh", kLong, nullptr)) != -1) {
+  while ((opt = getopt_long(argc, argv, "n:N:r:b:P:p:s:t:D:dwA:T:jh", kLong, nullptr)) != -1) {
     switch (opt) {
       case 'n': o.seed_ops = size_arg(optarg); break;
       case 'N': o.matrix_ops = size_arg(optarg); break;
@@ -457,6 +480,7 @@ int main(int argc, char** argv) {
       case 's': o.file_size = size_arg(optarg); break;
       case 't': o.threads = static_cast<int>(size_arg(optarg)); break;
       case 'd': o.direct = true; break;
+      case 'w': o.writer = true; break;
       case 'A':
         o.buffer_offset = std::strtoull(optarg, nullptr, 0);
         if (o.buffer_offset >= 4096) Die("-A: the offset must be below 4096");

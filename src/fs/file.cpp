@@ -230,7 +230,15 @@ static Result<size_t> WriteCore(Filesystem& fs, FileHandle file, uint64_t offset
   if ((file->flags & O_ACCMODE) == O_RDONLY) return Error(EBADF);
   CachedInode* ci = file->inode;
   std::unique_lock lock(ci->lock);
-  const MappingChange change(ci);
+  // Lock-free readers (ReadInto) must retry only if this write changes the
+  // file's mapping or size; an overwrite in place does neither, and a reader
+  // racing with it may see some of its bytes, as on any filesystem. Begun at
+  // the first such change, and declared before the Tx so that an abort's
+  // undo happens under it too.
+  std::optional<MappingChange> change;
+  const auto changing = [&] {
+    if (!change) change.emplace(ci);
+  };
   const Inode& inode = *ci->media;
   if (S_ISDIR(inode.mode)) return Error(EISDIR);
   if (!S_ISREG(inode.mode)) return Error(EINVAL);
@@ -250,6 +258,7 @@ static Result<size_t> WriteCore(Filesystem& fs, FileHandle file, uint64_t offset
   const timespec now = FsOps::Now();
   // Past the end: the bytes between the old end and the write, inside the old
   // last block, must read as zeros.
+  if (offset > inode.size) changing();
   NVFS_TRY(FsOps::Resize(fs, ci->ino, std::max<uint64_t>(inode.size, offset), &*tx));
 
   size_t done = 0;
@@ -272,6 +281,7 @@ static Result<size_t> WriteCore(Filesystem& fs, FileHandle file, uint64_t offset
       // A hole: allocate. Blocks only partly written are zero-filled first.
       const uint64_t full = (in_block == 0) ? (remaining >> shift) : 0;
       const uint64_t want = full == 0 ? 1 : std::min(run, full);
+      changing();
       Result<Extent> mapped = bmap.MapForWrite(*tx, inode, index, want, full == 0);
       if (!mapped.ok()) {
         failure = mapped.take_error();
@@ -286,13 +296,19 @@ static Result<size_t> WriteCore(Filesystem& fs, FileHandle file, uint64_t offset
     done += n;
     if (tx->room() < 8192 && done < len) {
       // Long writes commit as they go: write() is not atomic, only durable.
-      if (offset + done > inode.size) tx->Set(inode.size, offset + done);
+      if (offset + done > inode.size) {
+        changing();
+        tx->Set(inode.size, offset + done);
+      }
       NVFS_TRY(tx->Commit());
       tx.emplace(FsOps::Jnl(fs), "write");
     }
   }
   if (done == 0 && failed) return failure;  // the Tx aborts: nothing happened
-  if (offset + done > inode.size) tx->Set(inode.size, offset + done);
+  if (offset + done > inode.size) {
+    changing();
+    tx->Set(inode.size, offset + done);
+  }
   FsOps::Touch(*tx, inode, true, true, now);
   NVFS_TRY(tx->Commit());
   return done;
