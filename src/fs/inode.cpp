@@ -2,6 +2,8 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 
+#include <optional>
+
 #include "fs/fs_impl.hpp"
 
 namespace nvfs {
@@ -23,7 +25,10 @@ Result<Attr> Filesystem::SetAttr(uint64_t ino, const SetAttrRequest& req) {
   Result<InodeRef> ref = FsOps::Get(*this, ino);
   if (!ref.ok()) return ref.take_error();
   std::unique_lock lock(ref.value()->lock);
-  const MappingChange change(ref->get());
+  // Lock-free readers care only about the size (and the mapping a
+  // truncation changes): begun only for a size change, before the Tx so
+  // that an abort's undo happens under it too.
+  std::optional<MappingChange> change;
   const Inode& inode = ref->media();
   if (req.valid & kSetSize) {
     if (S_ISDIR(inode.mode)) return Error(EISDIR);
@@ -52,6 +57,7 @@ Result<Attr> Filesystem::SetAttr(uint64_t ino, const SetAttrRequest& req) {
   if ((req.valid & kSetSize) && req.size != inode.size) {
     // POSIX: a size change updates mtime too, unless it was given.
     if (!(req.valid & (kSetMtime | kSetMtimeNow))) FsOps::Touch(tx, inode, true, false, now);
+    change.emplace(ref->get());
     NVFS_TRY(FsOps::Resize(*this, ino, req.size, &tx));
   }
   NVFS_TRY(tx.Commit());  // a no-op if a long truncation committed it already
@@ -64,11 +70,11 @@ Result<FileHandle> Filesystem::Open(uint64_t ino, int flags) {
   const int access = flags & O_ACCMODE;
   {
     std::unique_lock lock(ref.value()->lock);
-    const MappingChange change(ref->get());
     const Inode& inode = ref->media();
     if (S_ISDIR(inode.mode) && access != O_RDONLY) return Error(EISDIR);
     if (access != O_RDONLY && read_only_) return Error(EROFS);
     if ((flags & O_TRUNC) && access != O_RDONLY && S_ISREG(inode.mode) && inode.size != 0) {
+      const MappingChange change(ref->get());  // lock-free readers retry
       const timespec now = FsOps::Now();
       Tx tx(*journal_, "open-truncate");
       FsOps::Touch(tx, inode, true, true, now);
