@@ -1,6 +1,7 @@
 #include "fuzz_target.hpp"
 
 #include <fcntl.h>
+#include <linux/falloc.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -32,6 +33,8 @@ struct Walk {
   uint64_t io_errors = 0;
   std::vector<std::byte> a, b, c;
   std::vector<char> xattr_value;
+  uint64_t some_file = 0;  // a regular file and a directory the walk met
+  uint64_t some_dir = 0;
 
   void Violation(const std::string& what) {
     result.violations.push_back(std::string(label) + ": " + what);
@@ -132,6 +135,65 @@ struct Walk {
     }
   }
 
+  // Changes on a damaged image mounted read-write: every error is allowed
+  // (the image lies), but nothing may crash, hang, or touch memory outside
+  // the mapping (the media aborts on a write outside it; ASan watches the
+  // rest). New names in the root and in a directory the walk met, data and
+  // holes, xattrs, rename, link, truncate, unlink; an existing file
+  // overwritten and truncated.
+  template <class R>
+  void Count(const R& r) {
+    result.changes += r.ok();
+  }
+
+  void Change() {
+    const Cred cred{0, 0};
+    const std::string data(10000, 'n');
+    auto write_into = [&](uint64_t ino) {
+      Result<FileHandle> file = fs.Open(ino, O_RDWR);
+      if (!file.ok()) return;
+      Count(fs.Write(*file, 0, data.data(), data.size()));
+      Count(fs.Write(*file, 1 << 20, data.data(), 4096));
+      Count(fs.Fallocate(*file, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 100, 5000));
+      Count(fs.Fallocate(*file, FALLOC_FL_ZERO_RANGE, 6000, 3000));
+      fs.Release(*file);
+    };
+    for (uint64_t dir : {uint64_t{1}, some_dir}) {
+      if (dir == 0) continue;
+      Attr attr;
+      Result<FileHandle> created = fs.Create(dir, "fuzz.new", 0644, O_RDWR, cred, &attr);
+      if (created.ok()) {
+        fs.Release(*created);
+        write_into(attr.ino);
+        Count(fs.SetXattr(attr.ino, "user.fuzz", "value", 5, 0));
+        SetAttrRequest shrink;
+        shrink.valid = kSetSize;
+        shrink.size = 3000;
+        Count(fs.SetAttr(attr.ino, shrink));
+        if (fs.Link(attr.ino, dir, "fuzz.link").ok()) fs.Forget(attr.ino, 1);
+        Count(fs.Rename(dir, "fuzz.new", 1, "fuzz.moved", 0));
+        fs.Forget(attr.ino, 1);
+      }
+      if (Result<Attr> made = fs.Mkdir(dir, "fuzz.dir", 0755, cred); made.ok()) {
+        if (Result<Attr> link = fs.Symlink(made->ino, "fuzz.sym", "../somewhere", cred); link.ok()) {
+          fs.Forget(link->ino, 1);
+        }
+        Count(fs.Unlink(made->ino, "fuzz.sym"));
+        fs.Forget(made->ino, 1);
+      }
+      Count(fs.Rmdir(dir, "fuzz.dir"));
+      Count(fs.Unlink(dir, "fuzz.link"));
+      Count(fs.Unlink(1, "fuzz.moved"));
+    }
+    if (some_file != 0) {
+      write_into(some_file);
+      SetAttrRequest half;
+      half.valid = kSetSize;
+      half.size = 4097;
+      Count(fs.SetAttr(some_file, half));
+    }
+  }
+
   // Every directory reachable from the root, each once.
   void Run() {
     std::set<uint64_t> seen{1};
@@ -169,8 +231,10 @@ struct Walk {
         if (e.name != "." && e.name != "..") {
           if (S_ISDIR(attr->mode)) {
             if (seen.insert(ino).second) dirs.push_back(ino);
+            if (some_dir == 0) some_dir = ino;
           } else if (S_ISREG(attr->mode)) {
             ReadFile(ino, attr->size);
+            if (some_file == 0) some_file = ino;
           } else if (S_ISLNK(attr->mode)) {
             Result<std::string> target = fs.Readlink(ino);
             if (!target.ok()) Error(target.code(), "readlink", ino);
@@ -208,6 +272,7 @@ bool MountAndWalk(Arena& arena, bool read_only, bool strict, const char* label,
   }
   Walk walk{**mounted, options, result, label, strict};
   walk.Run();
+  if (!read_only && !strict) walk.Change();
   *io_errors += walk.io_errors;
   Status unmounted = (*mounted)->Unmount();
   if (!unmounted.ok() && strict) {

@@ -9,7 +9,10 @@
 //     readlink, the three read paths (which must return the same bytes),
 //     lseek SEEK_DATA/SEEK_HOLE, listxattr and getxattr;
 //  3. a read-write mount that fails has written nothing; one that succeeds
-//     is walked the same way and unmounted;
+//     is walked the same way, then changed (create, write with a hole,
+//     punch, zero range, setxattr, truncate, link, rename, mkdir, symlink,
+//     unlink, rmdir; an existing file overwritten and truncated: any error
+//     allowed, no crash) and unmounted;
 //  4. (with repair) on the mutated image again, fsck -y, then fsck -n finds
 //     nothing unless -y said it could not repair everything; the repaired
 //     image mounts, walks without an I/O error, and is still clean after.
@@ -42,6 +45,7 @@ struct CaseResult {
   int after_repair_exit = -1;
   uint64_t entries = 0;      // entries walked (all walks)
   uint64_t io_errors = 0;    // EIO/EUCLEAN met while walking the mutated image
+  uint64_t changes = 0;      // changes that succeeded on the mutated image, read-write
   std::vector<std::string> violations;  // empty: every property held
 };
 

@@ -97,7 +97,7 @@ uint64_t NameSeed(const std::string& name) {
 }
 
 struct Tally {
-  uint64_t cases = 0, mounted = 0, mounted_ro = 0, repaired = 0, entries = 0;
+  uint64_t cases = 0, mounted = 0, mounted_ro = 0, repaired = 0, entries = 0, changes = 0;
   std::map<int, uint64_t> fsck_exits;
   std::map<std::string, uint64_t> mount_errors;  // first words of why mounts failed
 };
@@ -155,6 +155,7 @@ void FuzzSeed(const std::string& name, uint64_t default_cases) {
     tally.mounted_ro += r.mounted_ro;
     tally.repaired += r.repair_exit == 1;
     tally.entries += r.entries;
+    tally.changes += r.changes;
     ++tally.fsck_exits[r.fsck_exit];
     if (!r.mounted_rw) {
       const std::string why = r.mount_error.substr(r.mount_error.find(": ") + 2, 40);
@@ -175,9 +176,9 @@ void FuzzSeed(const std::string& name, uint64_t default_cases) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::printf("fuzz seed %-10s %5" PRIu64 " mutations in %6.1f s: %" PRIu64
               " mounted (%" PRIu64 " read-only), %" PRIu64 " repaired by fsck -y, %" PRIu64
-              " entries walked; fsck -n exits:",
+              " entries walked, %" PRIu64 " changes made read-write; fsck -n exits:",
               name.c_str(), tally.cases, seconds, tally.mounted, tally.mounted_ro,
-              tally.repaired, tally.entries);
+              tally.repaired, tally.entries, tally.changes);
   for (const auto& [code, count] : tally.fsck_exits) std::printf(" %d:%" PRIu64, code, count);
   std::printf("; %zu violations\n", failures.size());
   std::fflush(stdout);
