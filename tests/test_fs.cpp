@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <sys/xattr.h>
 
+#include <atomic>
 #include <map>
 #include <set>
 #include <string>
@@ -513,6 +514,44 @@ TEST_CASE("threads on shared and separate directories", "[fs]") {
 
 namespace nvfs::test {
 namespace {
+
+TEST_CASE("regression: two threads that both saw an inode go idle both deleted it", "[fs]") {
+  // Dropping the last reference (a forget, a close, the end of an operation)
+  // said "idle" and released the cache mutex; the caller then retired the
+  // inode. Another thread could take and drop a reference in between, see
+  // it idle too, and delete it first: the daemon crashed in the cache's
+  // tree (mount test "concurrent writers", once). Now the reference that
+  // makes an inode idle settles it under the same mutex hold.
+  FsImage img;
+  Filesystem& fs = img.fs();
+  const uint64_t file = MustCreate(fs, kRoot, "f", "x");
+  const uint64_t dir = MustMkdir(fs, kRoot, "d");
+  fs.Forget(dir, 1);  // both idle between the threads' references
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 20000; ++i) {
+        const bool use_file = (i + t) % 2 == 0;
+        Result<Attr> found = fs.Lookup(kRoot, use_file ? "f" : "d");
+        if (!found.ok()) {
+          ++failures;
+          continue;
+        }
+        if (!fs.GetAttr(use_file ? file : dir).ok()) ++failures;
+        if (use_file && i % 7 == 0) {
+          Result<FileHandle> h = fs.Open(file, O_RDONLY);
+          if (h.ok()) fs.Release(*h);
+        }
+        fs.Forget(found->ino, 1);
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  CHECK(failures.load() == 0);
+  CHECK(ReadAll(fs, file) == "x");
+}
+
 
 // Readers take no lock (a sequence lock): while one thread truncates and
 // rewrites file A and another fills file B (reusing A's freed blocks), a

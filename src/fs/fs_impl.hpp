@@ -75,13 +75,15 @@ struct FsOps {
   // orphan list. REQUIRES: no one else references it.
   static Status Reclaim(Filesystem& fs, uint64_t ino);
   // Called when a cached inode has no pins, lookups or opens left.
-  static void OnIdle(Filesystem& fs, CachedInode* inode);
+  // Frees an idle unlinked inode the cache handed back (InodeCache::Unpin),
+  // then drops it from the cache.
+  static void ReclaimIdle(Filesystem& fs, CachedInode* inode);
   // Finishes every inode on the orphan list (mount).
   static Status ProcessOrphans(Filesystem& fs);
 
   // Drops one pin.
   static void Unpin(Filesystem& fs, CachedInode* inode) {
-    if (fs.cache_->Unpin(inode)) OnIdle(fs, inode);
+    if (CachedInode* unlinked = fs.cache_->Unpin(inode)) ReclaimIdle(fs, unlinked);
   }
 
   static const format::Inode& InodeAt(const Filesystem& fs, uint64_t ino) {

@@ -89,7 +89,7 @@ Result<FileHandle> Filesystem::Open(uint64_t ino, int flags) {
 void Filesystem::Release(FileHandle file) {
   CachedInode* inode = file->inode;
   delete file;
-  if (cache_->CloseOpen(inode)) FsOps::OnIdle(*this, inode);
+  if (CachedInode* unlinked = cache_->CloseOpen(inode)) FsOps::ReclaimIdle(*this, unlinked);
 }
 
 uint64_t Filesystem::HandleIno(FileHandle file) const { return file->inode->ino; }

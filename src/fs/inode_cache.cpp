@@ -20,10 +20,22 @@ CachedInode* InodeCache::Pin(uint64_t ino, const format::Inode* on_media) {
   return inode;
 }
 
-bool InodeCache::Unpin(CachedInode* inode) {
+CachedInode* InodeCache::Settle(CachedInode* inode) {
+  if (!inode->Idle() || inode->reclaiming) return nullptr;
+  if (reclaim_unlinked_ && inode->media->nlink == 0) {
+    inode->reclaiming = true;
+    inode->pins = 1;
+    return inode;
+  }
+  set_.erase(set_.iterator_to(*inode));
+  delete inode;
+  return nullptr;
+}
+
+CachedInode* InodeCache::Unpin(CachedInode* inode) {
   std::lock_guard lock(mu_);
   --inode->pins;
-  return inode->Idle() && !inode->reclaiming;
+  return Settle(inode);
 }
 
 void InodeCache::AddLookups(CachedInode* inode, uint64_t n) {
@@ -36,49 +48,41 @@ void InodeCache::AddOpen(CachedInode* inode) {
   ++inode->opens;
 }
 
-bool InodeCache::ForgetLookups(uint64_t ino, uint64_t n, CachedInode** out) {
+CachedInode* InodeCache::ForgetLookups(uint64_t ino, uint64_t n) {
   std::lock_guard lock(mu_);
   auto it = set_.find(ino);
-  if (it == set_.end()) return false;
+  if (it == set_.end()) return nullptr;
   it->lookups = n >= it->lookups ? 0 : it->lookups - n;
-  *out = &*it;
-  return it->Idle() && !it->reclaiming;
+  return Settle(&*it);
 }
 
 std::vector<CachedInode*> InodeCache::ForgetAllLookups() {
   std::lock_guard lock(mu_);
-  std::vector<CachedInode*> idle;
-  for (CachedInode& inode : set_) {
-    if (inode.lookups == 0) continue;
-    inode.lookups = 0;
-    if (inode.Idle() && !inode.reclaiming) idle.push_back(&inode);
+  std::vector<CachedInode*> reclaim;
+  for (auto it = set_.begin(); it != set_.end();) {
+    CachedInode* inode = &*it++;  // Settle may delete it
+    if (inode->lookups == 0) continue;
+    inode->lookups = 0;
+    if (CachedInode* r = Settle(inode)) reclaim.push_back(r);
   }
-  return idle;
+  return reclaim;
 }
 
-bool InodeCache::CloseOpen(CachedInode* inode) {
+CachedInode* InodeCache::CloseOpen(CachedInode* inode) {
   std::lock_guard lock(mu_);
   --inode->opens;
-  return inode->Idle() && !inode->reclaiming;
-}
-
-bool InodeCache::Retire(CachedInode* inode, bool reclaim) {
-  std::lock_guard lock(mu_);
-  if (!inode->Idle() || inode->reclaiming) return false;
-  if (reclaim) {
-    inode->reclaiming = true;
-    inode->pins = 1;
-    return true;
-  }
-  set_.erase(set_.iterator_to(*inode));
-  delete inode;
-  return true;
+  return Settle(inode);
 }
 
 void InodeCache::Erase(CachedInode* inode) {
   std::lock_guard lock(mu_);
   set_.erase(set_.iterator_to(*inode));
   delete inode;
+}
+
+void InodeCache::set_reclaim_unlinked(bool on) {
+  std::lock_guard lock(mu_);
+  reclaim_unlinked_ = on;
 }
 
 size_t InodeCache::size() const {

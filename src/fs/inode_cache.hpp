@@ -74,30 +74,37 @@ class InodeCache {
   // The inode's entry, created if absent, with one more pin; nullptr if it is
   // being reclaimed.
   CachedInode* Pin(uint64_t ino, const format::Inode* on_media);
-  // Adjusts the counts under the cache mutex. Each returns true when the
-  // inode became idle (no pins, lookups or opens): the caller then calls
-  // Retire or starts reclaiming it.
-  bool Unpin(CachedInode* inode);
   void AddLookups(CachedInode* inode, uint64_t n);
   void AddOpen(CachedInode* inode);
-  bool ForgetLookups(uint64_t ino, uint64_t n, CachedInode** inode);
-  // Sets every inode's lookups to 0; returns those that became idle (the
-  // caller retires them, as after Unpin).
-  std::vector<CachedInode*> ForgetAllLookups();
-  bool CloseOpen(CachedInode* inode);
 
-  // If the inode is still idle, either removes and deletes it (reclaim false)
-  // or marks it reclaiming and pins it for the caller (reclaim true). Returns
-  // false if someone took a new reference meanwhile.
-  bool Retire(CachedInode* inode, bool reclaim);
+  // Each drops references under the cache mutex. An inode left idle by that
+  // (no pins, lookups or opens) is settled under the same hold, so that no
+  // other thread can find it idle too and settle it again: one with links
+  // left, or any while reclaim is off, is removed and deleted (nullptr is
+  // returned); an unlinked one is marked reclaiming, pinned for the caller
+  // and returned: the caller frees it on the media, then calls Erase.
+  CachedInode* Unpin(CachedInode* inode);
+  CachedInode* ForgetLookups(uint64_t ino, uint64_t n);
+  CachedInode* CloseOpen(CachedInode* inode);
+  // Sets every inode's lookups to 0; returns those to reclaim.
+  std::vector<CachedInode*> ForgetAllLookups();
   // Removes and deletes an inode the caller reclaimed.
   void Erase(CachedInode* inode);
+
+  // Whether idle unlinked inodes are handed back for reclaim: on while the
+  // filesystem is mounted read-write; off, they are just dropped (the orphan
+  // list keeps them for the next mount).
+  void set_reclaim_unlinked(bool on);
 
   size_t size() const;
 
  private:
+  // REQUIRES: mu_ held. See Unpin.
+  CachedInode* Settle(CachedInode* inode);
+
   mutable std::mutex mu_;
-  Set set_;  // protected by mu_
+  Set set_;                        // protected by mu_
+  bool reclaim_unlinked_ = false;  // protected by mu_
 };
 
 }  // namespace nvfs

@@ -78,12 +78,11 @@ Result<Attr> Filesystem::LookupInode(uint64_t ino) {
 }
 
 void Filesystem::Forget(uint64_t ino, uint64_t count) {
-  CachedInode* inode = nullptr;
-  if (cache_->ForgetLookups(ino, count, &inode)) FsOps::OnIdle(*this, inode);
+  if (CachedInode* unlinked = cache_->ForgetLookups(ino, count)) FsOps::ReclaimIdle(*this, unlinked);
 }
 
 void Filesystem::ForgetAll() {
-  for (CachedInode* inode : cache_->ForgetAllLookups()) FsOps::OnIdle(*this, inode);
+  for (CachedInode* unlinked : cache_->ForgetAllLookups()) FsOps::ReclaimIdle(*this, unlinked);
 }
 
 namespace {
@@ -224,7 +223,8 @@ Result<Attr> Filesystem::Link(uint64_t ino, uint64_t new_parent, std::string_vie
 
 // Unlink and rmdir: one transaction removes the name, drops the link count
 // and, at zero, puts the inode on the orphan list; the inode itself is freed
-// when its last reference goes (FsOps::OnIdle), or at the next mount.
+// when its last reference goes (InodeCache::Unpin, FsOps::ReclaimIdle), or
+// at the next mount.
 static Status RemoveEntry(Filesystem& fs, uint64_t parent, std::string_view name, bool rmdir) {
   if (fs.read_only()) return Error(EROFS);
   if (name == ".") return Error(rmdir ? EINVAL : EISDIR);

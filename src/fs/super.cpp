@@ -137,6 +137,7 @@ Status Filesystem::MountInternal(const MountOptions& options) {
     NVFS_TRY(tx.Commit());
   }
   mounted_ = true;
+  cache_->set_reclaim_unlinked(!read_only_);
   return Status::Ok();
 }
 
@@ -146,6 +147,7 @@ Status Filesystem::MountInternal(const MountOptions& options) {
 Status Filesystem::Unmount() {
   if (!mounted_) return Status::Ok();
   mounted_ = false;
+  cache_->set_reclaim_unlinked(false);
   if (read_only_) return Status::Ok();
   const Geometry& g = *geometry_;
   std::lock_guard lock(orphan_mu_);
@@ -432,9 +434,7 @@ Status FsOps::Reclaim(Filesystem& fs, uint64_t ino) {
   }
 }
 
-void FsOps::OnIdle(Filesystem& fs, CachedInode* inode) {
-  const bool unlinked = inode->media->nlink == 0 && !fs.read_only_ && fs.mounted_;
-  if (!fs.cache_->Retire(inode, unlinked) || !unlinked) return;
+void FsOps::ReclaimIdle(Filesystem& fs, CachedInode* inode) {
   {
     std::unique_lock lock(inode->lock);
     // A failure here leaves the inode on the orphan list: the next mount
