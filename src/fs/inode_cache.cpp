@@ -7,10 +7,19 @@ InodeCache::~InodeCache() {
 }
 
 CachedInode* InodeCache::Pin(uint64_t ino, const format::Inode* on_media) {
-  std::lock_guard lock(mu_);
+  std::unique_lock lock(mu_);
   auto it = set_.find(ino);
   if (it != set_.end()) {
-    if (it->reclaiming) return nullptr;
+    if (it->reclaiming) {
+      // Reclaim's last commit frees the inode number before the entry is
+      // erased: a create that reuses the number lands here (it used to get
+      // ESTALE for a file it had just made).
+      erased_.wait(lock, [&] {
+        auto now = set_.find(ino);
+        return now == set_.end() || !now->reclaiming;
+      });
+      return nullptr;
+    }
     ++it->pins;
     return &*it;
   }
@@ -75,9 +84,12 @@ CachedInode* InodeCache::CloseOpen(CachedInode* inode) {
 }
 
 void InodeCache::Erase(CachedInode* inode) {
-  std::lock_guard lock(mu_);
-  set_.erase(set_.iterator_to(*inode));
-  delete inode;
+  {
+    std::lock_guard lock(mu_);
+    set_.erase(set_.iterator_to(*inode));
+    delete inode;
+  }
+  erased_.notify_all();
 }
 
 void InodeCache::set_reclaim_unlinked(bool on) {

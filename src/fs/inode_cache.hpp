@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <condition_variable>
 #include <mutex>
 #include <shared_mutex>
 #include <vector>
@@ -71,8 +72,11 @@ class InodeCache {
   InodeCache() = default;
   ~InodeCache();
 
-  // The inode's entry, created if absent, with one more pin; nullptr if it is
-  // being reclaimed.
+  // The inode's entry, created if absent, with one more pin. If the entry
+  // there is being reclaimed, waits until the reclaim has erased it and
+  // returns nullptr: the inode number may have been freed, or freed and
+  // given to a new inode, meanwhile, so the caller checks the inode on the
+  // media again before pinning it anew (FsOps::Get).
   CachedInode* Pin(uint64_t ino, const format::Inode* on_media);
   void AddLookups(CachedInode* inode, uint64_t n);
   void AddOpen(CachedInode* inode);
@@ -103,6 +107,7 @@ class InodeCache {
   CachedInode* Settle(CachedInode* inode);
 
   mutable std::mutex mu_;
+  std::condition_variable erased_;  // a reclaimed entry left the set
   Set set_;                        // protected by mu_
   bool reclaim_unlinked_ = false;  // protected by mu_
 };

@@ -217,10 +217,12 @@ Status FsOps::CheckIno(const Filesystem& fs, uint64_t ino) {
 }
 
 Result<InodeRef> FsOps::Get(Filesystem& fs, uint64_t ino) {
-  NVFS_TRY(CheckIno(fs, ino));
-  CachedInode* inode = fs.cache_->Pin(ino, &InodeAt(fs, ino));
-  if (inode == nullptr) return Error(ESTALE);
-  return InodeRef(fs, inode);
+  for (;;) {
+    // Checked again after waiting out a reclaim (InodeCache::Pin): the
+    // number may now be free (an error here) or a new inode's.
+    NVFS_TRY(CheckIno(fs, ino));
+    if (CachedInode* inode = fs.cache_->Pin(ino, &InodeAt(fs, ino))) return InodeRef(fs, inode);
+  }
 }
 
 Attr FsOps::MakeAttr(const Filesystem& fs, uint64_t ino, const Inode& inode) {
