@@ -517,6 +517,23 @@ TEST_CASE("threads on shared and separate directories", "[fs]") {
 namespace nvfs::test {
 namespace {
 
+// Failures seen by worker threads, checked once they are joined.
+class ThreadErrors {
+ public:
+  void Add(const std::string& what, int code) {
+    std::lock_guard lock(mu_);
+    list_.push_back(what + ": errno " + std::to_string(code));
+  }
+  void Check() {
+    INFO((list_.empty() ? std::string() : list_[0]) << " (" << list_.size() << " in all)");
+    CHECK(list_.empty());
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<std::string> list_;
+};
+
 TEST_CASE("creates in one directory while other threads write large files", "[fs]") {
   // What the mount test "concurrent writers" does, in process: block
   // allocation for file data racing with directory growth and unlinks.
@@ -524,24 +541,19 @@ TEST_CASE("creates in one directory while other threads write large files", "[fs
   Filesystem& fs = img.fs();
   const uint64_t shared = MustMkdir(fs, kRoot, "shared");
   std::vector<std::thread> threads;
-  std::mutex errors_mu;
-  std::vector<std::string> errors;
-  auto fail = [&](const std::string& what, int code) {
-    std::lock_guard lock(errors_mu);
-    errors.push_back(what + ": errno " + std::to_string(code));
-  };
+  ThreadErrors errors;
   constexpr uint64_t kFileSize = 4ull << 20;
   for (int t = 0; t < 3; ++t) {
     threads.emplace_back([&, t] {
       const std::string data(kFileSize, static_cast<char>('a' + t));
       Attr attr;
       auto h = fs.Create(kRoot, "w" + std::to_string(t), 0644, O_RDWR, kCred, &attr);
-      if (!h.ok()) return fail("create writer file", h.code());
+      if (!h.ok()) return errors.Add("create writer file", h.code());
       std::mt19937 rng(t);
       for (uint64_t at = 0; at < kFileSize;) {
         const uint64_t n = std::min<uint64_t>(kFileSize - at, 1 + rng() % (256 << 10));
         auto w = fs.Write(*h, at, data.data() + at, n);
-        if (!w.ok()) return fail("write", w.code());
+        if (!w.ok()) return errors.Add("write", w.code());
         at += n;
       }
       fs.Release(*h);
@@ -555,19 +567,19 @@ TEST_CASE("creates in one directory while other threads write large files", "[fs
         Attr attr;
         auto h = fs.Create(shared, name, 0644, O_WRONLY | O_EXCL, kCred, &attr);
         if (!h.ok()) {
-          fail("create " + name, h.code());
+          errors.Add("create " + name, h.code());
           continue;
         }
-        if (!fs.Write(*h, 0, name.data(), name.size()).ok()) fail("write " + name, EIO);
+        if (!fs.Write(*h, 0, name.data(), name.size()).ok()) errors.Add("write " + name, EIO);
         fs.Release(*h);
         fs.Forget(attr.ino, 1);
         if (i % 5 == 4) {
-          if (Status st = fs.Unlink(shared, name); !st.ok()) fail("unlink " + name, st.code());
+          if (Status st = fs.Unlink(shared, name); !st.ok()) errors.Add("unlink " + name, st.code());
         }
         if (i % 50 == 0) {
           auto d = fs.Mkdir(shared, "dir" + name, 0755, kCred);
           if (!d.ok()) {
-            fail("mkdir " + name, d.code());
+            errors.Add("mkdir " + name, d.code());
           } else {
             fs.Forget(d->ino, 1);
           }
@@ -576,8 +588,7 @@ TEST_CASE("creates in one directory while other threads write large files", "[fs
     });
   }
   for (auto& th : threads) th.join();
-  INFO((errors.empty() ? std::string() : errors[0]));
-  CHECK(errors.empty());
+  errors.Check();
   CHECK(List(fs, shared).size() == 2 + 3 * 200 + 3 * 5);
   for (int t = 0; t < 3; ++t) {
     auto w = fs.Lookup(kRoot, "w" + std::to_string(t));
@@ -598,8 +609,7 @@ TEST_CASE("regression: a create that reused the number of an inode still being r
   Filesystem& fs = img.fs();
   const uint64_t dir = MustMkdir(fs, kRoot, "d");
   std::vector<std::thread> threads;
-  std::mutex errors_mu;
-  std::vector<std::string> errors;
+  ThreadErrors errors;
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&, t] {
       for (int i = 0; i < 3000; ++i) {
@@ -607,15 +617,11 @@ TEST_CASE("regression: a create that reused the number of an inode still being r
         Attr attr;
         auto h = fs.Create(dir, name, 0644, O_RDWR | O_EXCL, kCred, &attr);
         if (!h.ok()) {
-          std::lock_guard lock(errors_mu);
-          errors.push_back("create " + name + ": errno " + std::to_string(h.code()));
+          errors.Add("create " + name, h.code());
           continue;
         }
         fs.Release(*h);
-        if (Status st = fs.Unlink(dir, name); !st.ok()) {
-          std::lock_guard lock(errors_mu);
-          errors.push_back("unlink " + name + ": errno " + std::to_string(st.code()));
-        }
+        if (Status st = fs.Unlink(dir, name); !st.ok()) errors.Add("unlink " + name, st.code());
         // As the kernel does, the lookup reference goes last, with no
         // namespace lock held: this thread reclaims the inode while the
         // others create, reusing freed numbers.
@@ -624,8 +630,7 @@ TEST_CASE("regression: a create that reused the number of an inode still being r
     });
   }
   for (auto& th : threads) th.join();
-  INFO((errors.empty() ? std::string() : errors[0]));
-  CHECK(errors.empty());
+  errors.Check();
   CHECK(List(fs, dir).size() == 2);
 }
 
