@@ -117,40 +117,41 @@ void OpSetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* va
   });
 }
 
-// size 0 asks for the size (fuse_reply_xattr); otherwise the value, or ERANGE.
+// getxattr and listxattr: size 0 asks for the size (fuse_reply_xattr);
+// otherwise `query` fills a buffer of `size` bytes (or fails, ERANGE if it
+// is too small) and the bytes are the reply.
+template <class Query>
+static void ReplyXattrQuery(fuse_req_t req, size_t size, Query&& query) {
+  Filesystem& fs = AdapterOf(req).fs();
+  ThreadBuffers& tb = LocalBuffers();
+  if (size != 0) tb.Reserve(size, fs.block_size());
+  Result<size_t> n = query(fs, size != 0 ? tb.data() : nullptr);
+  if (!n.ok()) {
+    fuse_reply_err(req, n.code());
+  } else if (size == 0) {
+    fuse_reply_xattr(req, *n);
+  } else {
+    fuse_reply_buf(req, tb.data(), *n);
+  }
+}
+
 void OpGetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
   Guarded(req, [&] {
     if (IsPosixAcl(name)) {
       fuse_reply_err(req, ENODATA);
       return;
     }
-    Filesystem& fs = AdapterOf(req).fs();
-    ThreadBuffers& tb = LocalBuffers();
-    if (size != 0) tb.Reserve(size, fs.block_size());
-    Result<size_t> n = fs.GetXattr(ino, name, size != 0 ? tb.data() : nullptr, size);
-    if (!n.ok()) {
-      fuse_reply_err(req, n.code());
-    } else if (size == 0) {
-      fuse_reply_xattr(req, *n);
-    } else {
-      fuse_reply_buf(req, tb.data(), *n);
-    }
+    ReplyXattrQuery(req, size, [&](Filesystem& fs, char* buf) {
+      return fs.GetXattr(ino, name, buf, size);
+    });
   });
 }
 
 void OpListxattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
   Guarded(req, [&] {
-    Filesystem& fs = AdapterOf(req).fs();
-    ThreadBuffers& tb = LocalBuffers();
-    if (size != 0) tb.Reserve(size, fs.block_size());
-    Result<size_t> n = fs.ListXattr(ino, size != 0 ? tb.data() : nullptr, size);
-    if (!n.ok()) {
-      fuse_reply_err(req, n.code());
-    } else if (size == 0) {
-      fuse_reply_xattr(req, *n);
-    } else {
-      fuse_reply_buf(req, tb.data(), *n);
-    }
+    ReplyXattrQuery(req, size, [&](Filesystem& fs, char* buf) {
+      return fs.ListXattr(ino, buf, size);
+    });
   });
 }
 
