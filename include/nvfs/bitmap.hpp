@@ -13,6 +13,15 @@ inline bool TestBit(const std::byte* bitmap, uint64_t bit) {
   return ((std::to_integer<unsigned>(bitmap[bit / 8]) >> (bit % 8)) & 1u) != 0;
 }
 
+// TestBit on a live bitmap whose other bits other threads may be changing
+// meanwhile (atomic stores under the allocator's lock): the byte is read
+// atomically, so the read is not a data race.
+inline bool TestBitShared(const std::byte* bitmap, uint64_t bit) {
+  const auto byte = __atomic_load_n(reinterpret_cast<const uint8_t*>(bitmap) + bit / 8,
+                                    __ATOMIC_RELAXED);
+  return ((byte >> (bit % 8)) & 1u) != 0;
+}
+
 inline void SetBitsInBuffer(std::byte* bitmap, uint64_t first, uint64_t count) {
   for (uint64_t bit = first; bit < first + count; ++bit) {
     bitmap[bit / 8] |= static_cast<std::byte>(1u << (bit % 8));

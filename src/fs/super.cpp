@@ -206,7 +206,7 @@ Status FsOps::CheckIno(const Filesystem& fs, uint64_t ino) {
   if (ino == 0 || ino >= g.inode_count()) return Error(ESTALE);
   const uint32_t group = g.InodeGroup(ino);
   const std::byte* bitmap = fs.media_->base() + g.BlockOffset(g.InodeBitmapBlock(group));
-  if (!TestBit(bitmap, ino % g.inodes_per_group())) return Error(ESTALE);
+  if (!TestBitShared(bitmap, ino % g.inodes_per_group())) return Error(ESTALE);
   switch (InodeAt(fs, ino).mode & S_IFMT) {
     case S_IFREG: case S_IFDIR: case S_IFLNK: case S_IFCHR: case S_IFBLK: case S_IFIFO:
     case S_IFSOCK:
