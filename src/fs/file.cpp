@@ -255,6 +255,12 @@ static Result<size_t> WriteCore(Filesystem& fs, FileHandle file, uint64_t offset
   Bmap& bmap = FsOps::BmapOf(fs);
   std::optional<Tx> tx;
   tx.emplace(FsOps::Jnl(fs), "write");
+  // The new size, once data up to `end` is on the media.
+  const auto grow_to = [&](uint64_t end) {
+    if (end <= inode.size) return;
+    changing();
+    tx->Set(inode.size, end);
+  };
   const timespec now = FsOps::Now();
   // Past the end: the bytes between the old end and the write, inside the old
   // last block, must read as zeros.
@@ -296,19 +302,13 @@ static Result<size_t> WriteCore(Filesystem& fs, FileHandle file, uint64_t offset
     done += n;
     if (tx->room() < 8192 && done < len) {
       // Long writes commit as they go: write() is not atomic, only durable.
-      if (offset + done > inode.size) {
-        changing();
-        tx->Set(inode.size, offset + done);
-      }
+      grow_to(offset + done);
       NVFS_TRY(tx->Commit());
       tx.emplace(FsOps::Jnl(fs), "write");
     }
   }
   if (done == 0 && failed) return failure;  // the Tx aborts: nothing happened
-  if (offset + done > inode.size) {
-    changing();
-    tx->Set(inode.size, offset + done);
-  }
+  grow_to(offset + done);
   FsOps::Touch(*tx, inode, true, true, now);
   NVFS_TRY(tx->Commit());
   return done;
