@@ -35,7 +35,7 @@ class FsImage {
   }
 
   void Mount() {
-    auto fs = Filesystem::Mount(path_.path(), MountOptions{});
+    auto fs = Filesystem::Mount(path_.path(), mount_options);
     if (!fs.ok()) throw std::runtime_error(fs.error().Describe());
     fs_ = std::move(fs.value());
   }
@@ -61,6 +61,9 @@ class FsImage {
     WriteAt(path_.path(), 0, bytes.data(), bytes.size());
     Mount();
   }
+
+  // Used by every later Mount (and Remount, CrashAndMount).
+  MountOptions mount_options;
 
   Filesystem& fs() { return *fs_; }
   Filesystem* operator->() { return fs_.get(); }

@@ -79,6 +79,7 @@ struct Options {
   bool json = false;
   bool writer = false;         // engine: a thread overwrites the file in place meanwhile
   uint64_t buffer_offset = 0;  // engine: where in a page the destination starts
+  bool no_extent_maps = false;  // engine: every read walks the bmap
   std::string target;
 };
 
@@ -175,7 +176,9 @@ double TimeNs(uint64_t ops, Fn&& fn) {
 // --- engine mode ------------------------------------------------------------
 
 int Engine(Options& o, const std::string& namespace_path) {
-  auto mounted = nvfs::Filesystem::Mount(namespace_path, nvfs::MountOptions{});
+  nvfs::MountOptions mount_options;
+  if (o.no_extent_maps) mount_options.extent_map_runs = 0;
+  auto mounted = nvfs::Filesystem::Mount(namespace_path, mount_options);
   if (!mounted.ok()) Die(mounted.error().Describe());
   nvfs::Filesystem& fs = **mounted;
   if (o.target.empty()) o.target = namespace_path;
@@ -466,7 +469,7 @@ int main(int argc, char** argv) {
     if (!v || *v == 0) Die(std::string("invalid size: ") + text);
     return *v;
   };
-  while ((opt = getopt_long(argc, argv, "n:N:r:b:P:p:s:t:D:dwA:T:jh", kLong, nullptr)) != -1) {
+  while ((opt = getopt_long(argc, argv, "n:N:r:b:P:p:s:t:D:dwA:XT:jh", kLong, nullptr)) != -1) {
     switch (opt) {
       case 'n': o.seed_ops = size_arg(optarg); break;
       case 'N': o.matrix_ops = size_arg(optarg); break;
@@ -481,6 +484,7 @@ int main(int argc, char** argv) {
       case 't': o.threads = static_cast<int>(size_arg(optarg)); break;
       case 'd': o.direct = true; break;
       case 'w': o.writer = true; break;
+      case 'X': o.no_extent_maps = true; break;
       case 'A':
         o.buffer_offset = std::strtoull(optarg, nullptr, 0);
         if (o.buffer_offset >= 4096) Die("-A: the offset must be below 4096");

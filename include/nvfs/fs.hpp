@@ -30,7 +30,10 @@
 // namespace when read, so a torn read can copy wrong bytes of the namespace
 // (thrown away by the retry) but never leave the mapping. Map's runs point
 // into the mapping and are read by the caller after the counter was checked:
-// valid until the file is next written, truncated or released.
+// valid until the file is next written, truncated or released. Readers find
+// runs in the file's extent map (a DRAM copy of its mapping, built by readers,
+// tagged with the counter value it describes, freed through epoch-based
+// reclamation: src/fs/extent_map.hpp), else in the bmap.
 #pragma once
 
 #include <sys/types.h>
@@ -119,6 +122,10 @@ struct ReadRun {
 
 struct MountOptions {
   bool read_only = false;
+  // The most runs (holes or contiguous blocks) a file's extent map holds;
+  // past them reads use the bmap. Bounds a map's DRAM at about 20 bytes per
+  // run. 0: no extent maps (every read walks the bmap).
+  uint32_t extent_map_runs = 1u << 16;
 };
 
 // An open file: what Open returns and Read/Write take, so the data path needs
@@ -235,6 +242,8 @@ class Filesystem {
   Media& media() const { return *media_; }
   // Inodes on the orphan list and cached inodes (tests).
   size_t cached_inodes() const;
+  // Extent maps the read paths built and published so far (tests, tools).
+  uint64_t extent_maps_built() const { return extent_maps_built_.load(std::memory_order_relaxed); }
 
  private:
   Filesystem();
@@ -251,6 +260,7 @@ class Filesystem {
   std::unique_ptr<InodeCache> cache_;
   bool read_only_ = false;
   bool mounted_ = false;
+  uint32_t extent_map_runs_ = 0;
   uint64_t hash_seed_ = 0;
 
   std::shared_mutex tree_mu_;  // see the lock order above
@@ -258,6 +268,7 @@ class Filesystem {
   // Inode::flags) and the rest of the dynamic superblock.
   std::mutex orphan_mu_;
   std::atomic<uint64_t> generation_state_{0};  // PRNG for inode generations
+  std::atomic<uint64_t> extent_maps_built_{0};
 };
 
 }  // namespace nvfs

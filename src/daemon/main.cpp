@@ -60,6 +60,9 @@ constexpr const char* kUsage =
     "  read_ahead_kb=N          with cache=page, the kernel's read-ahead for the\n"
     "                           mount (default 1024; needs root, else the\n"
     "                           kernel's 128 is kept)\n"
+    "  extent_map_runs=N        the most runs a file's DRAM extent map holds\n"
+    "                           (about 20 bytes each; default 65536; 0: none,\n"
+    "                           every read walks the block map)\n"
     "  ro                       mount read-only\n"
     "\n"
     "Usual FUSE and mount options are passed to libfuse: allow_other,\n"
@@ -84,6 +87,7 @@ struct CommandLine {
   char* cache = nullptr;
   unsigned threads = 0;
   int read_ahead_kb = -1;  // -1: not given
+  long long extent_map_runs = -1;  // -1: not given
   bool foreground = false;
   bool debug = false;
   bool single_thread = false;
@@ -106,6 +110,7 @@ const fuse_opt kOptions[] = {
     NVFS_OPT("cache=%s", cache),
     NVFS_OPT("threads=%u", threads),
     NVFS_OPT("read_ahead_kb=%d", read_ahead_kb),
+    NVFS_OPT("extent_map_runs=%lld", extent_map_runs),
     FUSE_OPT_KEY("-f", kKeyForeground),
     FUSE_OPT_KEY("-d", kKeyDebug),
     FUSE_OPT_KEY("debug", kKeyDebug),
@@ -289,6 +294,9 @@ int main(int argc, char** argv) {
   if (cl.read_ahead_kb < -1 || cl.read_ahead_kb > (1 << 20)) {
     return UsageError("read_ahead_kb must be between 0 and 1048576");
   }
+  if (cl.extent_map_runs < -1 || cl.extent_map_runs > (1 << 24)) {
+    return UsageError("extent_map_runs must be between 0 and 16777216");
+  }
   const std::string device = Absolute(cl.positional[0]);
   const std::string mountpoint = Absolute(cl.positional[1]);
   struct stat st;
@@ -320,6 +328,9 @@ int main(int argc, char** argv) {
 
   nvfs::MountOptions mount_options;
   mount_options.read_only = cl.read_only;
+  if (cl.extent_map_runs >= 0) {
+    mount_options.extent_map_runs = static_cast<uint32_t>(cl.extent_map_runs);
+  }
   auto mounted = nvfs::Filesystem::Mount(device, mount_options);
   if (!mounted.ok()) {
     Say("%s", mounted.error().Describe().c_str());

@@ -21,7 +21,9 @@
 #include <cstring>
 #include <optional>
 
+#include "fs/extent_map.hpp"
 #include "fs/fs_impl.hpp"
+#include "util/epoch.hpp"
 
 namespace nvfs {
 
@@ -111,12 +113,24 @@ size_t IovecTotal(const iovec* iov, int iovcnt) {
 
 }  // namespace
 
-// The one copy loop behind all three read paths. REQUIRES: [offset, offset +
-// len) inside the file. Returns the bytes put into `sink`, or -EIO if the
-// first block's pointer is corrupt.
+// What a bmap lookup costs besides the pointers it compares (a descent from
+// the inode to the leaf array), in the same unit: blocks.
+constexpr uint64_t kLookupWork = 16;
+// Reads build a file's extent map once the bmap work they did since the last
+// build reaches what a build costs (about one unit per block the file holds)
+// plus this: a build is paid for by at most as much work as it saves, so
+// a file read once or written between every read costs at most twice its
+// bmap walks, and a file read often walks the bmap about once per change.
+constexpr uint64_t kBuildWork = 64;
+
+// The copy loop behind all three read paths, through the bmap: one lookup
+// and one copy per physical run. REQUIRES: [offset, offset + len) inside the
+// file. Returns the bytes put into `sink`, or -EIO if the first block's
+// pointer is corrupt; adds the lookups' work to *work.
 template <class Sink>
-[[gnu::always_inline]] inline int64_t CopyOut(Filesystem& fs, const Inode& inode,
-                                              uint64_t offset, size_t len, Sink& sink) {
+[[gnu::always_inline]] inline int64_t CopyOutBmap(Filesystem& fs, const Inode& inode,
+                                                  uint64_t offset, size_t len, Sink& sink,
+                                                  uint64_t* work) {
   const FsContext& ctx = FsOps::Ctx(fs);
   const Bmap& bmap = FsOps::BmapOf(fs);
   const uint32_t shift = ctx.geometry.block_shift();
@@ -128,6 +142,7 @@ template <class Sink>
     const uint64_t blocks = (in_block + (len - done) + mask) >> shift;
     uint64_t run;
     const uint64_t phys = bmap.Lookup(inode, pos >> shift, blocks, &run);
+    *work += kLookupWork + run;
     if (phys == Bmap::kCorrupt) return done != 0 ? static_cast<int64_t>(done) : -EIO;
     const size_t n = static_cast<size_t>(std::min<uint64_t>((run << shift) - in_block, len - done));
     const size_t put = phys != 0 ? sink.Copy(ctx.Block(phys) + in_block, n) : sink.Zero(n);
@@ -137,33 +152,121 @@ template <class Sink>
   return static_cast<int64_t>(done);
 }
 
+// The same through the file's extent map: one step per run, whatever its
+// length. Bytes past the map's coverage go through the bmap. REQUIRES:
+// [offset, offset + len) inside the file as of the map.
+template <class Sink>
+[[gnu::noinline]] static int64_t CopyOutMap(Filesystem& fs, const ExtentMap& map,
+                                            const Inode& inode, uint64_t offset, size_t len,
+                                            Sink& sink) {
+  size_t done = 0;
+  while (done < len) {
+    const uint64_t pos = offset + done;
+    if (pos >= map.covered()) {
+      uint64_t work = 0;
+      const int64_t tail = CopyOutBmap(fs, inode, pos, len - done, sink, &work);
+      if (tail < 0) return done != 0 ? static_cast<int64_t>(done) : tail;
+      return static_cast<int64_t>(done) + tail;
+    }
+    const ExtentMap::Run run = map.At(pos);
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(run.len, len - done));
+    const size_t put = run.addr != nullptr ? sink.Copy(run.addr, n) : sink.Zero(n);
+    done += put;
+    if (put < n) break;
+  }
+  return static_cast<int64_t>(done);
+}
+
+// A read that found no current extent map: checks the file type and size on
+// the media and walks the bmap, adding what that cost to *work.
+template <class Sink>
+[[gnu::noinline]] static int64_t CopyOutStale(Filesystem& fs, const Inode& inode, uint64_t offset,
+                                              size_t len, Sink& sink, uint64_t* work) {
+  if (!S_ISREG(inode.mode)) return S_ISDIR(inode.mode) ? -EISDIR : -EINVAL;
+  if (offset >= inode.size) return 0;
+  return CopyOutBmap(fs, inode, offset,
+                     static_cast<size_t>(std::min<uint64_t>(len, inode.size - offset)), sink, work);
+}
+
+// Builds the file's extent map as of its current data_seq and publishes it,
+// unless a writer got in the way or another reader published one as new.
+// Takes no lock: the build is checked against data_seq like any read.
+[[gnu::noinline]] static void BuildExtents(Filesystem& fs, CachedInode* ci) {
+  ci->bmap_work.store(0, std::memory_order_relaxed);
+  const uint64_t seq = ci->data_seq.load(std::memory_order_acquire);
+  if (seq & 1) return;
+  ExtentMap* map = ExtentMap::Build(FsOps::Ctx(fs), FsOps::BmapOf(fs), *ci->media, seq,
+                                    FsOps::ExtentMapRuns(fs));
+  if (map == nullptr) return;
+  std::atomic_thread_fence(std::memory_order_acquire);
+  ExtentMap* old = ci->extents.load(std::memory_order_acquire);
+  do {
+    if (ci->data_seq.load(std::memory_order_relaxed) != seq ||
+        (old != nullptr && old->seq() >= seq)) {
+      ExtentMap::Destroy(map);  // never published
+      return;
+    }
+  } while (!ci->extents.compare_exchange_weak(old, map, std::memory_order_acq_rel,
+                                              std::memory_order_acquire));
+  FsOps::CountExtentMap(fs);
+  if (old != nullptr) epoch::Retire(old, ExtentMap::DestroyErased);
+}
+
 // What the three read paths share: `len` bytes at `offset`, clipped to the
 // file, copied into `sink` under the data path's sequence lock: retried
 // (the sink reset) if a writer changed the mapping meanwhile, and after a
 // few retries done under the shared lock instead, so readers cannot starve.
-// Returns the bytes read or a negative errno: a Result is made once, by the
-// caller (its variant, moved through the retry loop, cost more instructions
-// than the bmap lookup). Inlined into each path with its sink.
+// A current extent map (one built at this data_seq) is used; else the bmap,
+// and the work that cost counts towards building the map. Returns the bytes
+// read or a negative errno: a Result is made once, by the caller (its
+// variant, moved through the retry loop, cost more instructions than the
+// lookup). Inlined into each path with its sink.
 template <class Sink>
 [[gnu::always_inline]] inline int64_t ReadInto(Filesystem& fs, CachedInode* ci, uint64_t offset,
                                                size_t len, Sink& sink) {
-  const auto attempt = [&]() __attribute__((always_inline)) -> int64_t {
+  uint64_t work = 0;
+  const auto attempt = [&](uint64_t seq) __attribute__((always_inline)) -> int64_t {
     sink.Reset();
     const Inode& inode = *ci->media;
-    if (!S_ISREG(inode.mode)) return S_ISDIR(inode.mode) ? -EISDIR : -EINVAL;
-    if (offset >= inode.size) return 0;
-    return CopyOut(fs, inode, offset, static_cast<size_t>(std::min<uint64_t>(len, inode.size - offset)),
-                   sink);
+    {
+      const epoch::Guard guard;
+      const ExtentMap* map = ci->extents.load(std::memory_order_acquire);
+      if (map != nullptr && map->seq() == seq) [[likely]] {
+        if (offset >= map->size()) return 0;
+        const size_t want = static_cast<size_t>(std::min<uint64_t>(len, map->size() - offset));
+        if (offset < map->covered()) [[likely]] {
+          // Most reads lie in one run: one lookup, one copy.
+          const ExtentMap::Run run = map->At(offset);
+          if (run.len >= want && run.addr != nullptr) [[likely]] {
+            return static_cast<int64_t>(sink.Copy(run.addr, want));
+          }
+        }
+        return CopyOutMap(fs, *map, inode, offset, want, sink);
+      }
+    }
+    return CopyOutStale(fs, inode, offset, len, sink, &work);
   };
-  for (int tries = 0; tries < 4; ++tries) {
+  int64_t n;
+  for (int tries = 0;; ++tries) {
+    if (tries == 4) {
+      std::shared_lock lock(ci->lock);
+      n = attempt(ci->data_seq.load(std::memory_order_acquire));
+      break;
+    }
     const uint64_t seq = ci->data_seq.load(std::memory_order_acquire);
     if (seq & 1) continue;
-    const int64_t n = attempt();
+    n = attempt(seq);
     std::atomic_thread_fence(std::memory_order_acquire);
-    if (ci->data_seq.load(std::memory_order_relaxed) == seq) return n;
+    if (ci->data_seq.load(std::memory_order_relaxed) == seq) break;
   }
-  std::shared_lock lock(ci->lock);
-  return attempt();
+  if (work != 0) [[unlikely]] {
+    const uint64_t total = ci->bmap_work.load(std::memory_order_relaxed) + work;
+    ci->bmap_work.store(total, std::memory_order_relaxed);
+    if (total >= ci->media->blocks + kBuildWork && n >= 0 && FsOps::ExtentMapRuns(fs) != 0) {
+      BuildExtents(fs, ci);
+    }
+  }
+  return n;
 }
 
 static Result<size_t> ToResult(int64_t n) {

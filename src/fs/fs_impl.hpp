@@ -99,6 +99,10 @@ struct FsOps {
   static std::mutex& OrphanMu(Filesystem& fs) { return fs.orphan_mu_; }
   static const Geometry& Geo(const Filesystem& fs) { return *fs.geometry_; }
   static uint64_t NextGeneration(Filesystem& fs);
+  static uint32_t ExtentMapRuns(const Filesystem& fs) { return fs.extent_map_runs_; }
+  static void CountExtentMap(Filesystem& fs) {
+    fs.extent_maps_built_.fetch_add(1, std::memory_order_relaxed);
+  }
 };
 
 // A pinned cached inode; unpins on destruction. Declare it before any lock

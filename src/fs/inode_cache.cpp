@@ -1,6 +1,10 @@
 #include "fs/inode_cache.hpp"
 
+#include "fs/extent_map.hpp"
+
 namespace nvfs {
+
+CachedInode::~CachedInode() { ExtentMap::Destroy(extents.load(std::memory_order_relaxed)); }
 
 InodeCache::~InodeCache() {
   set_.clear_and_dispose([](CachedInode* inode) { delete inode; });

@@ -17,8 +17,13 @@
 
 namespace nvfs {
 
+class ExtentMap;
+
 struct CachedInode : public boost::intrusive::set_base_hook<> {
   CachedInode(uint64_t number, const format::Inode* on_media) : ino(number), media(on_media) {}
+  ~CachedInode();  // frees `extents`: no reader can hold an idle inode
+  CachedInode(const CachedInode&) = delete;
+  CachedInode& operator=(const CachedInode&) = delete;
 
   const uint64_t ino;
   const format::Inode* const media;  // in the mapping
@@ -33,6 +38,15 @@ struct CachedInode : public boost::intrusive::set_base_hook<> {
   // `lock` exclusively (MappingChange), so a reader never returns bytes of a
   // block that was freed and reused under it.
   std::atomic<uint64_t> data_seq{0};
+
+  // The file's extent map, valid while its seq() equals data_seq; built and
+  // replaced by readers only (file.cpp, ReadInto), freed through
+  // util/epoch.hpp. Null until the reads have paid for a build.
+  std::atomic<ExtentMap*> extents{nullptr};
+  // Work readers did in the bmap (blocks compared, plus a constant per
+  // lookup) since the map was last built. Relaxed and racy on purpose: a
+  // lost update only delays a build.
+  std::atomic<uint64_t> bmap_work{0};
 
   // Protected by the cache's mutex.
   uint64_t lookups = 0;  // FUSE references

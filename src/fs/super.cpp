@@ -11,6 +11,7 @@
 #include "nvfs/cli.hpp"
 #include "nvfs/media.hpp"
 #include "nvfs/superblock.hpp"
+#include "util/epoch.hpp"
 
 namespace nvfs {
 
@@ -21,6 +22,9 @@ Filesystem::Filesystem() = default;
 
 Filesystem::~Filesystem() {
   if (mounted_) (void)Unmount();
+  // Extent maps replaced while mounted and not yet freed: none outlives the
+  // filesystem (they hold addresses in its mapping).
+  epoch::Barrier();
 }
 
 uint32_t Filesystem::block_size() const { return geometry_->block_size(); }
@@ -69,6 +73,7 @@ static Result<SuperDynamic> RecoveredDynamic(const Journal& journal, const std::
 
 Status Filesystem::MountInternal(const MountOptions& options) {
   read_only_ = options.read_only;
+  extent_map_runs_ = options.extent_map_runs;
   Result<FoundSuper> found = FindSuper(media_->base(), media_->size());
   if (!found.ok()) return found.take_error();
   if (found->from_backup) {
