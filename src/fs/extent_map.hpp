@@ -53,15 +53,18 @@ class ExtentMap {
   Run At(uint64_t pos) const {
     const uint64_t chunk = pos >> chunk_shift_;
     // The run holding `pos` lies between those holding the first byte of its
-    // chunk and of the next chunk: usually the same one.
+    // chunk and of the next chunk: usually the first.
     const Entry* e = entries_ + index_[chunk];
-    const Entry* last = entries_ + index_[chunk + 1];
-    while (e != last) {
-      const Entry* mid = e + (last - e + 1) / 2;
-      if (mid->start <= pos) {
-        e = mid;
-      } else {
-        last = mid - 1;
+    if (e[1].start <= pos) [[unlikely]] {
+      const Entry* last = entries_ + index_[chunk + 1];
+      ++e;
+      while (e != last) {
+        const Entry* mid = e + (last - e + 1) / 2;
+        if (mid->start <= pos) {
+          e = mid;
+        } else {
+          last = mid - 1;
+        }
       }
     }
     return {e->addr != nullptr ? e->addr + (pos - e->start) : nullptr, e[1].start - pos};
