@@ -37,6 +37,20 @@ uint64_t FindClear(const std::vector<uint64_t>& map, uint64_t from, uint64_t lim
 }
 
 // First set bit at or after `from`, below `limit`; `limit` if none.
+// The highest clear bit below `limit`, or `limit` if none.
+uint64_t FindLastClear(const std::vector<uint64_t>& map, uint64_t limit) {
+  uint64_t end = limit;  // bits [0, end) are left to search
+  while (end > 0) {
+    const uint64_t word_index = (end - 1) / 64;
+    const uint64_t valid = end - word_index * 64;  // 1..64 low bits of the word
+    uint64_t clear = ~map[word_index];
+    if (valid < 64) clear &= (uint64_t{1} << valid) - 1;
+    if (clear != 0) return word_index * 64 + 63 - static_cast<uint64_t>(std::countl_zero(clear));
+    end = word_index * 64;
+  }
+  return limit;
+}
+
 uint64_t FindSet(const std::vector<uint64_t>& map, uint64_t from, uint64_t limit) {
   uint64_t bit = from;
   while (bit < limit) {
@@ -115,15 +129,19 @@ bool Allocator::InUse(BitmapKind kind, uint64_t unit) const {
 }
 
 Extent Allocator::ReserveRun(Group& group, uint32_t index, BitmapKind kind, uint64_t from,
-                             uint64_t want) {
+                             uint64_t want, Search search) {
   std::vector<uint64_t>& map = kind == BitmapKind::kBlocks ? group.blocks : group.inodes;
   const uint64_t limit = PerGroup(kind);
   uint64_t start = limit;
+  if (search == Search::kTop) {
+    start = FindLastClear(map, limit);
+    want = 1;
+  }
   // A large request that cannot continue at its goal starts on a 2 MiB
   // boundary when a whole aligned 2 MiB run is free (huge-page friendly for
   // DAX mappings, and it keeps large files in few runs).
   const uint64_t align = kind == BitmapKind::kBlocks ? align_blocks_ : 0;
-  if (align > 1 && want >= align && (from >= limit || Bit(map, from))) {
+  if (start == limit && align > 1 && want >= align && (from >= limit || Bit(map, from))) {
     for (uint64_t at = (from + align - 1) / align * align; at + align <= limit; at += align) {
       if (FindSet(map, at, at + align) == at + align) {
         start = at;
@@ -149,7 +167,7 @@ Extent Allocator::ReserveRun(Group& group, uint32_t index, BitmapKind kind, uint
 }
 
 Result<Extent> Allocator::AllocateIn(Tx& tx, BitmapKind kind, uint32_t first_group,
-                                     uint64_t from, uint64_t want, bool spread) {
+                                     uint64_t from, uint64_t want, Search search) {
   const uint32_t groups = geometry_.group_count();
   const uint64_t total_free = kind == BitmapKind::kBlocks ? free_blocks() : free_inodes();
   const uint64_t average = total_free / groups;
@@ -163,8 +181,8 @@ Result<Extent> Allocator::AllocateIn(Tx& tx, BitmapKind kind, uint32_t first_gro
       const uint32_t free_here =
           kind == BitmapKind::kBlocks ? group.free_blocks : group.free_inodes;
       if (free_here == 0) continue;
-      if (pass == 0 && (spread ? free_here < average : i != 0)) continue;
-      const Extent run = ReserveRun(group, index, kind, i == 0 ? from : 0, want);
+      if (pass == 0 && (search == Search::kSpread ? free_here < average : i != 0)) continue;
+      const Extent run = ReserveRun(group, index, kind, i == 0 ? from : 0, want, search);
       if (run.count == 0) continue;
       if (!tx.LogAllocated(kind, run.first, run.count)) {
         // The slot is full: give the run back untouched.
@@ -190,14 +208,23 @@ Result<Extent> Allocator::AllocateBlocks(Tx& tx, uint64_t goal, uint64_t want) {
   if (goal >= geometry_.block_count()) goal = 0;
   const uint32_t group = static_cast<uint32_t>(goal / geometry_.blocks_per_group());
   return AllocateIn(tx, BitmapKind::kBlocks, group, goal % geometry_.blocks_per_group(),
-                    std::max<uint64_t>(want, 1), false);
+                    std::max<uint64_t>(want, 1), Search::kFromGoal);
+}
+
+Result<uint64_t> Allocator::AllocatePointerBlock(Tx& tx, uint64_t near) {
+  if (near >= geometry_.block_count()) near = 0;
+  const uint32_t group = static_cast<uint32_t>(near / geometry_.blocks_per_group());
+  Result<Extent> run = AllocateIn(tx, BitmapKind::kBlocks, group, 0, 1, Search::kTop);
+  if (!run.ok()) return run.take_error();
+  return run->first;
 }
 
 Result<uint64_t> Allocator::AllocateInode(Tx& tx, uint64_t near_ino, bool directory) {
   uint32_t group = static_cast<uint32_t>(near_ino / geometry_.inodes_per_group());
   if (group >= geometry_.group_count()) group = 0;
   if (directory) group = rotor_.fetch_add(1, std::memory_order_relaxed) % geometry_.group_count();
-  Result<Extent> run = AllocateIn(tx, BitmapKind::kInodes, group, 0, 1, directory);
+  Result<Extent> run = AllocateIn(tx, BitmapKind::kInodes, group, 0, 1,
+                                  directory ? Search::kSpread : Search::kFromGoal);
   if (!run.ok()) return run.take_error();
   return run->first;
 }

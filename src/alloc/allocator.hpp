@@ -38,6 +38,11 @@ class Allocator final : public AllocationSink {
   // Logs the run in `tx` and sets its bits on the media. ENOSPC when no block
   // is free (or the journal slot is full).
   Result<Extent> AllocateBlocks(Tx& tx, uint64_t goal, uint64_t want);
+  // Allocates one block for the bmap's pointer blocks: the highest free block
+  // of `near`'s group, else of the next groups. Data is allocated upwards from
+  // its goal, so pointer blocks stay out of its way, and a file written in
+  // order stays one contiguous run across the ends of its pointer blocks.
+  Result<uint64_t> AllocatePointerBlock(Tx& tx, uint64_t near);
   // Allocates one inode, near `near_ino`'s group for files; directories are
   // spread over groups with more than the average free inodes.
   Result<uint64_t> AllocateInode(Tx& tx, uint64_t near_ino, bool directory);
@@ -68,11 +73,19 @@ class Allocator final : public AllocationSink {
     uint32_t free_inodes = 0;      // protected by mu
   };
 
+  // Where a run is looked for in a group.
+  enum class Search {
+    kFromGoal,  // first fit at or after `from`, then from the group's start
+    kSpread,    // the same, in a group with at least the average free count
+    kTop,       // one unit: the highest free one
+  };
+
   // Finds and reserves (DRAM) a run in `group` starting at or after `from`
-  // (bit index). REQUIRES: group.mu held.
-  Extent ReserveRun(Group& group, uint32_t index, BitmapKind kind, uint64_t from, uint64_t want);
+  // (bit index), or the highest free unit (kTop). REQUIRES: group.mu held.
+  Extent ReserveRun(Group& group, uint32_t index, BitmapKind kind, uint64_t from, uint64_t want,
+                    Search search);
   Result<Extent> AllocateIn(Tx& tx, BitmapKind kind, uint32_t first_group, uint64_t from,
-                            uint64_t want, bool spread);
+                            uint64_t want, Search search);
   void SetOnMedia(BitmapKind kind, uint64_t first, uint64_t count);
   uint64_t PerGroup(BitmapKind kind) const;
 

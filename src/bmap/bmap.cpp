@@ -223,8 +223,8 @@ Status Bmap::Walk(const Inode& inode, uint64_t index, Branch* b) const {
 // ext2_find_goal: where new blocks for `index` should go. The block after
 // the previous file block's keeps a file contiguous; else a mapped neighbour
 // earlier in the same array, at the same distance (so a hole filled later
-// still fits); else next to the deepest pointer block on the path; else the
-// start of the inode's group.
+// still fits); else the start of the inode's group. (Not next to the pointer
+// blocks, as ext2: those sit at the top of the group, AddBranch.)
 uint64_t Bmap::FindGoal(const Inode& inode, uint64_t index, const Branch& b) const {
   if (index > 0) {
     uint64_t run;
@@ -239,7 +239,6 @@ uint64_t Bmap::FindGoal(const Inode& inode, uint64_t index, const Branch& b) con
       if (ptr != 0 && ptr < block_count_) return ptr + back;
     }
   }
-  if (b.missing > 0 && b.depth > 0) return b.ptr[b.missing - 1] + 1;
   const Geometry& g = ctx_.geometry;
   const uint64_t group = (OffsetOf(&inode) >> block_shift_) / g.blocks_per_group();
   return g.FirstDataBlock(static_cast<uint32_t>(group));
@@ -287,8 +286,11 @@ Result<Extent> Bmap::FillHoles(Tx& tx, const Inode& inode, const Branch& b, uint
 
 // Pointer levels b.missing .. depth - 1 are missing (ext2_alloc_branch and
 // ext2_splice_branch). Order:
-//  1. allocate the pointer blocks and then the data run, from the goal (one
-//     run when the allocator can);
+//  1. allocate the pointer blocks, each the highest free block of the goal's
+//     group (Allocator::AllocatePointerBlock: out of the way of data, so a
+//     file written in order stays one run across its pointer-block
+//     boundaries, where ext2 puts each before its data), then the data run
+//     from the goal;
 //  2. zero each new pointer block and write its one child pointer, or in the
 //     new leaf the data pointers, with fresh stores: nothing reaches these
 //     blocks yet;
@@ -307,24 +309,23 @@ Result<Extent> Bmap::AddBranch(Tx& tx, const Inode& inode, const Branch& b, uint
   if (tx.room() < cost) return SlotFull();
 
   uint64_t new_ptr[kIndirectPointers] = {};
-  Extent taken[kIndirectPointers + 1];
-  uint32_t taken_count = 0;
-  uint32_t have = 0;
-  Extent data;
-  while (data.count == 0) {
-    Result<Extent> run = ctx_.alloc.AllocateBlocks(tx, goal, (fresh - have) + count);
-    if (!run.ok()) {
-      for (uint32_t i = 0; i < taken_count; ++i) {
-        (void)ctx_.alloc.FreeBlocks(tx, taken[i].first, taken[i].count);
-      }
-      return run;
+  const auto give_back = [&](uint32_t pointers) {
+    for (uint32_t i = 0; i < pointers; ++i) (void)ctx_.alloc.FreeBlocks(tx, new_ptr[i], 1);
+  };
+  for (uint32_t j = 0; j < fresh; ++j) {
+    Result<uint64_t> block = ctx_.alloc.AllocatePointerBlock(tx, goal);
+    if (!block.ok()) {
+      give_back(j);
+      return block.take_error();
     }
-    taken[taken_count++] = *run;
-    const uint64_t for_pointers = std::min<uint64_t>(run->count, fresh - have);
-    for (uint64_t i = 0; i < for_pointers; ++i) new_ptr[have++] = run->first + i;
-    if (run->count > for_pointers) data = {run->first + for_pointers, run->count - for_pointers};
-    goal = run->first + run->count;
+    new_ptr[j] = *block;
   }
+  Result<Extent> run = ctx_.alloc.AllocateBlocks(tx, goal, count);
+  if (!run.ok()) {
+    give_back(fresh);
+    return run;
+  }
+  const Extent data = *run;
 
   for (uint32_t j = 0; j < fresh; ++j) {
     const uint32_t level = b.missing + j;  // new_ptr[j] is the pointer at this level

@@ -11,7 +11,11 @@ ExtentMap* ExtentMap::Build(const FsContext& ctx, const Bmap& bmap, const format
                             uint64_t seq, uint32_t max_runs) {
   const uint32_t shift = ctx.geometry.block_shift();
   const uint64_t size = inode.size;
-  const uint64_t blocks = (size >> shift) + ((size & ((uint64_t{1} << shift) - 1)) != 0);
+  // Past max_blocks() nothing can be mapped (an inode's size may say
+  // otherwise on a damaged image): the map stops there, so covered() stays
+  // below 2^63.
+  const uint64_t blocks = std::min(bmap.max_blocks(),
+                                   (size >> shift) + ((size & ((uint64_t{1} << shift) - 1)) != 0));
 
   // The runs, merged where the bmap's lookups split one (Lookup stops at
   // most runs' ends, not all).

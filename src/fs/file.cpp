@@ -3,9 +3,13 @@
 // Reads take no lock: they copy under the inode's sequence counter and
 // retry if a writer changed the file's mapping meanwhile (ReadInto), so a
 // block freed and reused under the copy is never returned. They walk the
-// file in physical runs: one bmap lookup per run, one copy per run. All three
-// paths are one loop with a different sink; a one-segment iovec list is a
-// plain buffer, so read_iter costs what read costs without a special case.
+// file in physical runs, one copy per run, found in the file's extent map
+// (a DRAM copy of the mapping tagged with the counter value it describes;
+// extent_map.hpp) or, while there is no current one, in the bmap; reads
+// that walked the bmap long enough build the map (doc/integrity.md,
+// section 8). All three paths are one loop with a different sink; a
+// one-segment iovec list is a plain buffer, so read_iter costs what read
+// costs without a special case.
 //
 // Writes: data goes straight to the media with non-temporal stores
 // (Media::StoreFlush); blocks that were holes are allocated, and filled aside

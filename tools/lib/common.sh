@@ -41,6 +41,9 @@ nvfs_build_asan() {
     meson setup "$NVFS_ASAN_BUILD" "$NVFS_TOP" -Db_sanitize=address,undefined \
       -Db_lundef=false >/dev/null
   fi
+  # Regenerates the build (if meson.build changed) so the list of tests below
+  # is current.
+  ninja -C "$NVFS_ASAN_BUILD" build.ninja >/dev/null
   local targets
   targets=$(meson introspect --tests "$NVFS_ASAN_BUILD" | python3 -c '
 import json, os, sys
