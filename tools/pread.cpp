@@ -53,7 +53,8 @@ constexpr const char* kUsage =
     "  -b SIZES        block sizes, comma-separated (default 512,4k,64k,1m)\n"
     "  -P PATTERNS     same,seq,rand (default: all)\n"
     "  -p PATHS        engine: read,read_iter,read_iter_4k,map,memcpy;\n"
-    "                  file: pread,preadv, and getxattr (a missing xattr: the round-trip floor)\n"
+    "                  file: pread,preadv, and the round-trip floors: getxattr (a\n"
+    "                  missing xattr) and eofread (a pread at the end of the file)\n"
     "  -s SIZE         engine: size of the data file (default 256m)\n"
     "  -t THREADS      threads (file mode; default 1)\n"
     "  -D SECONDS      file mode: run each measurement for this long instead of N ops\n"
@@ -360,6 +361,7 @@ int File(Options& o, const std::string& path) {
         for (size_t p = 0; p < o.paths.size(); ++p) {
           const bool vectored = o.paths[p] == "preadv";
           const bool floor = o.paths[p] == "getxattr";
+          const bool at_eof = o.paths[p] == "eofread";
           std::atomic<bool> failed{false};
           std::atomic<uint64_t> total_ops{0};
           auto worker = [&](int t) {
@@ -406,6 +408,12 @@ int File(Options& o, const std::string& path) {
                 if (fgetxattr(fd, "user.nvfs-pread-floor", buf.get(), 1) >= 0 || errno != ENODATA) {
                   if (errno != ENOTSUP) failed = true;
                 }
+                continue;
+              }
+              if (at_eof) {
+                // The cheapest read: one that reaches the filesystem (FUSE
+                // direct I/O sends it) and returns no data.
+                if (pread(fd, buf.get(), bs, static_cast<off_t>(size)) != 0) failed = true;
                 continue;
               }
               const uint64_t off = offsets[(i + static_cast<uint64_t>(t) * 7919) % offsets.size()];
