@@ -13,10 +13,8 @@ options=${1:-}
 : "${NVFS_MKFS:?set NVFS_MKFS to mkfs.nvfs}"
 : "${NVFS_FSCK:?set NVFS_FSCK to fsck.nvfs}"
 
-if ! [ -c /dev/fuse ] || ! [ -r /dev/fuse ] || ! [ -w /dev/fuse ]; then
-  echo "*** SKIPPED: /dev/fuse is not usable on this machine; nvfs cannot be mounted ***"
-  exit 0
-fi
+source "$(dirname "$0")/mount_lib.sh"
+require_fuse
 for tool in git rsync make cc tar diff getfattr setfattr fusermount3; do
   command -v "$tool" >/dev/null || { echo "missing tool: $tool (tools/lib/common.sh installs it)"; exit 1; }
 done
@@ -25,19 +23,10 @@ repo_src=$(cd "$(dirname "$0")/.." && pwd)/src
 image=/dev/shm/nvfs-tools-$$.img
 mnt=
 work=
-daemon_pid=
 
 cleanup() {
   local rc=$?
-  if [ -n "$mnt" ] && mountpoint -q "$mnt"; then
-    fusermount3 -u "$mnt" 2>/dev/null || fusermount3 -uz "$mnt" 2>/dev/null || true
-  fi
-  if [ -n "$daemon_pid" ]; then
-    for _ in $(seq 200); do kill -0 "$daemon_pid" 2>/dev/null || break; sleep 0.05; done
-    kill -9 "$daemon_pid" 2>/dev/null || true
-    wait "$daemon_pid" 2>/dev/null || true
-  fi
-  if [ -n "$mnt" ]; then rmdir "$mnt" 2>/dev/null || true; fi
+  stop_nvfs
   if [ -n "$work" ]; then rm -rf "$work"; fi
   rm -f "$image"
   [ $rc -eq 0 ] && echo "mount_tools: all passed" || echo "mount_tools: FAILED (exit $rc)"
@@ -54,23 +43,6 @@ step() { printf '== %s\n' "$*"; }
 meta() { (cd "$1" && find . -printf '%y %m %U:%G %T@ %p\n' -a \( -type d -o -printf '  %s\n' \) | sort); }
 same_meta() {
   diff <(meta "$1") <(meta "$2") || { echo "metadata differs: $1 vs $2"; return 1; }
-}
-
-mount_nvfs() {
-  "$NVFS_DAEMON" -f ${options:+-o "$options"} "$image" "$mnt" &
-  daemon_pid=$!
-  for _ in $(seq 500); do
-    mountpoint -q "$mnt" && return 0
-    kill -0 "$daemon_pid" 2>/dev/null || { echo "nvfs exited before mounting"; return 1; }
-    sleep 0.01
-  done
-  echo "nvfs did not mount"; return 1
-}
-
-unmount_nvfs() {
-  fusermount3 -u "$mnt"
-  wait "$daemon_pid"
-  daemon_pid=
 }
 
 # A snapshot of this repository's sources, so edits made meanwhile do not

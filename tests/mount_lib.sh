@@ -1,0 +1,50 @@
+# Shared by the mount suite's shell tests (mount_tools.sh, mount_stress.sh).
+# Source it, then set `image`, `mnt` and `options` (mount options, may be
+# empty) before calling:
+#   require_fuse   exits 0 with a loud SKIPPED where /dev/fuse is unusable
+#   mount_nvfs     starts "$NVFS_DAEMON -f" on $image at $mnt (daemon_pid),
+#                  returns once mounted
+#   unmount_nvfs   unmounts and waits for the daemon; fails if it exited non-zero
+#   stop_nvfs      for EXIT traps: unmounts if still mounted, waits for the
+#                  daemon (kills it after 10 s), removes $mnt
+
+daemon_pid=
+
+require_fuse() {
+  if ! [ -c /dev/fuse ] || ! [ -r /dev/fuse ] || ! [ -w /dev/fuse ]; then
+    echo "*** SKIPPED: /dev/fuse is not usable on this machine; nvfs cannot be mounted ***"
+    exit 0
+  fi
+}
+
+mount_nvfs() {
+  "$NVFS_DAEMON" -f ${options:+-o "$options"} "$image" "$mnt" &
+  daemon_pid=$!
+  for _ in $(seq 500); do
+    mountpoint -q "$mnt" && return 0
+    kill -0 "$daemon_pid" 2>/dev/null || { echo "nvfs exited before mounting"; return 1; }
+    sleep 0.01
+  done
+  echo "nvfs did not mount"; return 1
+}
+
+unmount_nvfs() {
+  fusermount3 -u "$mnt"
+  local status=0
+  wait "$daemon_pid" || status=$?
+  daemon_pid=
+  [ "$status" -eq 0 ] || { echo "the nvfs daemon exited with status $status"; return 1; }
+}
+
+stop_nvfs() {
+  if [ -n "${mnt:-}" ] && mountpoint -q "$mnt"; then
+    fusermount3 -u "$mnt" 2>/dev/null || fusermount3 -uz "$mnt" 2>/dev/null || true
+  fi
+  if [ -n "$daemon_pid" ]; then
+    for _ in $(seq 200); do kill -0 "$daemon_pid" 2>/dev/null || break; sleep 0.05; done
+    kill -9 "$daemon_pid" 2>/dev/null || true
+    wait "$daemon_pid" 2>/dev/null || true
+    daemon_pid=
+  fi
+  if [ -n "${mnt:-}" ]; then rmdir "$mnt" 2>/dev/null || true; fi
+}
