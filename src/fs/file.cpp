@@ -216,18 +216,19 @@ template <class Sink>
   if (old != nullptr) epoch::Retire(old, ExtentMap::DestroyErased);
 }
 
-// What the three read paths share: `len` bytes at `offset`, clipped to the
-// file, copied into `sink` under the data path's sequence lock: retried
-// (the sink reset) if a writer changed the mapping meanwhile, and after a
-// few retries done under the shared lock instead, so readers cannot starve.
+// What the three read paths share (behind ReadInto's fast case): `len`
+// bytes at `offset`, clipped to the file, copied into `sink` under the data
+// path's sequence lock: retried (the sink reset) if a writer changed the
+// mapping meanwhile, and after a few retries done under the shared lock
+// instead, so readers cannot starve.
 // A current extent map (one built at this data_seq) is used; else the bmap,
 // and the work that cost counts towards building the map. Returns the bytes
 // read or a negative errno: a Result is made once, by the caller (its
 // variant, moved through the retry loop, cost more instructions than the
-// lookup). Inlined into each path with its sink.
+// lookup).
 template <class Sink>
-[[gnu::always_inline]] inline int64_t ReadInto(Filesystem& fs, CachedInode* ci, uint64_t offset,
-                                               size_t len, Sink& sink) {
+[[gnu::noinline]] static int64_t ReadSlow(Filesystem& fs, CachedInode* ci, uint64_t offset,
+                                          size_t len, Sink& sink) {
   uint64_t work = 0;
   const auto attempt = [&](uint64_t seq) __attribute__((always_inline)) -> int64_t {
     sink.Reset();
@@ -271,6 +272,34 @@ template <class Sink>
     }
   }
   return n;
+}
+
+// The common case, kept apart so that it stays small (few registers live
+// across the copy): a current extent map and a range inside one mapped run,
+// copied in one piece and checked against the sequence counter. Anything
+// else, a retry included, is ReadSlow, which starts over.
+template <class Sink>
+[[gnu::always_inline]] inline int64_t ReadInto(Filesystem& fs, CachedInode* ci, uint64_t offset,
+                                               size_t len, Sink& sink) {
+  const uint64_t seq = ci->data_seq.load(std::memory_order_acquire);
+  if (!(seq & 1)) [[likely]] {
+    const epoch::Guard guard;
+    const ExtentMap* map = ci->extents.load(std::memory_order_acquire);
+    if (map != nullptr && map->seq() == seq && offset < map->size() && offset < map->covered())
+        [[likely]] {
+      const size_t want = static_cast<size_t>(std::min<uint64_t>(len, map->size() - offset));
+      const ExtentMap::Run run = map->At(offset);
+      if (run.len >= want && run.addr != nullptr) [[likely]] {
+        const size_t put = sink.Copy(run.addr, want);
+        std::atomic_thread_fence(std::memory_order_acquire);
+        if (ci->data_seq.load(std::memory_order_relaxed) == seq) [[likely]] {
+          return static_cast<int64_t>(put);
+        }
+      }
+    }
+  }
+  sink.Reset();
+  return ReadSlow(fs, ci, offset, len, sink);
 }
 
 static Result<size_t> ToResult(int64_t n) {
