@@ -160,9 +160,8 @@ template <class Sink>
 // length. Bytes past the map's coverage go through the bmap. REQUIRES:
 // [offset, offset + len) inside the file as of the map.
 template <class Sink>
-[[gnu::noinline]] static int64_t CopyOutMap(Filesystem& fs, const ExtentMap& map,
-                                            const Inode& inode, uint64_t offset, size_t len,
-                                            Sink& sink) {
+static int64_t CopyOutMap(Filesystem& fs, const ExtentMap& map, const Inode& inode,
+                          uint64_t offset, size_t len, Sink& sink) {
   size_t done = 0;
   while (done < len) {
     const uint64_t pos = offset + done;
@@ -184,8 +183,8 @@ template <class Sink>
 // A read that found no current extent map: checks the file type and size on
 // the media and walks the bmap, adding what that cost to *work.
 template <class Sink>
-[[gnu::noinline]] static int64_t CopyOutStale(Filesystem& fs, const Inode& inode, uint64_t offset,
-                                              size_t len, Sink& sink, uint64_t* work) {
+static int64_t CopyOutStale(Filesystem& fs, const Inode& inode, uint64_t offset, size_t len,
+                            Sink& sink, uint64_t* work) {
   if (!S_ISREG(inode.mode)) return S_ISDIR(inode.mode) ? -EISDIR : -EINVAL;
   if (offset >= inode.size) return 0;
   return CopyOutBmap(fs, inode, offset,
@@ -236,17 +235,10 @@ template <class Sink>
     {
       const epoch::Guard guard;
       const ExtentMap* map = ci->extents.load(std::memory_order_acquire);
-      if (map != nullptr && map->seq() == seq) [[likely]] {
+      if (map != nullptr && map->seq() == seq) {
         if (offset >= map->size()) return 0;
-        const size_t want = static_cast<size_t>(std::min<uint64_t>(len, map->size() - offset));
-        if (offset < map->covered()) [[likely]] {
-          // Most reads lie in one run: one lookup, one copy.
-          const ExtentMap::Run run = map->At(offset);
-          if (run.len >= want && run.addr != nullptr) [[likely]] {
-            return static_cast<int64_t>(sink.Copy(run.addr, want));
-          }
-        }
-        return CopyOutMap(fs, *map, inode, offset, want, sink);
+        return CopyOutMap(fs, *map, inode, offset,
+                          static_cast<size_t>(std::min<uint64_t>(len, map->size() - offset)), sink);
       }
     }
     return CopyOutStale(fs, inode, offset, len, sink, &work);
