@@ -206,7 +206,6 @@ Status Bmap::Walk(const Inode& inode, uint64_t index, Branch* b) const {
   }
   for (uint32_t level = 0; level <= b->depth; ++level) {
     const uint64_t ptr = *WordAt(b->slot_at[level]);
-    b->ptr[level] = ptr;
     if (ptr == 0) {
       b->missing = level;
       return Status::Ok();

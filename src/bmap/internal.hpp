@@ -71,7 +71,6 @@ struct Bmap::Branch {
   uint32_t depth = 0;                           // 0: direct
   uint32_t off[format::kIndirectPointers] = {};          // offset in the block at each level
   uint64_t slot_at[format::kIndirectPointers + 1] = {};  // pointer at each level; [depth]: data
-  uint64_t ptr[format::kIndirectPointers + 1] = {};      // their values
   uint32_t missing = 0;                         // first null level; depth + 1: mapped
   uint64_t leaf_avail = 0;  // slots from the data pointer to the end of its array
 };

@@ -47,7 +47,6 @@ class ExtentMap {
   // has more than max_runs runs or a corrupt block pointer (reads there use
   // the bmap, which reports it).
   uint64_t covered() const { return covered_; }
-  uint32_t runs() const { return count_; }
 
   // The run holding byte `pos`. REQUIRES: pos < covered().
   Run At(uint64_t pos) const {
