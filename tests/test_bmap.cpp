@@ -396,6 +396,9 @@ TEST_CASE("Truncate in the middle keeps the blocks before it", "[bmap]") {
   // 1547..2058, 2059..2570 and 2571..3082.
   CHECK(blocks_before - inode.blocks == 1500 + 3);
   CHECK(fs.alloc().free_blocks() - free_before == 1500 + 3);
+  // Freed, they wait for a grace period before the allocator hands them out.
+  for (uint64_t i = 1500; i < 3000; ++i) CHECK(fs.alloc().InUse(BitmapKind::kBlocks, before[i]));
+  fs.alloc().ReleaseDeferred(/*wait=*/true);
   for (uint64_t i = 1500; i < 3000; ++i) CHECK_FALSE(fs.alloc().InUse(BitmapKind::kBlocks, before[i]));
   // Truncating inside the first leaf of the depth-2 tree frees the tree's root.
   TruncateAll(fs, bmap, ino, 600);

@@ -1,4 +1,4 @@
-// Epoch-based reclamation (src/util/epoch.hpp): an object retired while a
+// Epoch-based reclamation (include/nvfs/epoch.hpp): an object retired while a
 // reader that may have loaded it is inside its guard is not destroyed until
 // that reader leaves; everything retired is destroyed in the end.
 #include <catch2/catch.hpp>
@@ -8,7 +8,7 @@
 #include <thread>
 #include <vector>
 
-#include "util/epoch.hpp"
+#include "nvfs/epoch.hpp"
 
 namespace nvfs::test {
 namespace {

@@ -137,13 +137,16 @@ TEST_CASE("write, read paths, sparse files and truncate", "[fs]") {
   CHECK(*n == attr->size);
   CHECK((a + b + c).substr(0, *n) == out.substr(0, *n));
   // map: the runs cover the same bytes.
-  ReadRun runs[16];
-  size_t count = 0;
-  auto m = fs.Map(*h, 100, 20000, runs, 16, &count);
-  REQUIRE(m.ok());
-  std::string mapped;
-  for (size_t i = 0; i < count; ++i) mapped.append(static_cast<const char*>(runs[i].data), runs[i].len);
-  CHECK(mapped == out.substr(100, *m));
+  {
+    ReadRun runs[16];
+    size_t count = 0;
+    const MapGuard held;
+    auto m = fs.Map(*h, 100, 20000, runs, 16, &count, held);
+    REQUIRE(m.ok());
+    std::string mapped;
+    for (size_t i = 0; i < count; ++i) mapped.append(static_cast<const char*>(runs[i].data), runs[i].len);
+    CHECK(mapped == out.substr(100, *m));
+  }
   // Past EOF: nothing.
   CHECK(*fs.Read(*h, attr->size, out.data(), 10) == 0);
   // Truncate down then up: the cut bytes read back as zeros.
@@ -720,7 +723,8 @@ TEST_CASE("extent maps: every read path agrees with a model through every kind o
       // map: the runs, concatenated.
       ReadRun runs[64];
       size_t count = 0;
-      auto k = fs.Map(*f, offset, len, runs, 64, &count);
+      const MapGuard held;
+      auto k = fs.Map(*f, offset, len, runs, 64, &count, held);
       REQUIRE(k.ok());
       std::string mapped;
       for (size_t r = 0; r < count; ++r) {
@@ -901,6 +905,86 @@ TEST_CASE("lock-free readers never see bytes of a block reused by another file",
   CHECK(reads > 0);
   fs.Release(*a);
   fs.Release(*b);
+}
+
+// The `map` path hands out pointers into the mapping that the FUSE adapter's
+// reply (the kernel's copy) reads after Map returned. Blocks the file frees
+// meanwhile must not go to another file until the reply is written.
+TEST_CASE("map: runs held under a MapGuard keep their bytes while the file is truncated and "
+          "another file needs its blocks", "[fs]") {
+  FsImage img(16ull << 20);
+  Filesystem& fs = img.fs();
+  constexpr size_t kSize = 1 << 20;
+  const std::string victim(kSize, 'V');
+  const uint64_t victim_ino = MustCreate(fs, kRoot, "victim", victim);
+  // Fill the rest, so the victim's blocks are the only ones a new file can get.
+  {
+    Attr attr;
+    auto h = fs.Create(kRoot, "filler", 0644, O_RDWR, kCred, &attr);
+    REQUIRE(h.ok());
+    fs.Forget(attr.ino, 1);
+    const std::string chunk(4096, 'f');
+    for (uint64_t off = 0;; off += chunk.size()) {
+      auto n = fs.Write(*h, off, chunk.data(), chunk.size());
+      if (!n.ok() || *n < chunk.size()) break;
+    }
+    fs.Release(*h);
+  }
+  auto f = fs.Open(victim_ino, O_RDONLY);
+  REQUIRE(f.ok());
+  std::vector<ReadRun> runs(64);
+  size_t count = 0;
+  std::atomic<bool> other_done{false};
+  std::atomic<size_t> other_written{0};
+  std::thread other;
+  {
+    const MapGuard held;
+    auto n = fs.Map(*f, 0, kSize, runs.data(), runs.size(), &count, held);
+    REQUIRE(n.ok());
+    REQUIRE(*n == kSize);
+    std::thread truncater([&] {
+      SetAttrRequest req;
+      req.valid = kSetSize;
+      req.size = 0;
+      CHECK(fs.SetAttr(victim_ino, req).ok());
+    });
+    truncater.join();
+    // Freed, the blocks count as free at once.
+    CHECK(fs.GetStatFs()->blocks_free >= kSize / fs.block_size());
+    other = std::thread([&] {
+      Attr attr;
+      auto h = fs.Create(kRoot, "other", 0644, O_RDWR, Cred{65534, 65534}, &attr);
+      if (h.ok()) {
+        fs.Forget(attr.ino, 1);
+        const std::string marker(kSize, 'X');
+        auto w = fs.Write(*h, 0, marker.data(), marker.size());
+        other_written = w.ok() ? *w : 0;
+        fs.Release(*h);
+      }
+      other_done = true;
+    });
+    // Give the other file every chance to take the blocks and fill them.
+    for (int i = 0; i < 30 && !other_done; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    // The new file cannot have the victim's blocks while the guard lives:
+    // its write waits for them (it never fails with ENOSPC for them).
+    CHECK_FALSE(other_done);
+    size_t wrong = 0;
+    for (size_t r = 0; r < count; ++r) {
+      const char* p = static_cast<const char*>(runs[r].data);
+      for (size_t i = 0; i < runs[r].len; ++i) wrong += p[i] != 'V';
+    }
+    CHECK(wrong == 0);
+  }
+  other.join();
+  // Once the guard is gone, the blocks are the other file's.
+  CHECK(other_written > 0);
+  fs.Release(*f);
+  auto other_attr = fs.Lookup(kRoot, "other");
+  REQUIRE(other_attr.ok());
+  CHECK(ReadAll(fs, other_attr->ino) == std::string(other_written, 'X'));
+  fs.Forget(other_attr->ino, 1);
 }
 
 }  // namespace

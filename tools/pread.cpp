@@ -285,7 +285,8 @@ int Engine(Options& o, const std::string& namespace_path) {
             ns = TimeNs(ops, [&] {
               for (uint64_t i = 0; i < ops; ++i) {
                 size_t count;
-                sink += *fs.Map(h, offset_of(i), bs, runs.data(), runs.size(), &count);
+                const nvfs::MapGuard held;  // as the FUSE adapter holds it
+                sink += *fs.Map(h, offset_of(i), bs, runs.data(), runs.size(), &count, held);
               }
             });
           } else if (path == "memcpy") {
@@ -296,7 +297,8 @@ int Engine(Options& o, const std::string& namespace_path) {
               for (size_t i = 0; i < offsets.size(); ++i) {
                 floor_first[i] = floor_runs.size();
                 size_t count = 0;
-                if (!fs.Map(h, offsets[i], bs, runs.data(), runs.size(), &count).ok()) {
+                const nvfs::MapGuard held;
+                if (!fs.Map(h, offsets[i], bs, runs.data(), runs.size(), &count, held).ok()) {
                   Die("cannot map the data file");
                 }
                 floor_runs.insert(floor_runs.end(), runs.begin(), runs.begin() + count);

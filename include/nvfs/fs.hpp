@@ -29,8 +29,9 @@
 // inode lock shared. Every pointer they follow was checked against the
 // namespace when read, so a torn read can copy wrong bytes of the namespace
 // (thrown away by the retry) but never leave the mapping. Map's runs point
-// into the mapping and are read by the caller after the counter was checked:
-// valid until the file is next written, truncated or released. Readers find
+// into the mapping and are read by the caller after the counter was checked,
+// under a MapGuard: blocks freed meanwhile are not reused until it ends (a
+// grace period; see Map). Readers find
 // runs in the file's extent map (a DRAM copy of its mapping, built by readers,
 // tagged with the counter value it describes, freed through epoch-based
 // reclamation: src/fs/extent_map.hpp), else in the bmap.
@@ -49,6 +50,7 @@
 #include <string>
 #include <string_view>
 
+#include "nvfs/epoch.hpp"
 #include "nvfs/result.hpp"
 
 namespace nvfs {
@@ -126,6 +128,25 @@ struct MountOptions {
   // past them reads use the bmap. Bounds a map's DRAM at about 20 bytes per
   // run. 0: no extent maps (every read walks the bmap).
   uint32_t extent_map_runs = 1u << 16;
+};
+
+// Held by a caller of Map from before the call until it has consumed the
+// runs (for the FUSE adapter: until fuse_reply_* has written them to the
+// kernel). While any guard lives, no block freed after it began is handed
+// out again (the allocator defers frees for a grace period,
+// doc/integrity.md section 8), so the runs show bytes of the file read and
+// of no other. Costs two stores to a thread-local record. Nests.
+// Whoever holds one must not block on anything a filesystem operation may
+// hold (an operation that needs freed blocks waits for the guards), nor
+// call an operation that frees or allocates.
+class MapGuard {
+ public:
+  MapGuard() = default;
+  MapGuard(const MapGuard&) = delete;
+  MapGuard& operator=(const MapGuard&) = delete;
+
+ private:
+  epoch::Guard guard_;
 };
 
 // An open file: what Open returns and Read/Write take, so the data path needs
@@ -209,10 +230,15 @@ class Filesystem {
   // read_iter: copy into a scatter list (nvfs ->read_iter).
   Result<size_t> ReadIter(FileHandle file, uint64_t offset, const iovec* iov, int iovcnt);
   // map: no copy; fills up to max_runs runs covering [offset, offset + len)
-  // (clipped at EOF) and returns the bytes covered. The runs stay valid until
-  // the file is written, truncated or released: the caller consumes them at once.
+  // (clipped at EOF) and returns the bytes covered. The runs were this
+  // range's bytes when Map returned; while `held` (entered before the call)
+  // lives they show those bytes or, where the file is written meanwhile,
+  // its newer bytes (as any read racing a write may) — never bytes of
+  // another file, even if the file is truncated, punched or deleted
+  // meanwhile: the blocks it frees are not reused until every guard older
+  // than the free has ended.
   Result<size_t> Map(FileHandle file, uint64_t offset, size_t len, ReadRun* runs,
-                     size_t max_runs, size_t* run_count);
+                     size_t max_runs, size_t* run_count, const MapGuard& held);
 
   // Writes at `offset` (O_APPEND handles: at the end). Durable on return.
   Result<size_t> Write(FileHandle file, uint64_t offset, const void* buf, size_t len);

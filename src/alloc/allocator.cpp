@@ -4,6 +4,8 @@
 #include <bit>
 #include <cstring>
 
+#include "nvfs/epoch.hpp"
+
 namespace nvfs {
 
 namespace {
@@ -172,8 +174,13 @@ Result<Extent> Allocator::AllocateIn(Tx& tx, BitmapKind kind, uint32_t first_gro
   const uint64_t total_free = kind == BitmapKind::kBlocks ? free_blocks() : free_inodes();
   const uint64_t average = total_free / groups;
   // First pass: the preferred group (or, when spreading, groups with at least
-  // the average free count); second pass: any group with room.
-  for (int pass = 0; pass < 2; ++pass) {
+  // the average free count); second pass: any group with room; a third,
+  // after waiting for the blocks freed but not yet past their grace period.
+  for (int pass = 0; pass < 3; ++pass) {
+    if (pass == 2) {
+      if (kind != BitmapKind::kBlocks || deferred_blocks() == 0) break;
+      ReleaseDeferred(/*wait=*/!epoch::InGuard());
+    }
     for (uint32_t i = 0; i < groups; ++i) {
       const uint32_t index = (first_group + i) % groups;
       Group& group = groups_[index];
@@ -202,6 +209,56 @@ Result<Extent> Allocator::AllocateIn(Tx& tx, BitmapKind kind, uint32_t first_gro
     }
   }
   return Error(ENOSPC);
+}
+
+void Allocator::ReleaseFreed(BitmapKind kind, uint64_t first, uint64_t count) {
+  if (kind == BitmapKind::kInodes) {
+    Release(kind, first, count);
+    return;
+  }
+  size_t waiting;
+  {
+    std::lock_guard lock(deferred_mu_);
+    deferred_.push_back({epoch::StartGrace(), {first, count}});
+    deferred_blocks_.fetch_add(count, std::memory_order_relaxed);
+    waiting = deferred_.size();
+  }
+  if (waiting % kDeferredBatch == 0) {
+    // A thread inside a guard cannot wait (it would wait for itself): only
+    // in process, never in the daemon, whose guards free nothing.
+    ReleaseDeferred(/*wait=*/waiting >= kDeferredMax && !epoch::InGuard());
+  }
+}
+
+std::vector<Allocator::DeferredFree> Allocator::TakeDeferred(uint64_t done) {
+  std::lock_guard lock(deferred_mu_);
+  const auto end = std::find_if(deferred_.begin(), deferred_.end(),
+                                [&](const DeferredFree& f) { return f.ticket > done; });
+  std::vector<DeferredFree> ready(deferred_.begin(), end);
+  deferred_.erase(deferred_.begin(), end);
+  return ready;
+}
+
+void Allocator::ReleaseAll(const std::vector<DeferredFree>& frees) {
+  for (const DeferredFree& f : frees) {
+    Release(BitmapKind::kBlocks, f.extent.first, f.extent.count);
+    deferred_blocks_.fetch_sub(f.extent.count, std::memory_order_relaxed);
+  }
+}
+
+void Allocator::ReleaseDeferred(bool wait) {
+  uint64_t newest = 0;
+  {
+    std::lock_guard lock(deferred_mu_);
+    if (deferred_.empty()) return;
+    newest = deferred_.back().ticket;
+  }
+  if (wait) {
+    epoch::WaitForGrace(newest);
+    ReleaseAll(TakeDeferred(newest));
+  } else {
+    ReleaseAll(TakeDeferred(epoch::CompletedGrace()));
+  }
 }
 
 Result<Extent> Allocator::AllocateBlocks(Tx& tx, uint64_t goal, uint64_t want) {

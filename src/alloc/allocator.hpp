@@ -7,8 +7,19 @@
 // counts are rebuilt from the media at mount (Load), in time proportional to
 // the number of groups, not to file sizes.
 //
-// Lock order: a group's mutex is a leaf lock (nothing else is taken while it is
-// held); callers may hold inode locks.
+// Blocks a committed transaction freed are not handed out again at once:
+// lock-free readers may still be reading them (a `map` read's runs, which
+// the kernel copies from after Map returned). They wait, cleared on the
+// media but reserved in DRAM, for a grace period (nvfs/epoch.hpp): until
+// every epoch guard that began before the free has ended. The wait is
+// bounded in memory (kDeferredMax entries; past that the freeing thread
+// waits for the readers) and never turns into ENOSPC: an allocation that
+// finds no free block waits for the deferred ones (doc/integrity.md, 8).
+//
+// Lock order: deferred_mu_, then a group's mutex; both are leaf locks
+// (nothing else is taken while they are held); callers may hold inode locks.
+// Waiting for a grace period is safe under inode locks because no reader
+// blocks on an inode lock inside a guard (epoch::Suspend).
 #pragma once
 
 #include <atomic>
@@ -51,18 +62,38 @@ class Allocator final : public AllocationSink {
   Status FreeBlocks(Tx& tx, uint64_t first, uint64_t count);
   Status FreeInode(Tx& tx, uint64_t ino);
 
-  uint64_t free_blocks() const { return free_blocks_.load(std::memory_order_relaxed); }
+  // Free blocks, those waiting for a grace period included (they are free
+  // on the media, and an allocation that needs them waits for them).
+  uint64_t free_blocks() const {
+    return free_blocks_.load(std::memory_order_relaxed) +
+           deferred_blocks_.load(std::memory_order_relaxed);
+  }
+  // Blocks freed and waiting for a grace period.
+  uint64_t deferred_blocks() const { return deferred_blocks_.load(std::memory_order_relaxed); }
+  // Makes allocatable every deferred free whose grace period is over; with
+  // `wait`, first waits until all of them are. REQUIRES for `wait`:
+  // !epoch::InGuard(). Unmount waits, so the counters it writes are exact.
+  void ReleaseDeferred(bool wait);
   uint64_t free_inodes() const { return free_inodes_.load(std::memory_order_relaxed); }
   // Per-group free counts (for the group descriptors at unmount).
   uint32_t group_free_blocks(uint32_t group) const;
   uint32_t group_free_inodes(uint32_t group) const;
 
-  // True if the unit's bit is set in DRAM (in use or reserved): for checks.
+  // True if the unit's bit is set in DRAM (in use, reserved, or freed and
+  // waiting for a grace period): for checks.
   bool InUse(BitmapKind kind, uint64_t unit) const;
 
   // AllocationSink.
   void ClearOnMedia(BitmapKind kind, uint64_t first, uint64_t count) override;
   void Release(BitmapKind kind, uint64_t first, uint64_t count) override;
+  // Inodes: released at once (no reader holds an inode number). Blocks:
+  // deferred (above).
+  void ReleaseFreed(BitmapKind kind, uint64_t first, uint64_t count) override;
+
+  // A poll for finished grace periods every this many deferred frees (each
+  // poll is one membarrier); at most this many entries wait (24 bytes each).
+  static constexpr size_t kDeferredBatch = 64;
+  static constexpr size_t kDeferredMax = 4096;
 
  private:
   struct Group {
@@ -89,8 +120,19 @@ class Allocator final : public AllocationSink {
   void SetOnMedia(BitmapKind kind, uint64_t first, uint64_t count);
   uint64_t PerGroup(BitmapKind kind) const;
 
+  struct DeferredFree {
+    uint64_t ticket;  // epoch::StartGrace
+    Extent extent;
+  };
+  // Moves out the deferred frees whose ticket is at most `done`.
+  std::vector<DeferredFree> TakeDeferred(uint64_t done);
+  void ReleaseAll(const std::vector<DeferredFree>& frees);
+
   Media& media_;
   const Geometry geometry_;
+  std::mutex deferred_mu_;
+  std::vector<DeferredFree> deferred_;  // protected by deferred_mu_; tickets ascending
+  std::atomic<uint64_t> deferred_blocks_{0};
   std::unique_ptr<Group[]> groups_;
   std::atomic<uint64_t> free_blocks_{0};
   std::atomic<uint64_t> free_inodes_{0};

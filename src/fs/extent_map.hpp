@@ -10,7 +10,7 @@
 // bumps that counter, which makes the map stale; readers compare, and
 // readers that found the map stale rebuild it (file.cpp says when). Nothing
 // else ever changes it, so it needs no lock; a replaced map is freed through
-// epoch-based reclamation (util/epoch.hpp) because readers hold no lock.
+// epoch-based reclamation (include/nvfs/epoch.hpp) because readers hold no lock.
 #pragma once
 
 #include <cstddef>

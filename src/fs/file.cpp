@@ -27,7 +27,7 @@
 
 #include "fs/extent_map.hpp"
 #include "fs/fs_impl.hpp"
-#include "util/epoch.hpp"
+#include "nvfs/epoch.hpp"
 
 namespace nvfs {
 
@@ -246,7 +246,14 @@ template <class Sink>
   int64_t n;
   for (int tries = 0;; ++tries) {
     if (tries == 4) {
-      std::shared_lock lock(ci->lock);
+      // No guard while waiting for the lock: a writer holding it may be
+      // waiting for a grace period (an allocation that needs freed blocks).
+      // Re-entered under the lock, before anything is read.
+      std::shared_lock lock(ci->lock, std::defer_lock);
+      {
+        const epoch::Suspend unguarded;
+        lock.lock();
+      }
       n = attempt(ci->data_seq.load(std::memory_order_acquire));
       break;
     }
@@ -319,7 +326,7 @@ Result<size_t> Filesystem::ReadIter(FileHandle file, uint64_t offset, const iove
 }
 
 Result<size_t> Filesystem::Map(FileHandle file, uint64_t offset, size_t len, ReadRun* runs,
-                               size_t max_runs, size_t* run_count) {
+                               size_t max_runs, size_t* run_count, const MapGuard& /*held*/) {
   RunSink sink{runs, max_runs};
   const int64_t n = ReadInto(*this, file->inode, offset, len, sink);
   *run_count = sink.count;

@@ -41,7 +41,7 @@ struct CachedInode : public boost::intrusive::set_base_hook<> {
 
   // The file's extent map, valid while its seq() equals data_seq; built and
   // replaced by readers only (file.cpp, ReadInto), freed through
-  // util/epoch.hpp. Null until the reads have paid for a build.
+  // include/nvfs/epoch.hpp. Null until the reads have paid for a build.
   std::atomic<ExtentMap*> extents{nullptr};
   // Work readers did in the bmap (blocks compared, plus a constant per
   // lookup) since the map was last built. Relaxed and racy on purpose: a

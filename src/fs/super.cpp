@@ -11,7 +11,7 @@
 #include "nvfs/cli.hpp"
 #include "nvfs/media.hpp"
 #include "nvfs/superblock.hpp"
-#include "util/epoch.hpp"
+#include "nvfs/epoch.hpp"
 
 namespace nvfs {
 
@@ -154,6 +154,9 @@ Status Filesystem::Unmount() {
   mounted_ = false;
   cache_->set_reclaim_unlinked(false);
   if (read_only_) return Status::Ok();
+  // Blocks freed while mounted and still waiting for their grace period
+  // count as free in the group descriptors: nothing reads them any more.
+  alloc_->ReleaseDeferred(/*wait=*/true);
   const Geometry& g = *geometry_;
   std::lock_guard lock(orphan_mu_);
   uint32_t group = 0;

@@ -139,14 +139,15 @@ void OpFsync(fuse_req_t req, fuse_ino_t /*ino*/, int /*datasync*/, fuse_file_inf
 //         read_iter would hand a filesystem), one reply buffer.
 //   map:  the runs inside the mapping go to the kernel as they are: one run
 //         by fuse_reply_data (libfuse writev()s a single memory buffer
-//         without copying or allocating), several by fuse_reply_iov (one
+//         without copying or allocating; FUSE_BUF_NO_SPLICE, so no page is
+//         referenced after it returns), several by fuse_reply_iov (one
 //         writev; libfuse's fuse_reply_data would copy them into a fresh
-//         malloc'ed buffer first). The kernel copies out of the runs after
-//         Map returned (the core's contract: they stay valid until the file
-//         is written, truncated or released), so a write racing with the
-//         read may show in it, as with any read racing a write, and a
-//         racing truncate that frees and reuses a block could show that
-//         block's new bytes: the price of replying without a copy.
+//         malloc'ed buffer first). The kernel copies out of the runs during
+//         that writev, after Map returned, so the MapGuard spans Map and the
+//         reply: a block the file frees meanwhile (truncate, punch, O_TRUNC)
+//         is not given to another file until the writev is done. A write
+//         racing with the read may show in it, as with any read racing a
+//         write. The page cache's fills (cache=page) come here too.
 void OpRead(fuse_req_t req, fuse_ino_t /*ino*/, size_t size, off_t off, fuse_file_info* fi) {
   Guarded(req, [&] {
     FuseAdapter& adapter = AdapterOf(req);
@@ -163,7 +164,8 @@ void OpRead(fuse_req_t req, fuse_ino_t /*ino*/, size_t size, off_t off, fuse_fil
     if (path == ReadPath::kMap) {
       std::vector<ReadRun>& runs = tb.runs();
       size_t count = 0;
-      Result<size_t> n = fs.Map(file, offset, size, runs.data(), runs.size(), &count);
+      const MapGuard held;  // until the reply is written
+      Result<size_t> n = fs.Map(file, offset, size, runs.data(), runs.size(), &count, held);
       if (!n.ok()) {
         fuse_reply_err(req, n.code());
         return;

@@ -419,7 +419,9 @@ Status Tx::Commit() {
     media.Drain();
   }
   SetState(JournalState::kIdle);
-  for (const Allocation& f : frees_) journal_.sink_->Release(f.kind, f.extent.first, f.extent.count);
+  for (const Allocation& f : frees_) {
+    journal_.sink_->ReleaseFreed(f.kind, f.extent.first, f.extent.count);
+  }
   Finish();
   return Status::Ok();
 }

@@ -32,8 +32,13 @@ class AllocationSink {
   // Clears the bits on the media and flushes them (no fence).
   virtual void ClearOnMedia(BitmapKind kind, uint64_t first, uint64_t count) = 0;
   // Makes the units allocatable again in DRAM. Called only once clearing them
-  // on the media can no longer be undone or repeated by recovery.
+  // on the media can no longer be undone or repeated by recovery. For units
+  // an aborted transaction had allocated: nothing outside it saw them.
   virtual void Release(BitmapKind kind, uint64_t first, uint64_t count) = 0;
+  // The same for units a committed transaction freed, which lock-free
+  // readers may still be reading (a `map` read's runs): blocks become
+  // allocatable only after a grace period (src/alloc/allocator.hpp).
+  virtual void ReleaseFreed(BitmapKind kind, uint64_t first, uint64_t count) = 0;
 };
 
 // Clears bits [first, first + count) of the block or inode bitmaps on the

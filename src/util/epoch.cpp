@@ -10,7 +10,7 @@
 // that barrier, so its later pointer loads see the object unpublished. Hence
 // an object retired at e may be freed when every announcement seen is 0 or
 // greater than e.
-#include "util/epoch.hpp"
+#include "nvfs/epoch.hpp"
 
 #include <linux/membarrier.h>
 #include <sched.h>
@@ -135,6 +135,32 @@ void Retire(void* object, void (*destroy)(void*)) {
   std::lock_guard lock(retire_mu);
   retired.push_back({object, destroy, detail::global_epoch.fetch_add(1, std::memory_order_acq_rel)});
   if (retired.size() >= kBatch) ReclaimLocked();
+}
+
+uint64_t StartGrace() {
+  Setup();
+  return detail::global_epoch.fetch_add(1, std::memory_order_acq_rel);
+}
+
+uint64_t CompletedGrace() {
+  Setup();
+  // Tickets below `now` were taken before the barrier: a guard the scan
+  // does not see began after it and cannot reach what they cover (the
+  // argument at the top of this file). Every guard the scan sees announced
+  // `oldest` or later, so tickets below `oldest` are over too.
+  const uint64_t now = detail::global_epoch.load(std::memory_order_acquire);
+  HeavyBarrier();
+  return std::min(now, OldestReader()) - 1;
+}
+
+bool GraceOver(uint64_t ticket) { return ticket <= CompletedGrace(); }
+
+void WaitForGrace(uint64_t ticket) {
+  if (InGuard()) {
+    std::fprintf(stderr, "nvfs: WaitForGrace inside a guard\n");
+    std::abort();
+  }
+  while (!GraceOver(ticket)) sched_yield();
 }
 
 void Barrier() {

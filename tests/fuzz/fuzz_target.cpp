@@ -65,7 +65,8 @@ struct Walk {
     Result<size_t> r2 = fs.ReadIter(file, offset, iov, 3);
     ReadRun runs[kMaxRuns];
     size_t run_count = 0;
-    Result<size_t> r3 = fs.Map(file, offset, len, runs, kMaxRuns, &run_count);
+    const MapGuard held;
+    Result<size_t> r3 = fs.Map(file, offset, len, runs, kMaxRuns, &run_count, held);
     size_t mapped = 0;
     if (r3.ok()) {
       for (size_t i = 0; i < run_count; ++i) {
