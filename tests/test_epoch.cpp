@@ -81,5 +81,62 @@ TEST_CASE("epoch: threads that used a guard and exited hold nothing back", "[epo
   CHECK(destroyed_count.load() - destroyed_before == 1);
 }
 
+// Grace periods (what the allocator's deferred frees wait for): a ticket is
+// not over while a guard that began before it lives, nested or suspended
+// guards included, and is over once that guard has ended.
+TEST_CASE("epoch: a grace period waits for every guard older than its ticket", "[epoch]") {
+  std::atomic<int> phase{0};
+  std::atomic<bool> release{false};
+  std::thread reader([&] {
+    const epoch::Guard outer;
+    {
+      const epoch::Guard inner;  // nests: leaving it ends nothing
+    }
+    CHECK(epoch::InGuard());
+    phase = 1;
+    while (!release) std::this_thread::yield();
+  });
+  while (phase != 1) std::this_thread::yield();
+  const uint64_t ticket = epoch::StartGrace();
+  CHECK_FALSE(epoch::GraceOver(ticket));  // the reader's outer guard is older
+  // A guard that begins after the ticket does not hold it back.
+  std::thread late([&] {
+    const epoch::Guard guard;
+    CHECK_FALSE(epoch::GraceOver(ticket));  // the first reader still does
+  });
+  late.join();
+  release = true;
+  reader.join();
+  CHECK(epoch::GraceOver(ticket));
+  CHECK_FALSE(epoch::InGuard());
+  epoch::WaitForGrace(epoch::StartGrace());  // nothing to wait for: returns
+
+  // Suspended, a guard holds nothing back; resumed, it is newer than the
+  // tickets taken meanwhile.
+  std::atomic<int> step{0};
+  uint64_t during = 0;
+  std::thread suspender([&] {
+    const epoch::Guard guard;
+    {
+      const epoch::Suspend away;
+      step = 1;
+      while (step != 2) std::this_thread::yield();
+    }
+    step = 3;
+    while (step != 4) std::this_thread::yield();
+  });
+  while (step != 1) std::this_thread::yield();
+  during = epoch::StartGrace();
+  CHECK(epoch::GraceOver(during));
+  step = 2;
+  while (step != 3) std::this_thread::yield();
+  const uint64_t after = epoch::StartGrace();
+  CHECK(epoch::GraceOver(during));
+  CHECK_FALSE(epoch::GraceOver(after));
+  step = 4;
+  suspender.join();
+  CHECK(epoch::GraceOver(after));
+}
+
 }  // namespace
 }  // namespace nvfs::test
