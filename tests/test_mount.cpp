@@ -24,6 +24,7 @@
 #include <chrono>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <random>
@@ -366,6 +367,127 @@ TEST_CASE("mount: permissions with default_permissions and a second uid", "[moun
   CHECK(ReadAll(m.path("given")) == "mine");
   CHECK(PathExists(m.path("shared/rootfile")));
   CHECK(m.Stop() == 0);
+}
+
+// A valid security.capability value (VFS_CAP_REVISION_2, cap_net_raw
+// permitted and effective): the kernel checks the format on setxattr.
+std::string CapabilityValue() {
+  const uint32_t words[5] = {0x02000001u, 1u << 13, 0, 0, 0};
+  return std::string(reinterpret_cast<const char*>(words), sizeof words);
+}
+
+// Privileges are dropped by every change of a file's bytes by a caller
+// without CAP_FSETID — write, truncate, O_TRUNC, fallocate, punch, zero
+// range — in both cache modes, set-user-ID, group-executable set-group-ID
+// and security.capability alike; root keeps the mode bits. On the old code
+// a truncate or fallocate by uid 65534 kept the bits, and no direct write
+// removed the capability.
+TEST_CASE("mount: a change by an unprivileged caller drops set-user-ID, set-group-ID and "
+          "capabilities", "[mount]") {
+  NVFS_REQUIRE_FUSE();
+  const std::string options = GENERATE(as<std::string>{}, "allow_other", "allow_other,cache=page");
+  INFO("options: " << options);
+  MountedFs m;
+  m.Start(options);
+  REQUIRE(chmod(m.dir().c_str(), 0755) == 0);
+  const std::string cap = CapabilityValue();
+  const auto prepare = [&](const std::string& name, uid_t owner) {
+    WriteFile(m.path(name), std::string(8192, 'p'));
+    REQUIRE(chown(m.path(name).c_str(), owner, owner) == 0);
+    REQUIRE(chmod(m.path(name).c_str(), 06755) == 0);
+    INFO(name << ": " << std::strerror(errno));
+    REQUIRE(setxattr(m.path(name).c_str(), "security.capability", cap.data(), cap.size(), 0) == 0);
+  };
+  const auto has_cap = [&](const std::string& name) {
+    char buf[64];
+    return getxattr(m.path(name).c_str(), "security.capability", buf, sizeof buf) > 0;
+  };
+  // name -> what the caller does to it (0 on success).
+  const std::vector<std::pair<std::string, std::function<int(const std::string&)>>> changes = {
+      {"write", [](const std::string& p) {
+         const int fd = open(p.c_str(), O_WRONLY);
+         const int rc = fd >= 0 && pwrite(fd, "w", 1, 100) == 1 ? 0 : 1;
+         if (fd >= 0) close(fd);
+         return rc;
+       }},
+      {"append", [](const std::string& p) {
+         const int fd = open(p.c_str(), O_WRONLY | O_APPEND);
+         const int rc = fd >= 0 && write(fd, "a", 1) == 1 ? 0 : 1;
+         if (fd >= 0) close(fd);
+         return rc;
+       }},
+      {"truncate", [](const std::string& p) { return truncate(p.c_str(), 100) == 0 ? 0 : 1; }},
+      {"otrunc", [](const std::string& p) {
+         const int fd = open(p.c_str(), O_WRONLY | O_TRUNC);
+         if (fd >= 0) close(fd);
+         return fd >= 0 ? 0 : 1;
+       }},
+      {"fallocate", [](const std::string& p) {
+         const int fd = open(p.c_str(), O_WRONLY);
+         const int rc = fd >= 0 && fallocate(fd, 0, 0, 65536) == 0 ? 0 : 1;
+         if (fd >= 0) close(fd);
+         return rc;
+       }},
+      {"punch", [](const std::string& p) {
+         const int fd = open(p.c_str(), O_WRONLY);
+         const int rc = fd >= 0 && fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0,
+                                             4096) == 0 ? 0 : 1;
+         if (fd >= 0) close(fd);
+         return rc;
+       }},
+      {"zero", [](const std::string& p) {
+         const int fd = open(p.c_str(), O_WRONLY);
+         const int rc = fd >= 0 && fallocate(fd, FALLOC_FL_ZERO_RANGE, 0, 4096) == 0 ? 0 : 1;
+         if (fd >= 0) close(fd);
+         return rc;
+       }},
+  };
+  for (const auto& [name, change] : changes) {
+    prepare("user-" + name, 65534);
+    prepare("root-" + name, 0);
+    REQUIRE(chmod(m.path("root-" + name).c_str(), 06757) == 0);  // others may write
+  }
+  const int failed = RunInChild([&]() -> int {
+    if (setgroups(0, nullptr) != 0 || setresgid(65534, 65534, 65534) != 0 ||
+        setresuid(65534, 65534, 65534) != 0) {
+      return 100;
+    }
+    int step = 0;
+    for (const auto& [name, change] : changes) {
+      ++step;
+      if (change(m.path("user-" + name)) != 0) return step;
+    }
+    return 0;
+  });
+  INFO("first failed change in the child (100: could not change uid): " << failed);
+  REQUIRE(failed == 0);
+  for (const auto& [name, change] : changes) {
+    INFO(name);
+    CHECK((Stat(m.path("user-" + name)).st_mode & 07777) == 0755);
+    CHECK_FALSE(has_cap("user-" + name));
+    // Root (CAP_FSETID) keeps the bits; file capabilities go whoever
+    // changes the file, as on every local filesystem.
+    REQUIRE(change(m.path("root-" + name)) == 0);
+    CHECK((Stat(m.path("root-" + name)).st_mode & 07777) == 06757);
+    CHECK_FALSE(has_cap("root-" + name));
+  }
+  // Set-group-ID without group execution marks mandatory locking: it stays.
+  prepare("lock", 65534);
+  REQUIRE(chmod(m.path("lock").c_str(), 02745) == 0);
+  const int lock_failed = RunInChild([&]() -> int {
+    if (setgroups(0, nullptr) != 0 || setresgid(65534, 65534, 65534) != 0 ||
+        setresuid(65534, 65534, 65534) != 0) {
+      return 100;
+    }
+    return changes[0].second(m.path("lock"));
+  });
+  REQUIRE(lock_failed == 0);
+  CHECK((Stat(m.path("lock")).st_mode & 07777) == 02745);
+  CHECK_FALSE(has_cap("lock"));
+  CHECK(m.Stop() == 0);
+  const FsckResult fsck = FsckImage(m.image());
+  INFO(fsck.output);
+  CHECK(fsck.exit_code == 0);
 }
 
 TEST_CASE("mount: hard links and link counts", "[mount]") {

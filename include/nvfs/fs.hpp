@@ -95,6 +95,29 @@ enum SetAttrBits : uint32_t {
   kSetAtimeNow = 1u << 6,
   kSetMtimeNow = 1u << 7,
   kSetCtime = 1u << 8,      // to .ctime (otherwise ctime becomes now)
+  // The caller may not keep set-user-ID, nor set-group-ID where group
+  // execution is on (it lacks CAP_FSETID): with a size or owner change,
+  // they are cleared in the same transaction (FUSE's FATTR_KILL_SUIDGID).
+  kSetKillSuidgid = 1u << 9,
+};
+
+// Privileges and changes of a file. Every change of a regular file's bytes
+// or owner (Write, WriteIter, Fallocate, a size change, an O_TRUNC Open, an
+// owner change) removes its security.capability attribute, whoever the
+// caller (the kernel's file_remove_privs does the same for every local
+// filesystem). Set-user-ID and group-executable set-group-ID are cleared
+// only when the caller says so (kKillSuidgid, kSetKillSuidgid). Either way
+// it is done before the change's bytes are visible: in the same
+// transaction where the change is one (size, owner), else in one committed
+// before the first byte is stored, under the same hold of the inode lock,
+// so no reader and no crash ever sees new bytes under the old privileges.
+//
+// Flags of Open, Write, WriteIter and Fallocate.
+enum IoFlags : unsigned {
+  // The caller lacks CAP_FSETID (FUSE_WRITE_KILL_SUIDGID, FUSE_OPEN_KILL_SUIDGID
+  // with O_TRUNC, a fallocate by an unprivileged caller): clear set-user-ID
+  // and group-executable set-group-ID.
+  kKillSuidgid = 1u << 0,
 };
 
 struct SetAttrRequest {
@@ -217,7 +240,7 @@ class Filesystem {
   // --- Files -----------------------------------------------------------------
   // Opens a regular file (O_TRUNC truncates, as one atomic operation); the
   // handle holds the inode until Release.
-  Result<FileHandle> Open(uint64_t ino, int flags);
+  Result<FileHandle> Open(uint64_t ino, int flags, unsigned io_flags = 0);
   // Creates and opens: EEXIST if the name exists.
   Result<FileHandle> Create(uint64_t parent, std::string_view name, uint32_t mode, int flags,
                             const Cred& cred, Attr* attr);
@@ -241,12 +264,15 @@ class Filesystem {
                      size_t max_runs, size_t* run_count, const MapGuard& held);
 
   // Writes at `offset` (O_APPEND handles: at the end). Durable on return.
-  Result<size_t> Write(FileHandle file, uint64_t offset, const void* buf, size_t len);
-  Result<size_t> WriteIter(FileHandle file, uint64_t offset, const iovec* iov, int iovcnt);
+  Result<size_t> Write(FileHandle file, uint64_t offset, const void* buf, size_t len,
+                       unsigned io_flags = 0);
+  Result<size_t> WriteIter(FileHandle file, uint64_t offset, const iovec* iov, int iovcnt,
+                           unsigned io_flags = 0);
   // Everything is durable already; checks the handle.
   Status Fsync(FileHandle file);
   // mode: 0, FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE.
-  Status Fallocate(FileHandle file, int mode, uint64_t offset, uint64_t len);
+  Status Fallocate(FileHandle file, int mode, uint64_t offset, uint64_t len,
+                   unsigned io_flags = 0);
   // SEEK_DATA / SEEK_HOLE (and SEEK_SET/SEEK_CUR/SEEK_END for completeness).
   Result<uint64_t> Lseek(FileHandle file, uint64_t offset, int whence);
   uint64_t HandleIno(FileHandle file) const;

@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "fuse/adapter.hpp"
+#include "fuse/transport.hpp"
 #include "nvfs/fs.hpp"
 
 namespace {
@@ -347,6 +348,14 @@ int main(int argc, char** argv) {
   if (fuse_session_mount(se, mountpoint.c_str()) != 0) {
     // libfuse printed why (e.g. "fuse: device not found").
     Say("%s: cannot mount on %s", device.c_str(), mountpoint.c_str());
+    fuse_remove_signal_handlers(se);
+    (void)UnmountCore(std::move(fs), device);
+    return 1;
+  }
+  const int io = nvfs::InstallTransport(se);
+  if (io != 0) {
+    Say("%s: cannot set up the FUSE transport: %s", mountpoint.c_str(), std::strerror(-io));
+    fuse_session_unmount(se);
     fuse_remove_signal_handlers(se);
     (void)UnmountCore(std::move(fs), device);
     return 1;

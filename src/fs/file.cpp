@@ -360,7 +360,7 @@ struct Source {
 }  // namespace
 
 static Result<size_t> WriteCore(Filesystem& fs, FileHandle file, uint64_t offset, Source& src,
-                                size_t len) {
+                                size_t len, unsigned io_flags) {
   if (fs.read_only()) return Error(EROFS);
   if ((file->flags & O_ACCMODE) == O_RDONLY) return Error(EBADF);
   CachedInode* ci = file->inode;
@@ -385,6 +385,8 @@ static Result<size_t> WriteCore(Filesystem& fs, FileHandle file, uint64_t offset
   if (len == 0) return size_t{0};
   if (offset >= max_bytes) return Error(EFBIG);
   len = static_cast<size_t>(std::min<uint64_t>(len, max_bytes - offset));
+  // Before any byte lands: an overwrite in place is visible at once.
+  NVFS_TRY(FsOps::KillPrivsFirst(fs, ci->ino, inode, io_flags & kKillSuidgid));
 
   Media& media = fs.media();
   Bmap& bmap = FsOps::BmapOf(fs);
@@ -449,16 +451,17 @@ static Result<size_t> WriteCore(Filesystem& fs, FileHandle file, uint64_t offset
   return done;
 }
 
-Result<size_t> Filesystem::Write(FileHandle file, uint64_t offset, const void* buf, size_t len) {
+Result<size_t> Filesystem::Write(FileHandle file, uint64_t offset, const void* buf, size_t len,
+                                 unsigned io_flags) {
   iovec iov{const_cast<void*>(buf), len};
   Source src{&iov, &iov + 1};
-  return WriteCore(*this, file, offset, src, len);
+  return WriteCore(*this, file, offset, src, len, io_flags);
 }
 
 Result<size_t> Filesystem::WriteIter(FileHandle file, uint64_t offset, const iovec* iov,
-                                     int iovcnt) {
+                                     int iovcnt, unsigned io_flags) {
   Source src{iov, iov + iovcnt};
-  return WriteCore(*this, file, offset, src, IovecTotal(iov, iovcnt));
+  return WriteCore(*this, file, offset, src, IovecTotal(iov, iovcnt), io_flags);
 }
 
 Status Filesystem::Fsync(FileHandle file) {
@@ -491,7 +494,8 @@ static Status ZeroMapped(Filesystem& fs, const Inode& inode, uint64_t from, uint
   return Status::Ok();
 }
 
-Status Filesystem::Fallocate(FileHandle file, int mode, uint64_t offset, uint64_t len) {
+Status Filesystem::Fallocate(FileHandle file, int mode, uint64_t offset, uint64_t len,
+                             unsigned io_flags) {
   if (read_only_) return Error(EROFS);
   if ((file->flags & O_ACCMODE) == O_RDONLY) return Error(EBADF);
   if (len == 0) return Error(EINVAL);
@@ -514,6 +518,8 @@ Status Filesystem::Fallocate(FileHandle file, int mode, uint64_t offset, uint64_
   const uint64_t max_bytes = bmap_->max_blocks() << shift;
   if (offset >= max_bytes || len > max_bytes - offset) return Error(EFBIG);
   const uint64_t end = offset + len;
+  // Before anything changes (zero range stores zeros in place).
+  NVFS_TRY(FsOps::KillPrivsFirst(*this, ci->ino, inode, io_flags & kKillSuidgid));
   const timespec now = FsOps::Now();
 
   if (punch) {

@@ -48,6 +48,33 @@ struct FsOps {
   static void StoreInodeDiff(Tx& tx, const format::Inode& on_media,
                              const format::Inode& updated);
 
+  // What a change of a file takes away (fs.hpp, "Privileges"): the
+  // security.capability attribute always; with `suidgid`, set-user-ID and
+  // set-group-ID where group execution is on (without it the bit marks
+  // mandatory locking and stays, as on every Linux filesystem).
+  static uint32_t KilledMode(uint32_t mode) {
+    uint32_t kill = mode & S_ISUID;
+    if ((mode & (S_ISGID | S_IXGRP)) == (S_ISGID | S_IXGRP)) kill |= S_ISGID;
+    return mode & ~kill;
+  }
+  // True if there is something to take away; EIO if the attributes are
+  // damaged. REQUIRES: inode lock held.
+  static Result<bool> HasPrivs(Filesystem& fs, const format::Inode& inode, bool suidgid);
+  // Takes it away, logged in `tx` (ctime becomes `now`). REQUIRES: inode
+  // lock held exclusively.
+  static Status KillPrivs(Filesystem& fs, uint64_t ino, const format::Inode& inode, bool suidgid,
+                          Tx& tx, timespec now);
+  // For the calls that store bytes before their transaction commits (write,
+  // fallocate): if there is anything to take away, does it in a transaction
+  // of its own, committed before the caller stores anything. REQUIRES: inode
+  // lock held exclusively, until the caller's change is done.
+  static Status KillPrivsFirst(Filesystem& fs, uint64_t ino, const format::Inode& inode,
+                               bool suidgid);
+  // security.capability, if the inode has it: present, and removed in `tx`
+  // (xattr.cpp).
+  static Result<bool> HasCapability(Filesystem& fs, const format::Inode& inode);
+  static Status RemoveCapability(Filesystem& fs, uint64_t ino, const format::Inode& inode, Tx& tx);
+
   // Allocates an inode near `parent` and writes it whole (fresh).
   static Result<uint64_t> NewInode(Filesystem& fs, Tx& tx, const format::Inode& parent_inode,
                                    uint64_t parent, uint32_t mode, uint64_t rdev,

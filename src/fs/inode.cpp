@@ -17,6 +17,33 @@ Result<Attr> Filesystem::GetAttr(uint64_t ino) {
   return FsOps::MakeAttr(*this, ino, ref->media());
 }
 
+Result<bool> FsOps::HasPrivs(Filesystem& fs, const Inode& inode, bool suidgid) {
+  if (!S_ISREG(inode.mode)) return false;
+  if (suidgid && KilledMode(inode.mode) != inode.mode) return true;
+  return HasCapability(fs, inode);
+}
+
+// Order: the mode, then the attribute block (copy on write, published by
+// one logged store), in the caller's transaction.
+Status FsOps::KillPrivs(Filesystem& fs, uint64_t ino, const Inode& inode, bool suidgid, Tx& tx,
+                        timespec now) {
+  if (!S_ISREG(inode.mode)) return Status::Ok();
+  const uint32_t mode = suidgid ? KilledMode(inode.mode) : inode.mode;
+  if (mode != inode.mode) tx.Set(inode.mode, static_cast<uint16_t>(mode));
+  NVFS_TRY(RemoveCapability(fs, ino, inode, tx));
+  Touch(tx, inode, false, true, now);
+  return Status::Ok();
+}
+
+Status FsOps::KillPrivsFirst(Filesystem& fs, uint64_t ino, const Inode& inode, bool suidgid) {
+  Result<bool> has = HasPrivs(fs, inode, suidgid);
+  if (!has.ok()) return has.take_error();
+  if (!*has) return Status::Ok();
+  Tx tx(Jnl(fs), "kill-privs");
+  NVFS_TRY(KillPrivs(fs, ino, inode, suidgid, tx, Now()));
+  return tx.Commit();
+}
+
 // One transaction changes every requested field, the size included (a
 // truncation too large for one transaction continues in further ones, with
 // the inode on the orphan list: the new size is visible from the first commit).
@@ -36,9 +63,21 @@ Result<Attr> Filesystem::SetAttr(uint64_t ino, const SetAttrRequest& req) {
   }
   const timespec now = FsOps::Now();
   Tx tx(*journal_, "setattr");
-  if (req.valid & kSetMode) {
-    tx.Set(inode.mode, static_cast<uint16_t>((inode.mode & S_IFMT) | (req.mode & 07777)));
+  // Privileges go in the same transaction as the size or owner change that
+  // takes them away (fs.hpp), after a requested mode, so that they go from
+  // it too.
+  const bool changes_file = S_ISREG(inode.mode) &&
+                            (((req.valid & kSetSize) && req.size != inode.size) ||
+                             ((req.valid & kSetUid) && req.uid != inode.uid) ||
+                             ((req.valid & kSetGid) && req.gid != inode.gid));
+  if (changes_file) NVFS_TRY(FsOps::RemoveCapability(*this, ino, inode, tx));
+  uint32_t mode = inode.mode;
+  if (req.valid & kSetMode) mode = (inode.mode & S_IFMT) | (req.mode & 07777);
+  if ((req.valid & kSetKillSuidgid) && (req.valid & (kSetSize | kSetUid | kSetGid)) &&
+      !S_ISDIR(inode.mode)) {
+    mode = FsOps::KilledMode(mode);
   }
+  if (mode != inode.mode) tx.Set(inode.mode, static_cast<uint16_t>(mode));
   if (req.valid & kSetUid) tx.Set(inode.uid, req.uid);
   if (req.valid & kSetGid) tx.Set(inode.gid, req.gid);
   if (req.valid & (kSetAtime | kSetAtimeNow)) {
@@ -64,7 +103,7 @@ Result<Attr> Filesystem::SetAttr(uint64_t ino, const SetAttrRequest& req) {
   return FsOps::MakeAttr(*this, ino, inode);
 }
 
-Result<FileHandle> Filesystem::Open(uint64_t ino, int flags) {
+Result<FileHandle> Filesystem::Open(uint64_t ino, int flags, unsigned io_flags) {
   Result<InodeRef> ref = FsOps::Get(*this, ino);
   if (!ref.ok()) return ref.take_error();
   const int access = flags & O_ACCMODE;
@@ -73,13 +112,19 @@ Result<FileHandle> Filesystem::Open(uint64_t ino, int flags) {
     const Inode& inode = ref->media();
     if (S_ISDIR(inode.mode) && access != O_RDONLY) return Error(EISDIR);
     if (access != O_RDONLY && read_only_) return Error(EROFS);
-    if ((flags & O_TRUNC) && access != O_RDONLY && S_ISREG(inode.mode) && inode.size != 0) {
+    const bool truncating = (flags & O_TRUNC) && access != O_RDONLY && S_ISREG(inode.mode);
+    const bool suidgid = io_flags & kKillSuidgid;
+    if (truncating && inode.size != 0) {
       const MappingChange change(ref->get());  // lock-free readers retry
       const timespec now = FsOps::Now();
       Tx tx(*journal_, "open-truncate");
+      NVFS_TRY(FsOps::KillPrivs(*this, ino, inode, suidgid, tx, now));
       FsOps::Touch(tx, inode, true, true, now);
       NVFS_TRY(FsOps::Resize(*this, ino, 0, &tx));
       NVFS_TRY(tx.Commit());
+    } else if (truncating) {
+      // Nothing to cut, but a truncation all the same (as do_truncate).
+      NVFS_TRY(FsOps::KillPrivsFirst(*this, ino, inode, suidgid));
     }
   }
   cache_->AddOpen(ref->get());

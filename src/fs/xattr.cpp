@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <sys/xattr.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -68,10 +69,12 @@ Result<std::vector<Attribute>> Load(const FsContext& ctx, const Inode& inode) {
   return attrs;
 }
 
-// Replaces the inode's xattr block with one holding `attrs` (or none).
-// REQUIRES: inode lock held exclusively.
-Status Store(Filesystem& fs, uint64_t ino, const Inode& inode,
-             const std::vector<Attribute>& attrs) {
+constexpr std::string_view kCapability = "security.capability";
+
+// Replaces the inode's xattr block with one holding `attrs` (or none),
+// logged in `tx`. REQUIRES: inode lock held exclusively.
+Status StoreIn(Filesystem& fs, Tx& tx, uint64_t ino, const Inode& inode,
+               const std::vector<Attribute>& attrs, timespec now) {
   FsContext& ctx = FsOps::Ctx(fs);
   const uint32_t bs = ctx.geometry.block_size();
   std::vector<std::byte> block(bs);
@@ -94,7 +97,6 @@ Status Store(Filesystem& fs, uint64_t ino, const Inode& inode,
   header.used = pos - static_cast<uint32_t>(sizeof header);
   std::memcpy(block.data(), &header, sizeof header);
 
-  Tx tx(FsOps::Jnl(fs), "xattr");
   const uint64_t old_block = inode.xattr_block;
   uint64_t new_block = 0;
   if (!attrs.empty()) {
@@ -108,11 +110,38 @@ Status Store(Filesystem& fs, uint64_t ino, const Inode& inode,
   if (old_block != 0) NVFS_TRY(FsOps::Alloc(fs).FreeBlocks(tx, old_block, 1));
   const uint64_t blocks = inode.blocks + (new_block != 0) - (old_block != 0);
   if (blocks != inode.blocks) tx.Set(inode.blocks, blocks);
-  FsOps::Touch(tx, inode, false, true, FsOps::Now());
+  FsOps::Touch(tx, inode, false, true, now);
+  return Status::Ok();
+}
+
+// The same as one transaction of its own.
+Status Store(Filesystem& fs, uint64_t ino, const Inode& inode,
+             const std::vector<Attribute>& attrs) {
+  Tx tx(FsOps::Jnl(fs), "xattr");
+  NVFS_TRY(StoreIn(fs, tx, ino, inode, attrs, FsOps::Now()));
   return tx.Commit();
 }
 
 }  // namespace
+
+Result<bool> FsOps::HasCapability(Filesystem& fs, const Inode& inode) {
+  if (inode.xattr_block == 0) return false;
+  Result<std::vector<Attribute>> attrs = Load(FsOps::Ctx(fs), inode);
+  if (!attrs.ok()) return attrs.take_error();
+  return std::any_of(attrs->begin(), attrs->end(),
+                     [](const Attribute& a) { return a.name == kCapability; });
+}
+
+Status FsOps::RemoveCapability(Filesystem& fs, uint64_t ino, const Inode& inode, Tx& tx) {
+  if (inode.xattr_block == 0) return Status::Ok();
+  Result<std::vector<Attribute>> attrs = Load(FsOps::Ctx(fs), inode);
+  if (!attrs.ok()) return attrs.take_error();
+  const auto kept = std::remove_if(attrs->begin(), attrs->end(),
+                                   [](const Attribute& a) { return a.name == kCapability; });
+  if (kept == attrs->end()) return Status::Ok();
+  attrs->erase(kept, attrs->end());
+  return StoreIn(fs, tx, ino, inode, *attrs, FsOps::Now());
+}
 
 // Runs `change` on inode `ino`'s attributes, loaded under its exclusive
 // lock, and stores them back (one transaction) if it succeeds.

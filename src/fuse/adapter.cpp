@@ -2,6 +2,8 @@
 // callbacks live in namei.cpp, attr.cpp, file.cpp and dir.cpp (ops.hpp).
 #include "fuse/adapter.hpp"
 
+#include <linux/fuse.h>
+
 #include "fuse/ops.hpp"
 #include "nvfs/format.hpp"
 
@@ -43,7 +45,7 @@ void FuseAdapter::EndSession() {
 namespace fuse_ops {
 
 void OpInit(void* userdata, fuse_conn_info* conn) {
-  const auto& adapter = *static_cast<const FuseAdapter*>(userdata);
+  auto& adapter = *static_cast<FuseAdapter*>(userdata);
   auto want = [conn](unsigned cap) {
     if (conn->capable & cap) conn->want |= cap;
   };
@@ -62,6 +64,18 @@ void OpInit(void* userdata, fuse_conn_info* conn) {
   conn->want &= ~(FUSE_CAP_SPLICE_READ | FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE);
   conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;  // see adapter.hpp: write() stays durable
   if (adapter.options().cache == CacheMode::kPage) want(FUSE_CAP_CACHE_SYMLINKS);
+  // Privileges (adapter.hpp). KILLPRIV (v1, which libfuse asks for by
+  // default) would leave every write, truncate and chown to the daemon with
+  // no word on the caller's CAP_FSETID: never. KILLPRIV_V2 where the kernel
+  // offers it (the transport adds it to the reply); without it the kernel
+  // drops privileges itself on its page-cache path, and still marks direct
+  // writes.
+  conn->want &= ~FUSE_CAP_HANDLE_KILLPRIV;
+  FuseAdapter::Protocol& protocol = adapter.protocol();
+  if (protocol.kernel_flags & FUSE_HANDLE_KILLPRIV_V2) {
+    protocol.killpriv_v2 = true;
+    protocol.extra_flags |= FUSE_HANDLE_KILLPRIV_V2;
+  }
   conn->time_gran = 1;  // nanosecond timestamps
 }
 

@@ -15,9 +15,12 @@
 //     references the reply would have handed over (Forget, Release).
 //
 // Two POSIX rules the kernel leaves to a FUSE daemon in some cases:
-//   - set-user-ID (and group-executable set-group-ID) is cleared after a
-//     write by a non-root caller (the kernel does it only on its page-cache
-//     path, not for direct I/O);
+//   - privileges (set-user-ID, group-executable set-group-ID,
+//     security.capability) are dropped by a write, truncate, O_TRUNC open
+//     or fallocate of a caller without CAP_FSETID, in the core, before the
+//     new bytes are visible. The kernel says which callers lack CAP_FSETID
+//     (FUSE_HANDLE_KILLPRIV_V2, negotiated by the transport); for
+//     fallocate it says nothing, and a non-root caller stands for one;
 //   - nvfs has no POSIX ACLs: system.posix_acl_* cannot be set (EOPNOTSUPP,
 //     so cp -a and rsync -A fall back to chmod) and is never found.
 //
@@ -103,6 +106,20 @@ class FuseAdapter {
   // The operations table; pass `this` as the session's userdata.
   static const fuse_lowlevel_ops& Ops();
 
+  // What INIT settled beyond what libfuse 3.14 knows (transport.hpp). Set
+  // while INIT is served (one thread, before the worker threads start);
+  // read-only after.
+  struct Protocol {
+    uint64_t kernel_flags = 0;  // the kernel's offer: flags | flags2 << 32
+    uint64_t extra_flags = 0;   // added to libfuse's INIT reply, same layout
+    uint64_t init_unique = 0;   // the INIT request, until its reply is sent
+    // FUSE_HANDLE_KILLPRIV_V2 agreed: the kernel marks writes, truncates
+    // and O_TRUNC opens whose caller may not keep privileges.
+    bool killpriv_v2 = false;
+  };
+  Protocol& protocol() { return protocol_; }
+  const Protocol& protocol() const { return protocol_; }
+
   // Handles handed to the kernel (open, create) and not yet released. A
   // session can end (SIGTERM, umount) with files still open, their RELEASE
   // or the kernel's FORGETs still in flight: EndSession gives the core back
@@ -118,6 +135,7 @@ class FuseAdapter {
   // worker threads read them without a lock.
   Filesystem* fs_ = nullptr;
   const AdapterOptions options_;
+  Protocol protocol_;
 
   std::mutex open_mu_;  // a leaf lock: never held while calling the core
   std::unordered_set<FileHandle> open_;  // protected by open_mu_

@@ -61,6 +61,11 @@ void OpSetattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set,
       r.valid |= kSetCtime;
       r.ctime = attr->st_ctim;
     }
+    // FATTR_KILL_SUIDGID (KILLPRIV_V2; libfuse passes it under this name):
+    // a truncate by a caller without CAP_FSETID, or a chown.
+    if ((to_set & FUSE_SET_ATTR_KILL_SUID) && (r.valid & (kSetSize | kSetUid | kSetGid))) {
+      r.valid |= kSetKillSuidgid;
+    }
     // Nothing the core stores (only FORCE or KILL_* bits): no change, and
     // no ctime update either.
     Result<Attr> result = r.valid == 0 ? adapter.fs().GetAttr(ino) : adapter.fs().SetAttr(ino, r);

@@ -7,6 +7,7 @@
 
 #include "fuse/ops.hpp"
 #include "fuse/thread_buffers.hpp"
+#include "fuse/transport.hpp"
 
 namespace nvfs::fuse_ops {
 
@@ -57,7 +58,9 @@ fuse_bufvec MemoryBufvec(void* mem, size_t size) {
 void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   Guarded(req, [&] {
     FuseAdapter& adapter = AdapterOf(req);
-    Result<FileHandle> file = adapter.fs().Open(ino, CoreOpenFlags(adapter, fi->flags));
+    // O_TRUNC by a caller without CAP_FSETID (FUSE_OPEN_KILL_SUIDGID).
+    Result<FileHandle> file = adapter.fs().Open(ino, CoreOpenFlags(adapter, fi->flags),
+                                                RequestKillsPrivs() ? kKillSuidgid : 0u);
     if (!file.ok()) {
       fuse_reply_err(req, file.code());
       return;
@@ -204,35 +207,22 @@ void OpRead(fuse_req_t req, fuse_ino_t /*ino*/, size_t size, off_t off, fuse_fil
   });
 }
 
-// A write by an unprivileged caller clears set-user-ID, and set-group-ID
-// where group execution is on, as every Linux filesystem does. The kernel
-// does it itself (file_remove_privs, then a SETATTR) only on its page-cache
-// path; direct I/O writes (cache=none, O_DIRECT) come here with the bits
-// still set. Root stands in for CAP_FSETID, which the daemon cannot see.
-static void KillPrivsAfterWrite(fuse_req_t req, Filesystem& fs, FileHandle file) {
-  if (fuse_req_ctx(req)->uid == 0) return;
-  const uint64_t ino = fs.HandleIno(file);
-  Result<Attr> attr = fs.GetAttr(ino);
-  if (!attr.ok()) return;
-  uint32_t kill = attr->mode & S_ISUID;
-  if ((attr->mode & (S_ISGID | S_IXGRP)) == (S_ISGID | S_IXGRP)) kill |= S_ISGID;
-  if (kill == 0) return;
-  SetAttrRequest r;
-  r.valid = kSetMode;
-  r.mode = attr->mode & 07777 & ~kill;
-  (void)fs.SetAttr(ino, r);  // the data is written: the write succeeded regardless
-}
+// A write by a caller without CAP_FSETID drops the file's privileges
+// (adapter.hpp), in the core, before any byte lands. The kernel marks such
+// writes (FUSE_WRITE_KILL_SUIDGID: every direct write, and with
+// KILLPRIV_V2 cached ones too); the transport reads the mark.
+static unsigned WriteFlags() { return RequestKillsPrivs() ? kKillSuidgid : 0u; }
 
 void OpWrite(fuse_req_t req, fuse_ino_t /*ino*/, const char* buf, size_t size, off_t off,
              fuse_file_info* fi) {
   Guarded(req, [&] {
     Filesystem& fs = AdapterOf(req).fs();
-    Result<size_t> n = fs.Write(HandleOf(fi), static_cast<uint64_t>(off), buf, size);
+    Result<size_t> n =
+        fs.Write(HandleOf(fi), static_cast<uint64_t>(off), buf, size, WriteFlags());
     if (!n.ok()) {
       fuse_reply_err(req, n.code());
       return;
     }
-    KillPrivsAfterWrite(req, fs, HandleOf(fi));
     fuse_reply_write(req, *n);
   });
 }
@@ -263,8 +253,9 @@ void OpWriteBuf(fuse_req_t req, fuse_ino_t /*ino*/, fuse_bufvec* bufv, off_t off
       }
     }
     Result<size_t> n = size_t{0};
+    const unsigned flags = WriteFlags();
     if (!from_fd) {
-      n = fs.WriteIter(file, offset, iov.data(), static_cast<int>(iov.size()));
+      n = fs.WriteIter(file, offset, iov.data(), static_cast<int>(iov.size()), flags);
     } else {
       tb.Reserve(total, fs.block_size());
       fuse_bufvec dst = MemoryBufvec(tb.data(), total);
@@ -273,13 +264,12 @@ void OpWriteBuf(fuse_req_t req, fuse_ino_t /*ino*/, fuse_bufvec* bufv, off_t off
         fuse_reply_err(req, static_cast<int>(-got));
         return;
       }
-      n = fs.Write(file, offset, tb.data(), static_cast<size_t>(got));
+      n = fs.Write(file, offset, tb.data(), static_cast<size_t>(got), flags);
     }
     if (!n.ok()) {
       fuse_reply_err(req, n.code());
       return;
     }
-    KillPrivsAfterWrite(req, fs, file);
     fuse_reply_write(req, *n);
   });
 }
@@ -291,9 +281,12 @@ void OpFallocate(fuse_req_t req, fuse_ino_t /*ino*/, int mode, off_t offset, off
       fuse_reply_err(req, EINVAL);
       return;
     }
+    // The kernel marks no fallocate (it neither drops privileges itself nor
+    // says whether the caller has CAP_FSETID): root stands for it.
+    const unsigned flags = fuse_req_ctx(req)->uid != 0 ? kKillSuidgid : 0u;
     ReplyStatus(req, AdapterOf(req).fs().Fallocate(HandleOf(fi), mode,
                                                    static_cast<uint64_t>(offset),
-                                                   static_cast<uint64_t>(length)));
+                                                   static_cast<uint64_t>(length), flags));
   });
 }
 
