@@ -226,13 +226,18 @@ class Filesystem {
   uint64_t HandleIno(FileHandle file) const;
 
   // --- Extended attributes ------------------------------------------------------
+  // Names in the user., trusted. and security. namespaces; every system. name
+  // is EOPNOTSUPP (none is implemented yet, POSIX ACLs included), as is a name
+  // of no namespace. Who may set or read which namespace is the kernel's check
+  // (src/fs/xattr.cpp).
   // flags: 0, XATTR_CREATE or XATTR_REPLACE.
   Status SetXattr(uint64_t ino, std::string_view name, const void* value, size_t size,
                   int flags);
   // With size 0 returns the value's size; ERANGE if it does not fit.
   Result<size_t> GetXattr(uint64_t ino, std::string_view name, void* value, size_t size);
-  // NUL-separated names; with size 0 returns the size needed.
-  Result<size_t> ListXattr(uint64_t ino, char* list, size_t size);
+  // NUL-separated names, those `cred` is shown: trusted. names only to uid 0,
+  // system. names to no one. With size 0 returns the size that list needs.
+  Result<size_t> ListXattr(uint64_t ino, char* list, size_t size, const Cred& cred);
   Status RemoveXattr(uint64_t ino, std::string_view name);
 
   // --- Information ----------------------------------------------------------------
