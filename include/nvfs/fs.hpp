@@ -13,9 +13,15 @@
 //
 // Locking (the order, outermost first):
 //   1. tree_mu_: taken exclusively by every operation that changes a
-//      directory (create, mknod, mkdir, symlink, link, unlink, rmdir, rename)
-//      and by inode reclaim; such an operation may then lock several inodes.
-//      Every other operation locks at most one inode and takes no tree_mu_.
+//      directory (create, mknod, mkdir, symlink, link, unlink, rmdir, rename);
+//      such an operation may then lock several inodes. Every other operation
+//      locks at most one inode and takes no tree_mu_. Inode reclaim
+//      (FsOps::ReclaimIdle) is one of those: it frees an inode no directory
+//      names (nlink 0) that no one can reach any more (InodeCache's
+//      `reclaiming` turns new references away), so it changes no directory;
+//      and it must not take tree_mu_, since it runs wherever the last
+//      reference goes, inside an unlink or rename still holding tree_mu_ as
+//      well as in Forget and Release.
 //   2. inode locks (CachedInode::lock), shared for reads, exclusive for
 //      changes. Under tree_mu_ in any order (one writer at a time); otherwise
 //      one at a time.
