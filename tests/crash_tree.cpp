@@ -41,11 +41,11 @@ Error PathError(const std::string& path, const char* what, const Error& error) {
 }
 
 Status ReadXattrs(Filesystem& fs, uint64_t ino, const std::string& path, TreeNode* node) {
-  Result<size_t> size = fs.ListXattr(ino, nullptr, 0);
+  Result<size_t> size = fs.ListXattr(ino, nullptr, 0, Cred{});
   if (!size.ok()) return PathError(path, "listxattr", size.error());
   std::string names(*size, '\0');
   if (*size != 0) {
-    Result<size_t> got = fs.ListXattr(ino, names.data(), names.size());
+    Result<size_t> got = fs.ListXattr(ino, names.data(), names.size(), Cred{});
     if (!got.ok()) return PathError(path, "listxattr", got.error());
   }
   for (size_t pos = 0; pos < names.size();) {

@@ -322,16 +322,51 @@ TEST_CASE("xattrs: create, replace, get, list, remove", "[fs]") {
   CHECK(fs.GetXattr(f, "user.zz", nullptr, 0).code() == ENODATA);
   CHECK(fs.SetXattr(f, "bogus.x", "1", 1, 0).code() == EOPNOTSUPP);
   char list[64];
-  auto n = fs.ListXattr(f, list, sizeof list);
+  auto n = fs.ListXattr(f, list, sizeof list, Cred{});
   REQUIRE(n.ok());
   CHECK(std::string(list, *n) == std::string("user.a\0user.b\0", 14));
-  CHECK(fs.ListXattr(f, list, 3).code() == ERANGE);
+  CHECK(fs.ListXattr(f, list, 3, Cred{}).code() == ERANGE);
   REQUIRE(fs.RemoveXattr(f, "user.a").ok());
   CHECK(fs.RemoveXattr(f, "user.a").code() == ENODATA);
   img.Remount();
   char value[8];
   CHECK(*img->GetXattr(f, "user.b", value, sizeof value) == 3);
   CHECK(std::string(value, 3) == "333");
+}
+
+// Issue 11, item 2: system.* names were stored for anyone (a block each),
+// and trusted.* names were listed to every caller.
+TEST_CASE("xattrs: system names refused and trusted names listed only to uid 0", "[fs]") {
+  FsImage img;
+  Filesystem& fs = img.fs();
+  const uint64_t f = MustCreate(fs, kRoot, "f");
+  char buf[64];
+  for (const char* name : {"system.foo", "system.posix_acl_access", "system.posix_acl_default",
+                           "system."}) {
+    INFO(name);
+    CHECK(fs.SetXattr(f, name, "\2\0\0\0", 4, 0).code() == EOPNOTSUPP);
+    CHECK(fs.GetXattr(f, name, buf, sizeof buf).code() == EOPNOTSUPP);
+    CHECK(fs.GetXattr(f, name, nullptr, 0).code() == EOPNOTSUPP);
+    CHECK(fs.RemoveXattr(f, name).code() == EOPNOTSUPP);
+  }
+  CHECK(fs.GetAttr(f)->blocks == 0);
+  REQUIRE(fs.SetXattr(f, "trusted.t", "1", 1, 0).ok());
+  REQUIRE(fs.SetXattr(f, "user.u", "2", 1, 0).ok());
+  REQUIRE(fs.SetXattr(f, "security.s", "3", 1, 0).ok());
+  const Cred root{0, 0};
+  const Cred nobody{65534, 65534};
+  const std::string all("trusted.t\0user.u\0security.s\0", 28);
+  const std::string shown("user.u\0security.s\0", 18);
+  CHECK(*fs.ListXattr(f, nullptr, 0, root) == all.size());
+  REQUIRE(*fs.ListXattr(f, buf, sizeof buf, root) == all.size());
+  CHECK(std::string(buf, all.size()) == all);
+  // The size query agrees with the list the same caller gets.
+  CHECK(*fs.ListXattr(f, nullptr, 0, nobody) == shown.size());
+  REQUIRE(*fs.ListXattr(f, buf, shown.size(), nobody) == shown.size());
+  CHECK(std::string(buf, shown.size()) == shown);
+  CHECK(fs.ListXattr(f, buf, shown.size() - 1, nobody).code() == ERANGE);
+  // Not listed is not gone: the kernel decides who reads trusted.*.
+  CHECK(*fs.GetXattr(f, "trusted.t", buf, sizeof buf) == 1);
 }
 
 TEST_CASE("setattr: mode, owner, times", "[fs]") {

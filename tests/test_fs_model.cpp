@@ -327,7 +327,7 @@ class Runner {
       }
       if (!S_ISLNK(c.mode)) {
         std::vector<char> list(4096);
-        auto n = fs.ListXattr(child, list.data(), list.size());
+        auto n = fs.ListXattr(child, list.data(), list.size(), Cred{});
         REQUIRE(n.ok());
         std::map<std::string, std::string> xattrs;
         for (size_t pos = 0; pos < *n;) {

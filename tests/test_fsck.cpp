@@ -1007,6 +1007,38 @@ TEST_CASE("fsck: damaged inodes are cleared or mended by -y", "[fsck][tree]") {
   RequireUsable(p.path());
 }
 
+// Issue 11, item 2: before system.* names were refused, any caller could
+// store them. Such a name is well-formed on the media: fsck accepts it and
+// mounts go on; the core hides it (not listed, EOPNOTSUPP) and keeps it when
+// the block is rewritten (doc/format.md).
+TEST_CASE("fsck: a system. xattr stored before they were refused is kept and hidden", "[fsck]") {
+  Populated p;
+  const std::string old_name = "system.col";  // as long as "user.color"
+  const uint64_t name_at = p.g.BlockOffset(p.Inode(p.with_xattr).xattr_block) +
+                           sizeof(format::XattrHeader) + sizeof(format::XattrEntry);
+  REQUIRE(std::string(ReadAt(p.path(), name_at, old_name.size()).data(), old_name.size()) ==
+          "user.color");
+  test::WriteAt(p.path(), name_at, old_name.data(), old_name.size());
+  RequireClean(p.path());
+  {
+    auto mounted = Filesystem::Mount(p.path(), MountOptions{});
+    REQUIRE(mounted.ok());
+    Filesystem& fs = **mounted;
+    char buf[64];
+    CHECK(*fs.ListXattr(p.with_xattr, nullptr, 0, Cred{}) == 0);
+    CHECK(fs.GetXattr(p.with_xattr, old_name, buf, sizeof buf).code() == EOPNOTSUPP);
+    CHECK(fs.RemoveXattr(p.with_xattr, old_name).code() == EOPNOTSUPP);
+    REQUIRE(fs.SetXattr(p.with_xattr, "user.new", "v", 1, 0).ok());
+    REQUIRE(*fs.ListXattr(p.with_xattr, buf, sizeof buf, Cred{}) == sizeof "user.new");
+    CHECK(std::string(buf) == "user.new");
+    REQUIRE(fs.Unmount().ok());
+  }
+  RequireClean(p.path());
+  const uint64_t block_at = p.g.BlockOffset(p.Inode(p.with_xattr).xattr_block);
+  const std::vector<char> block = ReadAt(p.path(), block_at, p.g.block_size());
+  CHECK(std::string(block.data(), block.size()).find(old_name + "blue") != std::string::npos);
+}
+
 TEST_CASE("fsck: a damaged root is made anew by -y, the rest kept in /lost+found",
           "[fsck][tree]") {
   Populated p;

@@ -15,6 +15,7 @@
 #include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
 #include <type_traits>
 
 namespace nvfs::format {
@@ -260,12 +261,41 @@ struct XattrHeader {
 };
 
 struct XattrEntry {
-  uint8_t name_len;       // 1..255, full name including its namespace prefix
+  uint8_t name_len;       // 1..kXattrNameMax, full name including its namespace prefix
   uint8_t reserved0;      // must be zero
   uint16_t reserved1;     // must be zero
-  uint32_t value_len;     // bytes
+  uint32_t value_len;     // bytes, at most kXattrValueMax
   // char name[name_len], then the value; the entry is padded to 8 bytes
 };
+
+inline constexpr uint32_t kXattrNameMax = 255;     // XATTR_NAME_MAX
+inline constexpr uint32_t kXattrValueMax = 65536;  // XATTR_SIZE_MAX
+
+inline constexpr uint64_t XattrEntryLength(uint64_t name_len, uint64_t value_len) {
+  return (sizeof(XattrEntry) + name_len + value_len + 7) & ~uint64_t{7};
+}
+
+// The namespace an attribute's name begins with. A name on the media is one
+// of the four prefixes followed by at least one byte; which names the
+// filesystem serves to callers is a rule of the filesystem, not of the
+// format (src/fs/xattr.cpp: no system.* name is served yet).
+enum class XattrNamespace : uint8_t { kNone, kUser, kTrusted, kSecurity, kSystem };
+
+inline constexpr XattrNamespace XattrNamespaceOf(std::string_view name) {
+  constexpr struct {
+    std::string_view prefix;
+    XattrNamespace ns;
+  } kNamespaces[] = {
+      {"user.", XattrNamespace::kUser},
+      {"trusted.", XattrNamespace::kTrusted},
+      {"security.", XattrNamespace::kSecurity},
+      {"system.", XattrNamespace::kSystem},
+  };
+  for (const auto& [prefix, ns] : kNamespaces) {
+    if (name.size() > prefix.size() && name.starts_with(prefix)) return ns;
+  }
+  return XattrNamespace::kNone;
+}
 
 // ---------------------------------------------------------------------------
 // Journal: journal_slots slots of journal_slot_size bytes each, starting at

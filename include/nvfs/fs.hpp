@@ -13,9 +13,15 @@
 //
 // Locking (the order, outermost first):
 //   1. tree_mu_: taken exclusively by every operation that changes a
-//      directory (create, mknod, mkdir, symlink, link, unlink, rmdir, rename)
-//      and by inode reclaim; such an operation may then lock several inodes.
-//      Every other operation locks at most one inode and takes no tree_mu_.
+//      directory (create, mknod, mkdir, symlink, link, unlink, rmdir, rename);
+//      such an operation may then lock several inodes. Every other operation
+//      locks at most one inode and takes no tree_mu_. Inode reclaim
+//      (FsOps::ReclaimIdle) is one of those: it frees an inode no directory
+//      names (nlink 0) that no one can reach any more (InodeCache's
+//      `reclaiming` turns new references away), so it changes no directory;
+//      and it must not take tree_mu_, since it runs wherever the last
+//      reference goes, inside an unlink or rename still holding tree_mu_ as
+//      well as in Forget and Release.
 //   2. inode locks (CachedInode::lock), shared for reads, exclusive for
 //      changes. Under tree_mu_ in any order (one writer at a time); otherwise
 //      one at a time.
@@ -278,13 +284,18 @@ class Filesystem {
   uint64_t HandleIno(FileHandle file) const;
 
   // --- Extended attributes ------------------------------------------------------
+  // Names in the user., trusted. and security. namespaces; every system. name
+  // is EOPNOTSUPP (none is implemented yet, POSIX ACLs included), as is a name
+  // of no namespace. Who may set or read which namespace is the kernel's check
+  // (src/fs/xattr.cpp).
   // flags: 0, XATTR_CREATE or XATTR_REPLACE.
   Status SetXattr(uint64_t ino, std::string_view name, const void* value, size_t size,
                   int flags);
   // With size 0 returns the value's size; ERANGE if it does not fit.
   Result<size_t> GetXattr(uint64_t ino, std::string_view name, void* value, size_t size);
-  // NUL-separated names; with size 0 returns the size needed.
-  Result<size_t> ListXattr(uint64_t ino, char* list, size_t size);
+  // NUL-separated names, those `cred` is shown: trusted. names only to uid 0,
+  // system. names to no one. With size 0 returns the size that list needs.
+  Result<size_t> ListXattr(uint64_t ino, char* list, size_t size, const Cred& cred);
   Status RemoveXattr(uint64_t ino, std::string_view name);
 
   // --- Information ----------------------------------------------------------------

@@ -21,8 +21,13 @@
 //     new bytes are visible. The kernel says which callers lack CAP_FSETID
 //     (FUSE_HANDLE_KILLPRIV_V2, negotiated by the transport); for
 //     fallocate it says nothing, and a non-root caller stands for one;
-//   - nvfs has no POSIX ACLs: system.posix_acl_* cannot be set (EOPNOTSUPP,
-//     so cp -a and rsync -A fall back to chmod) and is never found.
+//   - xattr namespaces: the kernel checks nothing for system.* names and
+//     filters nothing listxattr returns. The rules are the core's
+//     (Filesystem::SetXattr and ListXattr, ext4's rules); the adapter passes
+//     ListXattr the caller's credentials. nvfs has no POSIX ACLs (it never
+//     asks for FUSE_CAP_POSIX_ACL), so system.posix_acl_* are EOPNOTSUPP like
+//     every system.* name, as on ext4 without ACLs: cp -a and rsync -A then
+//     fall back to chmod.
 //
 // The callbacks are split by concern like the core: names (namei.cpp),
 // attributes and xattrs (attr.cpp), files and the read/write paths

@@ -1,7 +1,6 @@
 // Attributes (getattr, setattr, statfs) and extended attributes.
 #include <sys/statvfs.h>
 
-#include <cstring>
 
 #include "fuse/ops.hpp"
 #include "fuse/thread_buffers.hpp"
@@ -99,25 +98,11 @@ void OpStatfs(fuse_req_t req, fuse_ino_t /*ino*/) {
   });
 }
 
-// POSIX ACLs. Without FUSE_CAP_POSIX_ACL the kernel passes
-// system.posix_acl_access and _default through as plain xattrs and enforces
-// nothing; stored as such, they would make cp -a, rsync -A or tar --acls
-// believe an ACL was applied and skip their chmod, leaving the mode wrong.
-// nvfs has no ACLs: setting one is EOPNOTSUPP (tools then fall back to the
-// mode bits), reading or removing one finds none (ENODATA, never EOPNOTSUPP
-// or ENOSYS, which would make the kernel stop forwarding every getxattr).
-static bool IsPosixAcl(const char* name) {
-  return std::strcmp(name, "system.posix_acl_access") == 0 ||
-         std::strcmp(name, "system.posix_acl_default") == 0;
-}
-
+// The xattr namespace rules (system.* refused, POSIX ACLs included) are the
+// core's; ListXattr needs the caller's credentials (adapter.hpp).
 void OpSetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value, size_t size,
                 int flags) {
   Guarded(req, [&] {
-    if (IsPosixAcl(name)) {
-      fuse_reply_err(req, EOPNOTSUPP);
-      return;
-    }
     ReplyStatus(req, AdapterOf(req).fs().SetXattr(ino, name, value, size, flags));
   });
 }
@@ -142,10 +127,6 @@ static void ReplyXattrQuery(fuse_req_t req, size_t size, Query&& query) {
 
 void OpGetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
   Guarded(req, [&] {
-    if (IsPosixAcl(name)) {
-      fuse_reply_err(req, ENODATA);
-      return;
-    }
     ReplyXattrQuery(req, size, [&](Filesystem& fs, char* buf) {
       return fs.GetXattr(ino, name, buf, size);
     });
@@ -154,18 +135,15 @@ void OpGetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
 
 void OpListxattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
   Guarded(req, [&] {
+    const Cred cred = CredOf(req);
     ReplyXattrQuery(req, size, [&](Filesystem& fs, char* buf) {
-      return fs.ListXattr(ino, buf, size);
+      return fs.ListXattr(ino, buf, size, cred);
     });
   });
 }
 
 void OpRemovexattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
   Guarded(req, [&] {
-    if (IsPosixAcl(name)) {
-      fuse_reply_err(req, ENODATA);
-      return;
-    }
     ReplyStatus(req, AdapterOf(req).fs().RemoveXattr(ino, name));
   });
 }

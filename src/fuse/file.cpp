@@ -73,9 +73,22 @@ void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   });
 }
 
-// O_CREAT: the kernel sends CREATE after a negative lookup. The core's Create
-// is exclusive; without O_EXCL a name that appeared in between is opened
-// instead, as open(2) would.
+// O_CREAT: the kernel sends CREATE only for a name it believes absent, and
+// it holds the directory's i_rwsem exclusively from that belief to our reply
+// (fs/namei.c, open_last_lookups), so no create, link or rename of its own
+// can slip in between; a name exists here only if the kernel's negative
+// dentry was wrong. Opening the
+// file we find instead would skip every check the kernel makes before an
+// open of an existing file (permission for the access mode and for O_TRUNC,
+// EISDIR, O_NOFOLLOW, ...), so a core EEXIST is never turned into an open.
+// With O_EXCL, EEXIST is the answer. Without it, EEXIST would be wrong for
+// open(2), and fuse_atomic_open passes it straight to the caller (it only
+// invalidates the dentry first). ESTALE is the answer that ends well:
+// do_filp_open retries the whole open once with LOOKUP_REVAL, which makes
+// fuse_dentry_revalidate drop the negative dentry and look the name up
+// afresh, and the kernel then opens the file it finds by its normal path,
+// with its own checks. Only if the name vanishes and reappears again in
+// between does the caller see ESTALE.
 void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
               fuse_file_info* fi) {
   Guarded(req, [&] {
@@ -85,20 +98,8 @@ void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
     Attr attr;
     Result<FileHandle> file = fs.Create(parent, name, mode, flags, CredOf(req), &attr);
     if (!file.ok() && file.code() == EEXIST && !(fi->flags & O_EXCL)) {
-      Result<Attr> found = fs.Lookup(parent, name);
-      if (!found.ok()) {
-        fuse_reply_err(req, found.code());
-        return;
-      }
-      file = S_ISDIR(found->mode) ? Result<FileHandle>(Error(EISDIR)) : fs.Open(found->ino, flags);
-      Result<Attr> now = file.ok() ? fs.GetAttr(found->ino) : Result<Attr>(Error(EIO));
-      if (!file.ok() || !now.ok()) {
-        if (file.ok()) fs.Release(*file);
-        fs.Forget(found->ino, 1);
-        fuse_reply_err(req, file.ok() ? now.code() : file.code());
-        return;
-      }
-      attr = *now;
+      fuse_reply_err(req, ESTALE);
+      return;
     }
     if (!file.ok()) {
       fuse_reply_err(req, file.code());

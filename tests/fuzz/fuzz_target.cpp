@@ -116,13 +116,13 @@ struct Walk {
   }
 
   void Xattrs(uint64_t ino) {
-    Result<size_t> need = fs.ListXattr(ino, nullptr, 0);
+    Result<size_t> need = fs.ListXattr(ino, nullptr, 0, Cred{});
     if (!need.ok()) {
       Error(need.code(), "listxattr", ino);
       return;
     }
     std::vector<char> list(*need + 1);
-    Result<size_t> got = fs.ListXattr(ino, list.data(), list.size());
+    Result<size_t> got = fs.ListXattr(ino, list.data(), list.size(), Cred{});
     if (!got.ok()) {
       Error(got.code(), "listxattr", ino);
       return;
