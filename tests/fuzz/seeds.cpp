@@ -29,7 +29,7 @@ void Mkfs(Arena& arena, uint32_t block_size, uint64_t inodes) {
   MkfsOptions options;
   options.block_size = block_size;
   options.inode_count = inodes;
-  options.hash_seed = 0x5eed5eed5eedull;
+  options.dir_hash_key = std::array<uint8_t, 16>{0x5e, 0xed, 0x5e, 0xed, 0x5e, 0xed};
   options.uuid = Uuid{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
   options.now = 1700000000;
   options.label = "fuzz";
