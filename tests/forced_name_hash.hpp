@@ -23,16 +23,19 @@ namespace nvfs::test {
 // with ForceAll, formatted: mkfs hashes lost+found).
 class ForcedNameHash {
  public:
-  ForcedNameHash() { testing::SetNameHashHook(&Hook); }
+  ForcedNameHash() {
+    active_ = this;
+    testing::SetNameHashHook(&Hook);
+  }
   ~ForcedNameHash() {
     testing::SetNameHashHook(nullptr);
-    State() = Forced{};
+    active_ = nullptr;
   }
   ForcedNameHash(const ForcedNameHash&) = delete;
   ForcedNameHash& operator=(const ForcedNameHash&) = delete;
 
-  void Force(const std::string& name, uint64_t hash) { State().names[name] = hash; }
-  void ForceAll(uint64_t hash) { State().all = hash; }
+  void Force(const std::string& name, uint64_t hash) { names_[name] = hash; }
+  void ForceAll(uint64_t hash) { all_ = hash; }
 
   // A new random name of `length` bytes (letters), forced onto `hash`.
   std::string MakeName(uint64_t hash, size_t length, std::mt19937_64& rng) {
@@ -40,28 +43,24 @@ class ForcedNameHash {
     for (;;) {
       std::string name(length, 'x');
       for (char& c : name) c = static_cast<char>(letter(rng));
-      if (State().names.count(name) != 0) continue;
+      if (names_.count(name) != 0) continue;
       Force(name, hash);
       return name;
     }
   }
 
  private:
-  struct Forced {
-    std::map<std::string, uint64_t, std::less<>> names;
-    std::optional<uint64_t> all;
-  };
-  static Forced& State() {
-    static Forced forced;
-    return forced;
-  }
   // Read-only while a filesystem runs (fsck's threads call it concurrently).
   static uint64_t Hook(const NameHashKey& key, std::string_view name) {
-    const Forced& forced = State();
-    if (auto it = forced.names.find(name); it != forced.names.end()) return it->second;
-    if (forced.all) return *forced.all;
+    const ForcedNameHash& forced = *active_;
+    if (auto it = forced.names_.find(name); it != forced.names_.end()) return it->second;
+    if (forced.all_) return *forced.all_;
     return SipHash24(key.k0, key.k1, name.data(), name.size());
   }
+
+  static inline ForcedNameHash* active_ = nullptr;
+  std::map<std::string, uint64_t, std::less<>> names_;
+  std::optional<uint64_t> all_;
 };
 
 }  // namespace nvfs::test
