@@ -1,6 +1,7 @@
 // Hashed directories (format.hpp and doc/format.md, "Directories"): a radix
 // tree over the 40-bit name hash, cut to the levels needed; leaves hold the
-// entries; the key (hash56 << 6 | seq) is also the readdir cookie.
+// entries; the key (hash << 22 | seq, a 40-bit hash and a 22-bit sequence
+// number) is also the readdir cookie (plus 3).
 //
 // Contracts shared by every function here:
 //  - `dir` is a reference INTO THE MAPPING (ctx.InodeAt(ino)) of a directory
