@@ -11,6 +11,7 @@
 #include "nvfs/bitmap.hpp"
 #include "nvfs/cli.hpp"
 #include "nvfs/media.hpp"
+#include "nvfs/name_hash.hpp"
 #include "nvfs/superblock.hpp"
 
 namespace {
@@ -30,6 +31,20 @@ std::string Time(int64_t seconds) {
   struct tm tm;
   gmtime_r(&t, &tm);
   std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S UTC", &tm);
+  return buf;
+}
+
+// The directory hash key is a secret: only whether it is set, and a 32-bit
+// fingerprint to tell keys apart (SipHash of an input that no name can be,
+// so it equals no name's hash and tells nothing about other hashes).
+std::string HashKeyNote(const nvfs::format::SuperStatic& sb) {
+  const nvfs::NameHashKey key = nvfs::NameHashKey::FromSuper(sb);
+  if (key.k0 == 0 && key.k1 == 0) return "SipHash-2-4, key NOT SET (all zero)";
+  static constexpr char kInput[] = "\0nvfs-dump/fingerprint";
+  const uint64_t print = nvfs::SipHash24(key.k0, key.k1, kInput, sizeof kInput - 1);
+  char buf[80];
+  std::snprintf(buf, sizeof buf, "SipHash-2-4, 128-bit key set (fingerprint %08" PRIx32 ")",
+                static_cast<uint32_t>(print >> 32));
   return buf;
 }
 
@@ -112,6 +127,7 @@ int main(int argc, char** argv) {
   std::printf("Features:            compat 0x%" PRIx64 ", incompat 0x%" PRIx64 ", ro_compat 0x%" PRIx64 "\n",
               sb.feature_compat, sb.feature_incompat, sb.feature_ro_compat);
   std::printf("Created:             %s\n", Time(sb.mkfs_time).c_str());
+  std::printf("Directory hash:      %s\n", HashKeyNote(sb).c_str());
   std::printf("Size:                %s (%" PRIu64 " blocks of %u bytes)\n",
               nvfs::FormatSize(g.bytes()).c_str(), g.block_count(), g.block_size());
   std::printf("Groups:              %u of %u blocks, %u inodes each (%u inode-table blocks)\n",

@@ -119,7 +119,7 @@ std::unique_ptr<RecordingMedia> Format(const ImageSpec& spec) {
   plain.record = false;
   auto media = std::make_unique<RecordingMedia>(spec.size, plain);
   MkfsOptions options;
-  options.hash_seed = 0x5EED;
+  options.dir_hash_key = std::array<uint8_t, 16>{0x5E, 0xED};
   options.now = 1700000000;
   options.journal_slot_size = spec.journal_slot_size;
   options.block_size = spec.block_size;

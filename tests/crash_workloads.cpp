@@ -5,9 +5,11 @@
 #include <sys/xattr.h>
 
 #include <cstdio>
+#include <cstring>
 
 #include "crash_ops.hpp"
 #include "crash_random.hpp"
+#include "forced_name_hash.hpp"
 
 namespace nvfs::test {
 
@@ -244,6 +246,19 @@ namespace {
 
 std::string SplitName(size_t n) { return "/d1/sub/name-with-some-length-" + std::to_string(n); }
 
+// /d1/chain/<n>: 200-byte names forced onto one hash (the test hook; real
+// collisions cannot be found), 18 to a 4 KiB leaf, so past 18 they make a
+// chain of overflow leaves. Forced for the rest of the process: no other
+// workload uses these names.
+std::string ChainName(size_t n) {
+  static ForcedNameHash forced;
+  char stem[16];
+  std::snprintf(stem, sizeof stem, "chain-%03zu-", n);
+  const std::string name = stem + std::string(200 - std::strlen(stem), 'c');
+  forced.Force(name, 0x0C0111DE0C0111DEull);
+  return "/d1/chain/" + name;
+}
+
 }  // namespace
 
 std::vector<Workload> DirectoryWorkloads() {
@@ -281,6 +296,25 @@ std::vector<Workload> DirectoryWorkloads() {
                   fill(c);
                   FillUp(c);
                 }));
+  // 36 names of one hash: two full leaves of a chain. The 37th appends a
+  // leaf (fresh leaf, then the logged link); unlinking it unlinks the leaf;
+  // renaming within the chain removes then inserts under one transaction.
+  auto chain = [](StepContext& c) {
+    Mkdir(c, "/d1/chain");
+    for (size_t i = 0; i < 36; ++i) Create(c, ChainName(i));
+  };
+  w.push_back(W("dir-chain-append-unlink",
+                {S("create the name that appends a leaf", [](auto& c) {
+                   const uint64_t size = c.tree().at("/d1/chain").size;
+                   Create(c, ChainName(36));
+                   if (c.fs().GetAttr(c.Ino("/d1/chain"))->size == size) {
+                     c.Fail("no leaf was appended");
+                   }
+                 }),
+                 S("unlink it, emptying the leaf", [](auto& c) { Unlink(c, ChainName(36)); }),
+                 S("rename inside the chain", [](auto& c) { Rename(c, ChainName(3), ChainName(40)); }),
+                 S("unlink from the head leaf", [](auto& c) { Unlink(c, ChainName(0)); })},
+                chain));
   w.push_back(W("rename-into-split-dir", {S("rename /d1/f1 into /d1/sub", [n](auto& c) {
                   Rename(c, "/d1/f1", SplitName(n));
                 })}, fill));

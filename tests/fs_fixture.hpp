@@ -25,7 +25,7 @@ class FsFixture {
     MkfsOptions options;
     options.block_size = block_size;
     options.inode_count = inodes;
-    options.hash_seed = 0x1234567;
+    options.dir_hash_key = std::array<uint8_t, 16>{0x67, 0x45, 0x23, 0x01};
     MakeFile(path_.path(), size);
     Reopen([&](Media& media) {
       auto plan = PlanMkfs(media.size(), options);
@@ -50,7 +50,7 @@ class FsFixture {
     auto found = FindSuper(media_->base(), media_->size());
     if (!found.ok()) throw std::runtime_error(found.error().message);
     geometry_ = found->geometry;
-    hash_seed_ = found->sb.hash_seed;
+    hash_key_ = NameHashKey::FromSuper(found->sb);
     journal_ = std::make_unique<Journal>(*media_, *geometry_);
     auto recovered = journal_->Recover();
     if (!recovered.ok()) throw std::runtime_error(recovered.error().message);
@@ -58,7 +58,7 @@ class FsFixture {
     alloc_ = std::make_unique<Allocator>(*media_, *geometry_);
     alloc_->Load();
     journal_->set_sink(alloc_.get());
-    ctx_.emplace(FsContext{*media_, *geometry_, *alloc_, *journal_, hash_seed_});
+    ctx_.emplace(FsContext{*media_, *geometry_, *alloc_, *journal_, hash_key_});
   }
   void Reopen() {
     Reopen([](Media&) {});
@@ -87,7 +87,7 @@ class FsFixture {
   TempPath path_;
   std::unique_ptr<Media> media_;
   std::optional<Geometry> geometry_;
-  uint64_t hash_seed_ = 0;
+  NameHashKey hash_key_;
   std::unique_ptr<Journal> journal_;
   std::unique_ptr<Allocator> alloc_;
   std::optional<FsContext> ctx_;

@@ -201,7 +201,7 @@ TEST_CASE("crash: mkfs over an old filesystem never leaves a mix of the two", "[
     }
   });
   MkfsOptions options;
-  options.hash_seed = 77;
+  options.dir_hash_key = std::array<uint8_t, 16>{77};
   Result<MkfsPlan> plan = PlanMkfs(media.size(), options);
   REQUIRE(plan.ok());
   REQUIRE(WriteMkfs(media, *plan).ok());
@@ -260,7 +260,7 @@ TEST_CASE("regression: a torn write of mkfs's new backup superblock brought the 
   recording.keep_log = false;
   RecordingMedia media(old_image.bytes.data(), old_image.bytes.size(), recording);
   MkfsOptions options;
-  options.hash_seed = 77;
+  options.dir_hash_key = std::array<uint8_t, 16>{77};
   Result<MkfsPlan> plan = PlanMkfs(media.size(), options);
   REQUIRE(plan.ok());
   const uint64_t backup = plan->geometry.BackupSuperOffset();
@@ -279,7 +279,7 @@ TEST_CASE("regression: a torn write of mkfs's new backup superblock brought the 
     // Before anything new is written the old primary may still stand; once
     // it is wiped, a copy found must be the new one.
     Result<FoundSuper> found = FindSuper(image.data(), image.size());
-    if (found.ok() && found->from_backup) CHECK(found->sb.hash_seed == 77);
+    if (found.ok() && found->from_backup) CHECK(found->sb.dir_hash_key[0] == 77);
   }
 }
 

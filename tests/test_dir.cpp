@@ -1,6 +1,6 @@
 // Hashed directories (src/dir): insert, lookup, replace, remove, readdir and
-// FreeTree on a formatted namespace; splits and their block economy, real
-// hash collisions, readdir cookies under change, crash recovery of a splitting
+// FreeTree on a formatted namespace; splits and their block economy, hash
+// collisions (forced through the test hook), readdir cookies under change, crash recovery of a splitting
 // insert, remount, and damaged trees (EUCLEAN, never a crash or a hang).
 #include <dirent.h>
 #include <sys/stat.h>
@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "dir/dir.hpp"
+#include "forced_name_hash.hpp"
 #include "fs_fixture.hpp"
 #include "nvfs/name_hash.hpp"
 
@@ -165,7 +166,7 @@ TreeStats Walk(FsFixture& fs, uint64_t dir) {
   auto visit_leaf = [&](uint64_t block) {
     if (!seen_leaves.insert(block).second) return;
     for (uint64_t b = block, n = 0; b != 0; ++n) {
-      REQUIRE(n < 64);
+      REQUIRE(n < 100000);
       const std::byte* leaf = fs.media().base() + g.BlockOffset(b);
       DirLeafHeader header;
       std::memcpy(&header, leaf, sizeof header);
@@ -217,60 +218,6 @@ std::string NumberedName(const std::string& stem, int i) {
 }
 
 // ---------------------------------------------------------------------------
-// Real collisions of NameHash: the splitmix64 finalizer is a bijection, so a
-// name can be solved for any hash by choosing all chunks but the first and
-// computing the first one backwards.
-// ---------------------------------------------------------------------------
-
-uint64_t InverseOdd(uint64_t a) {
-  uint64_t x = a;  // Newton: correct to 3, 6, 12, 24, 48, 96 bits
-  for (int i = 0; i < 5; ++i) x *= 2 - a * x;
-  return x;
-}
-
-uint64_t UnXorShift(uint64_t y, int shift) {
-  uint64_t x = y;
-  for (int i = 0; i * shift < 64; ++i) x = y ^ (x >> shift);
-  return x;
-}
-
-uint64_t Unmix(uint64_t x) {
-  x = UnXorShift(x, 31);
-  x *= InverseOdd(0x94D049BB133111EBull);
-  x = UnXorShift(x, 27);
-  x *= InverseOdd(0xBF58476D1CE4E5B9ull);
-  return UnXorShift(x, 30);
-}
-
-uint64_t Chunk(const std::string& name, size_t index) {
-  uint64_t chunk = 0;
-  std::memcpy(&chunk, name.data() + index * 8, std::min<size_t>(8, name.size() - index * 8));
-  return chunk;
-}
-
-// A name of `length` bytes (>= 9) with NameHash(seed, name) == target.
-std::string CollidingName(uint64_t seed, uint64_t target, size_t length, std::mt19937_64& rng) {
-  std::uniform_int_distribution<int> letter('a', 'z');
-  for (;;) {
-    std::string name(length, 'x');
-    for (size_t i = 8; i < length; ++i) name[i] = static_cast<char>(letter(rng));
-    const size_t chunks = (length + 7) / 8;
-    uint64_t state = Unmix(target);  // the state after the last chunk
-    for (size_t c = chunks - 1; c >= 1; --c) state = Unmix(state) ^ Chunk(name, c);
-    const uint64_t first = Unmix(state) ^ (seed ^ (uint64_t{length} * 0x9E3779B97F4A7C15ull));
-    bool valid = true;
-    for (int b = 0; b < 8; ++b) {
-      const auto byte = static_cast<char>(first >> (8 * b));
-      valid &= byte != '\0' && byte != '/';
-    }
-    if (!valid) continue;
-    std::memcpy(name.data(), &first, 8);
-    REQUIRE(NameHash(seed, name) == target);
-    return name;
-  }
-}
-
-// ---------------------------------------------------------------------------
 // Tests
 // ---------------------------------------------------------------------------
 
@@ -300,7 +247,7 @@ TEST_CASE("insert, lookup, replace and remove", "[dir]") {
   CHECK(alpha->ino == 100);
   CHECK(alpha->file_type == DT_REG);
   CHECK(alpha->name == "alpha");
-  const uint64_t hash = DirHash56(NameHash(fs.ctx().hash_seed, "alpha"));
+  const uint64_t hash = DirHash(NameHash(fs.ctx().hash_key, "alpha"));
   CHECK(alpha->key == DirKey(hash, 0));
 
   CHECK(Insert(fs, dir, "alpha", 101, DT_REG) == EEXIST);
@@ -435,33 +382,33 @@ TEST_CASE("100,000 names: found, listed once in key order, blocks not wasted", "
   }
 }
 
-TEST_CASE("colliding hashes are told apart by sequence numbers", "[dir]") {
+TEST_CASE("colliding hashes are told apart by sequence numbers, past 64 of them", "[dir]") {
+  ForcedNameHash forced;
   FsFixture fs;
   const uint64_t dir = MakeDirectory(fs);
-  const uint64_t seed = fs.ctx().hash_seed;
   std::mt19937_64 rng(42);
   const uint64_t target = 0x0123456789ABCDEFull;
-  const uint64_t hash = DirHash56(target);
+  const uint64_t hash = DirHash(target);
 
   // Ordinary neighbours first, so the colliding names share a tree.
   for (int i = 0; i < 500; ++i) REQUIRE(Insert(fs, dir, NumberedName("n", i), 10 + i) == 0);
 
-  // 65 long names with one 64-bit hash: 64 fit (seq 0..63, an overflow chain
-  // of leaves), the 65th has no sequence number left.
+  // 201 long names of one 64-bit hash: sequence numbers 0..200, in an
+  // overflow chain of leaves (version 1 refused the 65th with ENOSPC).
+  constexpr int kNames = 201;
   std::vector<std::string> names;
-  for (int i = 0; i < 65; ++i) names.push_back(CollidingName(seed, target, 200 + i % 56, rng));
-  REQUIRE(std::set<std::string>(names.begin(), names.end()).size() == 65);
-  for (int i = 0; i < 64; ++i) {
+  for (int i = 0; i < kNames; ++i) names.push_back(forced.MakeName(target, 200 + i % 56, rng));
+  for (int i = 0; i < kNames - 1; ++i) {
     REQUIRE(Insert(fs, dir, names[i], 5000 + i) == 0);
     Result<DirEntryRef> e = Directory(fs.ctx()).Lookup(InodeOf(fs, dir), names[i]);
     REQUIRE(e.ok());
     CHECK(e->key == DirKey(hash, i));
   }
-  CHECK(Insert(fs, dir, names[64], 6000) == ENOSPC);
   CHECK(Insert(fs, dir, names[3], 6000) == EEXIST);
-  for (int i = 0; i < 64; ++i) CHECK(LookupIno(fs, dir, names[i]) == uint64_t(5000 + i));
+  for (int i = 0; i < kNames - 1; ++i) CHECK(LookupIno(fs, dir, names[i]) == uint64_t(5000 + i));
+  CHECK(LookupIno(fs, dir, names[kNames - 1]) == 0);
   TreeStats stats = Walk(fs, dir);
-  CHECK(stats.overflow_leaves >= 3);  // 64 records of 224..280 bytes
+  CHECK(stats.overflow_leaves >= 10);  // 200 records of 224..280 bytes
   CheckCounts(fs, dir);
 
   // Listed in key order, i.e. by sequence number for one hash.
@@ -469,31 +416,32 @@ TEST_CASE("colliding hashes are told apart by sequence numbers", "[dir]") {
   for (const Listed& e : List(fs, dir)) {
     if (HashOfKeyForTest(e.key) == hash) listed.push_back(e);
   }
-  REQUIRE(listed.size() == 64);
-  for (int i = 0; i < 64; ++i) CHECK(listed[i].name == names[i]);
+  REQUIRE(listed.size() == kNames - 1);
+  for (int i = 0; i < kNames - 1; ++i) CHECK(listed[i].name == names[i]);
   // A cookie inside the run of colliding keys resumes inside it.
-  std::vector<Listed> tail = List(fs, dir, DirKey(hash, 40), 5);
+  std::vector<Listed> tail = List(fs, dir, DirKey(hash, 140), 5);
   REQUIRE(tail.size() == 5);
-  CHECK(tail[0].name == names[40]);
+  CHECK(tail[0].name == names[140]);
 
   // A freed sequence number is the lowest free one and is reused.
   REQUIRE(Remove(fs, dir, names[5]) == 0);
   REQUIRE(Remove(fs, dir, names[9]) == 0);
-  REQUIRE(Insert(fs, dir, names[64], 6000) == 0);
-  Result<DirEntryRef> reused = Directory(fs.ctx()).Lookup(InodeOf(fs, dir), names[64]);
+  REQUIRE(Insert(fs, dir, names[kNames - 1], 6000) == 0);
+  Result<DirEntryRef> reused =
+      Directory(fs.ctx()).Lookup(InodeOf(fs, dir), names[kNames - 1]);
   REQUIRE(reused.ok());
   CHECK(reused->key == DirKey(hash, 5));
   CheckCounts(fs, dir);
 
   fs.Reopen();
-  for (int i = 0; i < 65; ++i) {
-    const uint64_t want = i == 5 || i == 9 ? 0 : i == 64 ? 6000 : 5000 + uint64_t(i);
+  for (int i = 0; i < kNames; ++i) {
+    const uint64_t want = i == 5 || i == 9 ? 0 : i == kNames - 1 ? 6000 : 5000 + uint64_t(i);
     CHECK(LookupIno(fs, dir, names[i]) == want);
   }
   for (int i = 0; i < 500; ++i) CHECK(LookupIno(fs, dir, NumberedName("n", i)) == uint64_t(10 + i));
 
   // Emptying the chain frees its overflow leaves.
-  for (int i = 0; i < 65; ++i) {
+  for (int i = 0; i < kNames; ++i) {
     if (i != 5 && i != 9) REQUIRE(Remove(fs, dir, names[i]) == 0);
   }
   stats = Walk(fs, dir);
@@ -503,19 +451,18 @@ TEST_CASE("colliding hashes are told apart by sequence numbers", "[dir]") {
 }
 
 TEST_CASE("short colliding names share a leaf with distinct keys", "[dir]") {
+  ForcedNameHash forced;
   FsFixture fs;
   const uint64_t dir = MakeDirectory(fs);
   std::mt19937_64 rng(7);
   const uint64_t target = 0xFEDCBA9876543210ull;
   std::vector<std::string> names;
-  for (size_t length : {9, 12, 16, 23}) {
-    names.push_back(CollidingName(fs.ctx().hash_seed, target, length, rng));
-  }
+  for (size_t length : {9, 12, 16, 23}) names.push_back(forced.MakeName(target, length, rng));
   for (size_t i = 0; i < names.size(); ++i) REQUIRE(Insert(fs, dir, names[i], 40 + i) == 0);
   std::vector<Listed> listed = List(fs, dir);
   REQUIRE(listed.size() == names.size());
   for (size_t i = 0; i < names.size(); ++i) {
-    CHECK(listed[i].key == DirKey(DirHash56(target), static_cast<uint32_t>(i)));
+    CHECK(listed[i].key == DirKey(DirHash(target), static_cast<uint32_t>(i)));
     CHECK(listed[i].name == names[i]);
     CHECK(LookupIno(fs, dir, names[i]) == 40 + i);
   }
@@ -979,14 +926,14 @@ struct Located {
 
 Located Locate(FsFixture& fs, uint64_t dir, const std::string& name) {
   const Geometry& g = fs.geometry();
-  const uint64_t hash = DirHash56(NameHash(fs.ctx().hash_seed, name));
+  const uint64_t hash = DirHash(NameHash(fs.ctx().hash_key, name));
   uint64_t ptr = InodeOf(fs, dir).map.dir.root;
   uint32_t consumed = 0;
   const uint32_t fanout_bits = g.block_shift() - 3;
   while (ptr & kDirNodeIndexBit) {
-    const uint32_t bits = std::min(fanout_bits, 56 - consumed);
+    const uint32_t bits = std::min(fanout_bits, format::kDirHashBits - consumed);
     consumed += bits;
-    const uint64_t slot = (hash >> (56 - consumed)) & ((1u << bits) - 1);
+    const uint64_t slot = (hash >> (format::kDirHashBits - consumed)) & ((1u << bits) - 1);
     std::memcpy(&ptr, fs.media().base() + g.BlockOffset(ptr & kDirNodeBlockMask) + slot * 8, 8);
   }
   for (uint64_t leaf = ptr; leaf != 0;) {
@@ -1003,6 +950,7 @@ Located Locate(FsFixture& fs, uint64_t dir, const std::string& name) {
 }
 
 TEST_CASE("a damaged tree is reported as EUCLEAN, never followed", "[dir][corrupt]") {
+  ForcedNameHash forced;
   FsFixture fs;
   const uint64_t dir = MakeDirectory(fs);
   const Geometry& g = fs.geometry();
@@ -1014,11 +962,11 @@ TEST_CASE("a damaged tree is reported as EUCLEAN, never followed", "[dir][corrup
   const Located located = Locate(fs, dir, probe);
   const uint64_t leaf_offset = g.BlockOffset(located.leaf);
   // The root index slot that leads to the probe's leaf.
-  const uint64_t hash = DirHash56(NameHash(fs.ctx().hash_seed, probe));
-  const uint64_t slot_offset = g.BlockOffset(root & kDirNodeBlockMask) + (hash >> (56 - 9)) * 8;
+  const uint64_t hash = DirHash(NameHash(fs.ctx().hash_key, probe));
+  const uint64_t slot_offset =
+      g.BlockOffset(root & kDirNodeBlockMask) + (hash >> (format::kDirHashBits - 9)) * 8;
   std::mt19937_64 rng(11);
-  const std::string colliding =
-      CollidingName(fs.ctx().hash_seed, NameHash(fs.ctx().hash_seed, probe), 20, rng);
+  const std::string colliding = forced.MakeName(NameHash(fs.ctx().hash_key, probe), 20, rng);
   DirLeafHeader header;
   std::memcpy(&header, fs.media().base() + leaf_offset, sizeof header);
   bool structural = true;
@@ -1054,10 +1002,11 @@ TEST_CASE("a damaged tree is reported as EUCLEAN, never followed", "[dir][corrup
   }
   SECTION("leaf with an impossible prefix length") {
     what = "leaf with an impossible prefix length";
-    DamageValue<uint16_t>(fs, leaf_offset + offsetof(DirLeafHeader, prefix_bits), 57);
+    DamageValue<uint16_t>(fs, leaf_offset + offsetof(DirLeafHeader, prefix_bits),
+                          format::kDirHashBits + 1);
   }
-  SECTION("leaf with an overflow link above depth 56") {
-    what = "leaf with an overflow link above depth 56";
+  SECTION("leaf with an overflow link above the last level") {
+    what = "leaf with an overflow link above the last level";
     DamageValue<uint64_t>(fs, leaf_offset + offsetof(DirLeafHeader, next), located.leaf);
   }
   SECTION("record length 0") {
@@ -1092,7 +1041,7 @@ TEST_CASE("a damaged tree is reported as EUCLEAN, never followed", "[dir][corrup
     what = "entry whose key is outside the leaf's prefix";
     structural = false;
     DamageValue<uint64_t>(fs, located.record_offset + offsetof(DirEntry, key),
-                          DirKey(hash ^ (1ull << 55), 0));
+                          DirKey(hash ^ (uint64_t{1} << (format::kDirHashBits - 1)), 0));
   }
   INFO(what);
   const int status = RunInChild([&] { return ProbeAll(fs, dir, probe, colliding, structural); });
@@ -1100,21 +1049,30 @@ TEST_CASE("a damaged tree is reported as EUCLEAN, never followed", "[dir][corrup
 }
 
 TEST_CASE("an overflow chain with a cycle is reported, not looped on", "[dir][corrupt]") {
+  ForcedNameHash forced;
   FsFixture fs;
   const uint64_t dir = MakeDirectory(fs);
   std::mt19937_64 rng(3);
   std::vector<std::string> names;
   for (int i = 0; i < 40; ++i) {
-    names.push_back(CollidingName(fs.ctx().hash_seed, 0x5555AAAA5555AAAAull, 250, rng));
+    names.push_back(forced.MakeName(0x5555AAAA5555AAAAull, 250, rng));
     REQUIRE(Insert(fs, dir, names.back(), 1 + i) == 0);
   }
   const Located head = Locate(fs, dir, names[0]);
   const Located last = Locate(fs, dir, names[39]);
   REQUIRE(head.leaf != last.leaf);
   const uint64_t last_offset = fs.geometry().BlockOffset(last.leaf);
-  DamageValue<uint64_t>(fs, last_offset + offsetof(DirLeafHeader, next), head.leaf);
   // An absent name of the same hash walks the whole chain.
-  const std::string absent = CollidingName(fs.ctx().hash_seed, 0x5555AAAA5555AAAAull, 250, rng);
+  const std::string absent = forced.MakeName(0x5555AAAA5555AAAAull, 250, rng);
+  SECTION("back to the head") {
+    DamageValue<uint64_t>(fs, last_offset + offsetof(DirLeafHeader, next), head.leaf);
+  }
+  SECTION("onto itself") {
+    DamageValue<uint64_t>(fs, last_offset + offsetof(DirLeafHeader, next), last.leaf);
+  }
+  SECTION("a directory counting fewer nodes than its chain") {
+    DamageValue<uint64_t>(fs, fs.geometry().InodeOffset(dir) + offsetof(Inode, blocks), 2);
+  }
   const int status = RunInChild([&] { return ProbeAll(fs, dir, absent, absent, true); });
   CHECK(status == 0);
 }

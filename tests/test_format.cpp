@@ -82,74 +82,98 @@ TEST_CASE("Crc32c extended piece by piece equals one pass", "[crc32c]") {
 
 // The algorithm as name_hash.cpp documents it, written independently: pins
 // the hash, which is part of the on-media format.
-uint64_t ReferenceMix(uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xBF58476D1CE4E5B9ull;
-  x ^= x >> 27;
-  x *= 0x94D049BB133111EBull;
-  x ^= x >> 31;
-  return x;
-}
+// The reference test vectors of SipHash-2-4 (the paper's appendix and the
+// authors' vectors.h, "vectors_sip64"): key 00 01 .. 0f, message i = the i
+// bytes 00 01 .. (i-1), the 8 output bytes read as a little-endian u64.
+constexpr uint64_t kSipHashVectors[64] = {
+    0x726fdb47dd0e0e31ull, 0x74f839c593dc67fdull, 0x0d6c8009d9a94f5aull, 0x85676696d7fb7e2dull,
+    0xcf2794e0277187b7ull, 0x18765564cd99a68dull, 0xcbc9466e58fee3ceull, 0xab0200f58b01d137ull,
+    0x93f5f5799a932462ull, 0x9e0082df0ba9e4b0ull, 0x7a5dbbc594ddb9f3ull, 0xf4b32f46226bada7ull,
+    0x751e8fbc860ee5fbull, 0x14ea5627c0843d90ull, 0xf723ca908e7af2eeull, 0xa129ca6149be45e5ull,
+    0x3f2acc7f57c29bdbull, 0x699ae9f52cbe4794ull, 0x4bc1b3f0968dd39cull, 0xbb6dc91da77961bdull,
+    0xbed65cf21aa2ee98ull, 0xd0f2cbb02e3b67c7ull, 0x93536795e3a33e88ull, 0xa80c038ccd5ccec8ull,
+    0xb8ad50c6f649af94ull, 0xbce192de8a85b8eaull, 0x17d835b85bbb15f3ull, 0x2f2e6163076bcfadull,
+    0xde4daaaca71dc9a5ull, 0xa6a2506687956571ull, 0xad87a3535c49ef28ull, 0x32d892fad841c342ull,
+    0x7127512f72f27cceull, 0xa7f32346f95978e3ull, 0x12e0b01abb051238ull, 0x15e034d40fa197aeull,
+    0x314dffbe0815a3b4ull, 0x027990f029623981ull, 0xcadcd4e59ef40c4dull, 0x9abfd8766a33735cull,
+    0x0e3ea96b5304a7d0ull, 0xad0c42d6fc585992ull, 0x187306c89bc215a9ull, 0xd4a60abcf3792b95ull,
+    0xf935451de4f21df2ull, 0xa9538f0419755787ull, 0xdb9acddff56ca510ull, 0xd06c98cd5c0975ebull,
+    0xe612a3cb9ecba951ull, 0xc766e62cfcadaf96ull, 0xee64435a9752fe72ull, 0xa192d576b245165aull,
+    0x0a8787bf8ecb74b2ull, 0x81b3e73d20b49b6full, 0x7fa8220ba3b2eceaull, 0x245731c13ca42499ull,
+    0xb78dbfaf3a8d83bdull, 0xea1ad565322a1a0bull, 0x60e61c23a3795013ull, 0x6606d7e446282b93ull,
+    0x6ca4ecb15c5f91e1ull, 0x9f626da15c9625f3ull, 0xe51b38608ef25f57ull, 0x958a324ceb064572ull,
+};
 
-uint64_t ReferenceNameHash(uint64_t seed, std::string_view name) {
-  uint64_t h = seed ^ (static_cast<uint64_t>(name.size()) * 0x9E3779B97F4A7C15ull);
-  for (size_t pos = 0; pos < name.size(); pos += 8) {
-    uint64_t chunk = 0;
-    for (size_t i = 0; i < 8 && pos + i < name.size(); ++i) {
-      chunk |= uint64_t{static_cast<uint8_t>(name[pos + i])} << (8 * i);
-    }
-    h = ReferenceMix(h ^ chunk);
+TEST_CASE("SipHash24 matches the 64 reference vectors of the SipHash paper", "[name_hash]") {
+  const uint64_t k0 = 0x0706050403020100ull;  // key bytes 00..07, little-endian
+  const uint64_t k1 = 0x0f0e0d0c0b0a0908ull;  // key bytes 08..0f
+  uint8_t message[64];
+  for (int i = 0; i < 64; ++i) message[i] = static_cast<uint8_t>(i);
+  for (size_t len = 0; len < 64; ++len) {
+    INFO("message length " << len);
+    CHECK(SipHash24(k0, k1, message, len) == kSipHashVectors[len]);
   }
-  return ReferenceMix(h);
+  // The paper's worked example (appendix A): the 15-byte message.
+  CHECK(SipHash24(k0, k1, message, 15) == 0xa129ca6149be45e5ull);
 }
 
-TEST_CASE("NameHash is the documented function of seed and name", "[name_hash]") {
-  const std::vector<std::string> names = {"", "a", "lost+found", "12345678", "123456789",
-                                          std::string(255, 'x'), std::string("\xff\x00z", 3)};
-  for (uint64_t seed : {uint64_t{0}, uint64_t{1}, uint64_t{0xDEADBEEFCAFEF00Dull}}) {
-    for (const auto& name : names) {
-      INFO("seed " << seed << " name length " << name.size());
-      CHECK(NameHash(seed, name) == ReferenceNameHash(seed, name));
-      CHECK(NameHash(seed, name) == NameHash(seed, std::string(name)));  // deterministic
-    }
+TEST_CASE("NameHash is SipHash24 of the name under the superblock's key", "[name_hash]") {
+  SuperStatic sb{};
+  for (int i = 0; i < 16; ++i) sb.dir_hash_key[i] = static_cast<uint8_t>(i);
+  const NameHashKey key = NameHashKey::FromSuper(sb);
+  CHECK(key.k0 == 0x0706050403020100ull);
+  CHECK(key.k1 == 0x0f0e0d0c0b0a0908ull);
+  const std::string name("\x00\x01\x02\x03\x04\x05\x06\x07", 8);
+  CHECK(NameHash(key, name) == kSipHashVectors[8]);
+  for (const std::string& n : {std::string("lost+found"), std::string(255, 'x')}) {
+    CHECK(NameHash(key, n) == SipHash24(key.k0, key.k1, n.data(), n.size()));
   }
 }
 
-TEST_CASE("NameHash depends on the seed, the length and every byte", "[name_hash]") {
-  CHECK(NameHash(1, "file") != NameHash(2, "file"));
-  CHECK(NameHash(0, "file") != NameHash(uint64_t{1} << 63, "file"));
-  // Zero padding of the last chunk must not make "a" and "a\0" equal.
-  CHECK(NameHash(7, "a") != NameHash(7, std::string_view("a\0", 2)));
-  CHECK(NameHash(7, "") != NameHash(7, std::string_view("\0", 1)));
-  CHECK(NameHash(7, "12345678") != NameHash(7, std::string_view("12345678\0", 9)));
-  // A difference in the second chunk, and in the last byte of a long name.
-  CHECK(NameHash(7, "abcdefgh1") != NameHash(7, "abcdefgh2"));
+TEST_CASE("NameHash depends on every bit of the key, the length and every byte", "[name_hash]") {
+  const NameHashKey key{0x0123456789abcdefull, 0xfedcba9876543210ull};
+  const uint64_t base = NameHash(key, "file");
+  for (int bit = 0; bit < 128; ++bit) {
+    NameHashKey flipped = key;
+    (bit < 64 ? flipped.k0 : flipped.k1) ^= uint64_t{1} << (bit % 64);
+    CHECK(NameHash(flipped, "file") != base);
+  }
+  // The length is part of the last word: "a" and "a\0" differ.
+  CHECK(NameHash(key, "a") != NameHash(key, std::string_view("a\0", 2)));
+  CHECK(NameHash(key, "") != NameHash(key, std::string_view("\0", 1)));
+  CHECK(NameHash(key, "12345678") != NameHash(key, std::string_view("12345678\0", 9)));
+  CHECK(NameHash(key, "abcdefgh1") != NameHash(key, "abcdefgh2"));
   std::string long_a(255, 'q'), long_b(255, 'q');
   long_b[254] = 'r';
-  CHECK(NameHash(7, long_a) != NameHash(7, long_b));
+  CHECK(NameHash(key, long_a) != NameHash(key, long_b));
 }
 
-TEST_CASE("directory keys: 56 hash bits and 6 sequence bits", "[name_hash]") {
+TEST_CASE("directory keys: 40 hash bits and 22 sequence bits", "[name_hash]") {
+  const NameHashKey key{42, 43};
   std::set<uint64_t> hashes;
+  const uint32_t seq_max = (1u << format::kDirSeqBits) - 1;
   for (int i = 0; i < 20000; ++i) {
-    const uint64_t h56 = DirHash56(NameHash(42, "name-" + std::to_string(i)));
-    REQUIRE(h56 < (uint64_t{1} << format::kDirHashBits));
-    hashes.insert(h56);
-    for (uint32_t seq : {0u, 1u, 63u}) {
-      const uint64_t key = DirKey(h56, seq);
-      REQUIRE(key <= format::kDirKeyMax);
-      REQUIRE(key >> format::kDirSeqBits == h56);
-      REQUIRE((key & 63u) == seq);
+    const uint64_t hash = DirHash(NameHash(key, "name-" + std::to_string(i)));
+    REQUIRE(hash < (uint64_t{1} << format::kDirHashBits));
+    hashes.insert(hash);
+    for (uint32_t seq : {0u, 1u, 63u, 64u, seq_max}) {
+      const uint64_t dir_key = DirKey(hash, seq);
+      REQUIRE(dir_key <= format::kDirKeyMax);
+      REQUIRE(dir_key >> format::kDirSeqBits == hash);
+      REQUIRE((dir_key & seq_max) == seq);
     }
   }
-  CHECK(hashes.size() == 20000);  // no 56-bit collision among 20000 names
+  // 20000 names in 2^40 values: a collision has odds of about 1 in 5000.
+  CHECK(hashes.size() >= 19999);
   // The top bits of the hash are the ones kept.
-  CHECK(DirHash56(~uint64_t{0}) == (uint64_t{1} << 56) - 1);
-  CHECK(DirHash56(uint64_t{1} << 8) == 1);
-  CHECK(DirHash56(0xFF) == 0);
-  CHECK(DirKey((uint64_t{1} << 56) - 1, 63) == format::kDirKeyMax);
+  CHECK(DirHash(~uint64_t{0}) == (uint64_t{1} << 40) - 1);
+  CHECK(DirHash(uint64_t{1} << 24) == 1);
+  CHECK(DirHash((uint64_t{1} << 24) - 1) == 0);
+  CHECK(DirKey((uint64_t{1} << 40) - 1, seq_max) == format::kDirKeyMax);
   CHECK(format::kDirKeyMax == (uint64_t{1} << 62) - 1);
-  // Readdir cookies must stay clear of the index bit of a node pointer.
+  // Readdir cookies (key + 3) stay positive as an off_t, and clear of the
+  // index bit of a node pointer.
+  CHECK(format::kDirKeyMax + 3 < (uint64_t{1} << 63));
   CHECK((format::kDirKeyMax & format::kDirNodeIndexBit) == 0);
 }
 
@@ -178,7 +202,7 @@ SuperStatic SuperFor(const Geometry& g) {
   sb.version_major = format::kVersionMajor;
   sb.version_minor = format::kVersionMinor;
   g.FillSuper(&sb);
-  sb.hash_seed = 99;
+  sb.dir_hash_key[0] = 99;
   sb.checksum = SuperStaticChecksum(sb);
   return sb;
 }
@@ -558,6 +582,19 @@ TEST_CASE("CheckSuperStatic checks magic, checksum, version and features", "[sup
   s.checksum = SuperStaticChecksum(s);
   CHECK(CheckSuperStatic(s, size).code() == EPROTONOSUPPORT);
 
+  // Version 1 (the unkeyed, steerable hash) is refused in one line that says
+  // what to do.
+  s = good;
+  s.version_major = 1;
+  s.checksum = SuperStaticChecksum(s);
+  r = CheckSuperStatic(s, size);
+  CHECK(r.code() == EPROTONOSUPPORT);
+  if (!r.ok()) {
+    CHECK_THAT(r.error().message, Catch::Contains("format 1.0 is no longer supported"));
+    CHECK_THAT(r.error().message, Catch::Contains("re-create"));
+    CHECK(r.error().message.find('\n') == std::string::npos);
+  }
+
   s = good;
   s.version_minor = format::kVersionMinor + 7;  // informational only
   s.checksum = SuperStaticChecksum(s);
@@ -780,7 +817,7 @@ TEST_CASE("DirLeafBuilder fills a block, refuses when full, and parses back", "[
       name[0] = static_cast<char>('0' + i % 10);
       const uint64_t ino = 1000 + i;
       const std::vector<std::byte> before = block;
-      if (!leaf.Add(ino, DirKey(DirHash56(NameHash(5, name)), i % 64), DT_REG, name)) {
+      if (!leaf.Add(ino, DirKey(DirHash(NameHash(NameHashKey{5, 6}, name)), i % 64), DT_REG, name)) {
         CHECK(block == before);  // a refused Add changes nothing
         refused_len = format::DirRecordLength(len);
         break;
@@ -801,7 +838,7 @@ TEST_CASE("DirLeafBuilder fills a block, refuses when full, and parses back", "[
       REQUIRE(live < added.size());
       CHECK(p.entry.ino == added[live].first);
       CHECK(p.name == added[live].second);
-      CHECK(p.entry.key == DirKey(DirHash56(NameHash(5, p.name)), live % 64));
+      CHECK(p.entry.key == DirKey(DirHash(NameHash(NameHashKey{5, 6}, p.name)), live % 64));
       CHECK(p.entry.file_type == DT_REG);
       ++live;
     }

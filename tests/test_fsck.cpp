@@ -328,8 +328,30 @@ TEST_CASE("fsck refuses another major version without using the backup", "[fsck]
   const RunResult r = Fsck({"-y", image.path()});
   INFO(r.out);
   CHECK(r.exit_code == kFsckOperational);
-  CHECK_THAT(r.out, Catch::Contains("unsupported nvfs format version 2.0"));
+  CHECK_THAT(r.out, Catch::Contains("unsupported nvfs format version " +
+                                     std::to_string(format::kVersionMajor + 1) + ".0"));
   CHECK(DigestFile(image.path()) == before);
+}
+
+TEST_CASE("fsck and mount refuse a version 1 image (the steerable hash) in one line",
+          "[fsck][super]") {
+  TempPath image("version1");
+  MakeNvfsImage(image.path());
+  format::SuperStatic sb = ReadStatic(image.path(), 0);
+  sb.version_major = 1;
+  sb.checksum = SuperStaticChecksum(sb);
+  WriteStatic(image.path(), 0, sb);
+  const FileDigest before = DigestFile(image.path());
+  const RunResult r = Fsck({"-y", image.path()});
+  INFO(r.out);
+  CHECK(r.exit_code == kFsckOperational);
+  CHECK_THAT(r.out, Catch::Contains("nvfs format 1.0 is no longer supported"));
+  CHECK(DigestFile(image.path()) == before);
+  Result<std::unique_ptr<Filesystem>> fs = Filesystem::Mount(image.path(), MountOptions{});
+  REQUIRE_FALSE(fs.ok());
+  CHECK(fs.error().code == EPROTONOSUPPORT);
+  CHECK_THAT(fs.error().message, Catch::Contains("re-create the filesystem"));
+  CHECK(fs.error().message.find('\n') == std::string::npos);
 }
 
 TEST_CASE("fsck checks but will not repair unknown read-only features", "[fsck][super]") {

@@ -161,7 +161,7 @@ void RequireFreshNamespace(const std::string& path, const MkfsPlan& plan) {
   CHECK(live[0].entry.ino == kLostFoundIno);
   CHECK(live[0].entry.file_type == DT_DIR);
   CHECK(live[0].entry.key ==
-        DirKey(DirHash56(NameHash(plan.super.hash_seed, "lost+found")), 0));
+        DirKey(DirHash(NameHash(NameHashKey::FromSuper(plan.super), "lost+found")), 0));
 
   // lost+found: an empty directory under the root.
   const format::Inode lost_found = ReadInode(*media, g, kLostFoundIno);
@@ -271,13 +271,13 @@ TEST_CASE("mkfs then reopen: clean at every block size and group shape", "[mkfs]
   }
 }
 
-TEST_CASE("mkfs stores label, UUID, seed and time as given", "[mkfs]") {
+TEST_CASE("mkfs stores label, UUID, hash key and time as given", "[mkfs]") {
   TempPath image("identity");
   MkfsOptions options;
   options.label = std::string(63, 'L');  // the longest label
   options.uuid = ParseUuid("01234567-89ab-cdef-0123-456789abcdef");
   REQUIRE(options.uuid.has_value());
-  options.hash_seed = 0x1122334455667788ull;
+  options.dir_hash_key = std::array<uint8_t, 16>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
   options.now = 1700000000;
   const MkfsPlan plan = Format(image.path(), 64 * kMiB, options);
   RequireFreshNamespace(image.path(), plan);
@@ -287,21 +287,24 @@ TEST_CASE("mkfs stores label, UUID, seed and time as given", "[mkfs]") {
   CHECK(std::string(sb.label, 63) == options.label);
   CHECK(sb.label[63] == '\0');
   CHECK(std::memcmp(sb.uuid, options.uuid->data(), 16) == 0);
-  CHECK(sb.hash_seed == 0x1122334455667788ull);
+  CHECK(std::memcmp(sb.dir_hash_key, options.dir_hash_key->data(), 16) == 0);
+  CHECK(sb.reserved0 == 0);
   CHECK(sb.mkfs_time == 1700000000);
   // Reserved bytes are zero.
   for (uint8_t b : sb.reserved) REQUIRE(b == 0);
 }
 
-TEST_CASE("mkfs without a UUID or seed picks random ones", "[mkfs]") {
+TEST_CASE("mkfs without a UUID or hash key picks random ones", "[mkfs]") {
   const MkfsOptions options;
   Result<MkfsPlan> a = PlanMkfs(64 * kMiB, options);
   Result<MkfsPlan> b = PlanMkfs(64 * kMiB, options);
   REQUIRE(a.ok());
   REQUIRE(b.ok());
   CHECK(std::memcmp(a->super.uuid, b->super.uuid, 16) != 0);
-  CHECK(a->super.hash_seed != b->super.hash_seed);
-  CHECK(a->super.hash_seed != 0);
+  CHECK(std::memcmp(a->super.dir_hash_key, b->super.dir_hash_key, 16) != 0);
+  const NameHashKey key = NameHashKey::FromSuper(a->super);
+  CHECK((key.k0 != 0 || key.k1 != 0));
+  CHECK(a->super.reserved0 == 0);
   CHECK(a->super.mkfs_time > 1600000000);
 }
 

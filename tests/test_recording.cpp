@@ -230,7 +230,7 @@ TEST_CASE("recording: a whole filesystem runs on it, every operation persisted a
   auto media = std::make_unique<RecordingMedia>(8ull << 20, options);
   RecordingMedia* rec = media.get();
   MkfsOptions mkfs;
-  mkfs.hash_seed = 42;
+  mkfs.dir_hash_key = std::array<uint8_t, 16>{42};
   auto plan = PlanMkfs(media->size(), mkfs);
   REQUIRE(plan.ok());
   REQUIRE(WriteMkfs(*media, *plan).ok());

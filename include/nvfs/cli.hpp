@@ -2,6 +2,7 @@
 #pragma once
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -20,6 +21,10 @@ std::string FormatUuid(const Uuid& uuid);
 // A random (version 4) UUID.
 Uuid RandomUuid();
 uint64_t RandomU64();
+// Fills `len` bytes from getrandom(2), for secrets: unlike RandomUuid and
+// RandomU64 it has no fallback, and returns false (errno set) when the kernel
+// gives no random bytes.
+bool FillSecret(void* buf, size_t len);
 
 // Progress on a terminal: "label: done/total" redrawn in place on stderr;
 // silent when stderr is not a terminal or `quiet`.

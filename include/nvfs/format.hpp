@@ -47,14 +47,16 @@ inline constexpr uint64_t kSuperDynamicOffset = 2048;
 inline constexpr uint32_t kSuperHalfSize = 2048;
 inline constexpr char kSuperStaticMagic[8] = {'n', 'v', 'f', 's', '-', 'p', 'm', '\0'};
 inline constexpr char kSuperDynamicMagic[8] = {'n', 'v', 'f', 's', '-', 'd', 'y', 'n'};
-inline constexpr uint32_t kVersionMajor = 1;  // a different major is refused
+// Version 2 keyed the directory hash (SipHash-2-4 under dir_hash_key) and
+// widened the collision sequence numbers; version 1 images are refused.
+inline constexpr uint32_t kVersionMajor = 2;  // a different major is refused
 inline constexpr uint32_t kVersionMinor = 0;  // informational
 
 // Feature masks. A set bit the code does not know:
 //  - in incompat: refuse to open at all;
 //  - in ro_compat: open read-only only;
 //  - in compat: ignore.
-// Version 1 defines no feature bits yet.
+// Version 2 defines no feature bits yet.
 inline constexpr uint64_t kCompatKnown = 0;
 inline constexpr uint64_t kIncompatKnown = 0;
 inline constexpr uint64_t kRoCompatKnown = 0;
@@ -84,9 +86,10 @@ struct SuperStatic {
   uint64_t root_ino;           // kRootIno
   uint8_t uuid[16];
   char label[64];              // NUL-padded, not necessarily NUL-terminated
-  uint64_t hash_seed;          // seeds the directory name hash
+  uint64_t reserved0;          // must be zero (version 1's hash seed)
   int64_t mkfs_time;           // seconds since the epoch
-  uint8_t reserved[1836];      // must be zero
+  uint8_t dir_hash_key[16];    // secret SipHash-2-4 key of the directory name hash
+  uint8_t reserved[1820];      // must be zero
   uint32_t checksum;           // CRC32C of bytes 0..2043
 };
 
@@ -196,36 +199,40 @@ inline constexpr uint32_t kInodeFlagsKnown = kInodeFlagOrphan;
 // ---------------------------------------------------------------------------
 // Directories.
 //
-// Every name gets a 62-bit key: the top 56 bits of NameHash(hash_seed, name)
-// shifted left by 6, plus a 6-bit sequence number that tells apart names whose
-// 56-bit hashes collide in one directory. The key is also the readdir cookie,
-// so a cookie stays valid however the directory changes.
+// Every name gets a 62-bit key: the top kDirHashBits (40) bits of
+// NameHash(dir_hash_key, name), the name's "hash" below, shifted left by
+// kDirSeqBits (22), plus a sequence number that tells apart the names of one
+// directory whose hashes are equal (the lowest number unused by that hash at
+// insertion). The key is also the readdir cookie (plus 3, past "." and ".."),
+// so a cookie stays valid however the directory changes, and names one
+// position even inside a run of equal hashes.
 //
 // The tree: a DirNodePtr names either an index node or a leaf. An index node is
 // a whole block of block_size / 8 DirNodePtrs, selected by the next
-// log2(block_size / 8) bits of the 56-bit hash, most significant first; a null
-// slot means no entry has that prefix. A leaf holds the entries whose hashes
-// start with its prefix; leaves that cannot be split further (the hash bits are
-// used up) chain through `next`.
+// log2(block_size / 8) bits of the hash, most significant first; a null slot
+// means no entry has that prefix. A leaf holds the entries whose hashes start
+// with its prefix; leaves that cannot be split further (all kDirHashBits bits
+// used) chain through `next`, as many as the names of that hash need.
 //
-// Index level k uses hash bits [k*F, min((k+1)*F, 56)), F = log2(block_size / 8).
+// Index level k uses hash bits [k*F, min((k+1)*F, 40)), F = log2(block_size / 8).
 // An index node fills one slot of its parent. A leaf in a level-k node has
-// k*F <= prefix_bits <= min((k+1)*F, 56) and fills the 2^(level end - prefix_bits)
+// k*F <= prefix_bits <= min((k+1)*F, 40) and fills the 2^(level end - prefix_bits)
 // aligned slots of its prefix; a leaf in dir.root has prefix_bits 0. Overflow
-// leaves only at prefix_bits 56, with the head's prefix, at most 64 per chain.
+// leaves only at prefix_bits 40, with the head's prefix; a chain is no longer
+// than the directory's node count.
 // In a free record (ino 0) only rec_len means anything.
 // ---------------------------------------------------------------------------
 inline constexpr uint64_t kDirNodeIndexBit = uint64_t{1} << 63;
 inline constexpr uint64_t kDirNodeBlockMask = kMaxBlockCount - 1;
-inline constexpr uint32_t kDirHashBits = 56;
-inline constexpr uint32_t kDirSeqBits = 6;
+inline constexpr uint32_t kDirHashBits = 40;
+inline constexpr uint32_t kDirSeqBits = 22;
 inline constexpr uint64_t kDirKeyMax = (uint64_t{1} << (kDirHashBits + kDirSeqBits)) - 1;
 
 inline constexpr uint32_t kDirLeafMagic = 0x4C445653;  // "SVDL"
 
 struct DirLeafHeader {
   uint32_t magic;         // kDirLeafMagic
-  uint16_t prefix_bits;   // how many leading bits of the 56-bit hash this leaf covers
+  uint16_t prefix_bits;   // how many leading bits of the 40-bit hash this leaf covers
   uint16_t reserved0;     // must be zero
   uint64_t prefix;        // those bits, right-aligned
   uint64_t next;          // overflow leaf block, only at the deepest level; else 0
@@ -354,7 +361,9 @@ static_assert(offsetof(SuperStatic, inode_count) == 72);
 static_assert(offsetof(SuperStatic, journal_block) == 88);
 static_assert(offsetof(SuperStatic, uuid) == 112);
 static_assert(offsetof(SuperStatic, label) == 128);
-static_assert(offsetof(SuperStatic, hash_seed) == 192);
+static_assert(offsetof(SuperStatic, reserved0) == 192);
+static_assert(offsetof(SuperStatic, mkfs_time) == 200);
+static_assert(offsetof(SuperStatic, dir_hash_key) == 208);
 static_assert(offsetof(SuperStatic, checksum) == 2044);
 static_assert(offsetof(SuperDynamic, orphan_head) == 56);
 static_assert(offsetof(SuperDynamic, checksum) == 2044);
@@ -375,5 +384,7 @@ static_assert(kIsMediaStruct<XattrEntry> && sizeof(XattrEntry) == 8);
 static_assert(kIsMediaStruct<JournalSlotHeader> && sizeof(JournalSlotHeader) == 64);
 static_assert(kIsMediaStruct<JournalRecord> && sizeof(JournalRecord) == 32);
 static_assert(DirRecordLength(kNameMax) == 280);
+// Cookies are key + 3 and must stay positive in a 64-bit off_t.
+static_assert(kDirHashBits + kDirSeqBits == 62);
 
 }  // namespace nvfs::format

@@ -57,6 +57,7 @@
 #include <string_view>
 
 #include "nvfs/epoch.hpp"
+#include "nvfs/name_hash.hpp"
 #include "nvfs/result.hpp"
 
 namespace nvfs {
@@ -324,7 +325,7 @@ class Filesystem {
   bool read_only_ = false;
   bool mounted_ = false;
   uint32_t extent_map_runs_ = 0;
-  uint64_t hash_seed_ = 0;
+  NameHashKey hash_key_;
 
   std::shared_mutex tree_mu_;  // see the lock order above
   // Protects the orphan list (SuperDynamic::orphan_head, Inode::orphan_next,

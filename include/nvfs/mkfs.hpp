@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <array>
 #include <functional>
 #include <optional>
 #include <string>
@@ -25,7 +26,8 @@ struct MkfsOptions {
   uint32_t journal_slots = 0;
   uint32_t journal_slot_size = 0;
   int64_t now = 0;               // timestamps; 0: the current time
-  uint64_t hash_seed = 0;        // 0: random
+  // The directory hash key (tests: a fixed one); absent: 16 bytes of getrandom(2).
+  std::optional<std::array<uint8_t, 16>> dir_hash_key;
   uint32_t root_uid = 0;         // owner of the root directory
   uint32_t root_gid = 0;
 };

@@ -3,16 +3,19 @@
 //
 // Shape of the tree (extendible hashing on a radix tree). An index node at
 // depth k consumes hash bits [Start(k), End(k)): F = log2(block_size / 8) bits,
-// the deepest level only what is left of the 56. A leaf hanging from a depth-k
+// the deepest level only what is left of the 40. A leaf hanging from a depth-k
 // index node has Start(k) <= prefix_bits <= End(k) and fills the
 // 2^(End(k) - prefix_bits) consecutive, aligned slots of its prefix, so a split
 // costs one new block per half instead of a whole index level. dir.root is
 // treated as "depth -1" with End = 0: a root leaf has prefix_bits 0. A null
-// slot means no name has that prefix. Only leaves with all 56 bits
-// (prefix_bits == 56) chain through `next`; a chain holds names of one hash,
-// so at most 64 names and never more than 64 leaves.
+// slot means no name has that prefix. Only leaves with all 40 bits
+// (prefix_bits == 40) chain through `next`; a chain holds names of one hash,
+// as many as there are (each with its own sequence number): a leaf is
+// appended when none of the chain has room (AppendLeaf), and one left empty
+// is unlinked. Names of one hash cannot be split apart, so past a leaf's
+// capacity they cost a longer walk, never a refusal.
 //
-// Changing a leaf that has no room: its live entries plus the new one are
+// Changing a leaf above the last level that has no room: its live entries plus the new one are
 // rebuilt aside (Builder::Build): compacted into one fresh leaf when they fit,
 // else split at the next hash bit, recursively, an empty half leaving null
 // slots; a leaf filling exactly one slot is pushed down under a fresh index
@@ -101,24 +104,23 @@ void FillFreeRecord(const Tree& tree, Tx& tx, uint64_t block, uint32_t offset, u
   tx.Store64(at + offsetof(DirEntry, ino), item.ino);
 }
 
-// Rebuilds the node `path` leads to (a leaf and its overflow leaves) with its
-// live entries and `item`: compacted or split into fresh blocks, published by
-// logged pointer stores; the old leaves are freed after commit.
-Status RebuildWith(const Tree& tree, Builder& builder, const Path& path, const Chain& chain,
-                   const LeafItem& item) {
+// Rebuilds the leaf `path` leads to (one with prefix_bits < 40, so no
+// overflow leaves) with its live entries and `item`: compacted or split into
+// fresh blocks, published by logged pointer stores; the old leaf is freed
+// after commit.
+Status RebuildWith(const Tree& tree, Builder& builder, const Path& path, const LeafItem& item) {
+  const uint64_t block = PointerBlock(path.node);
   std::vector<LeafItem> items;
-  for (uint32_t n = 0; n < chain.count; ++n) {
-    NVFS_TRY(tree.ScanLeaf(chain.blocks[n], [&](uint32_t, const DirEntry& record) {
-      if (record.ino != 0) {
-        items.push_back({record.key, record.ino, record.file_type, tree.Name(record)});
-      }
-      return true;
-    }));
-  }
+  NVFS_TRY(tree.ScanLeaf(block, [&](uint32_t, const DirEntry& record) {
+    if (record.ino != 0) {
+      items.push_back({record.key, record.ino, record.file_type, tree.Name(record)});
+    }
+    return true;
+  }));
   items.push_back(item);
   std::sort(items.begin(), items.end(),
             [](const LeafItem& a, const LeafItem& b) { return a.key < b.key; });
-  const DirLeafHeader& leaf = tree.Leaf(chain.blocks[0]);
+  const DirLeafHeader& leaf = tree.Leaf(block);
   const uint32_t span = tree.Span(path.depth, leaf.prefix_bits);
   const uint32_t first = path.slot & ~(span - 1);
   if (path.depth >= 0) {
@@ -131,14 +133,40 @@ Status RebuildWith(const Tree& tree, Builder& builder, const Path& path, const C
   std::vector<uint64_t> ptrs(span);
   NVFS_TRY(builder.Build(items, leaf.prefix_bits, leaf.prefix, path.depth, ptrs));
   NVFS_TRY(builder.Publish(path, first, ptrs));
-  return builder.FreeNodes(chain.ToVector());
+  return builder.FreeNodes({block});
+}
+
+// Adds a fresh leaf holding `item` after `last`, the last leaf of a chain of
+// names of one hash (prefix_bits == 40: nothing left to split on). Store
+// order: the new leaf, whole, into a fresh block (Builder::WriteLeaves); then
+// one logged store of last's `next`, which publishes it.
+Status AppendLeaf(const Tree& tree, Builder& builder, Tx& tx, uint64_t last,
+                  const LeafItem& item) {
+  const DirLeafHeader& tail = tree.Leaf(last);
+  Result<uint64_t> block = builder.WriteLeaves({&item, 1}, tail.prefix_bits, tail.prefix);
+  if (!block.ok()) return block.take_error();
+  tx.Store64(tree.Offset(&tail.next), *block);
+  return Status::Ok();
+}
+
+// The lowest sequence number not in `used` (the numbers taken by one hash).
+uint32_t LowestFreeSeq(std::vector<uint32_t>& used) {
+  std::sort(used.begin(), used.end());
+  uint32_t seq = 0;
+  for (uint32_t taken : used) {
+    if (taken > seq) break;
+    if (taken == seq) ++seq;
+  }
+  return seq;
 }
 
 }  // namespace
 
-// Store order: a new entry goes into a free record of its leaf with logged
-// stores (FillFreeRecord); when none is big enough, the leaf is rebuilt aside
-// (RebuildWith); into a null slot, a new leaf (AddLeafInHole). Then logged:
+// Store order: a new entry goes into a free record of its leaf chain with
+// logged stores (FillFreeRecord); when none is big enough, a leaf above the
+// last level is rebuilt aside (RebuildWith), and a chain of one hash gets a
+// new leaf at its end (AppendLeaf); into a null slot, a new leaf
+// (AddLeafInHole). Then logged:
 // dir.entries, and dir.size and dir.blocks when nodes were added. Nothing is
 // logged before every block needed is allocated, so ENOSPC changes nothing
 // but the allocations, which the caller's Abort undoes. A crash before commit
@@ -162,45 +190,50 @@ Status Directory::Insert(Tx& tx, const Inode& dir, std::string_view name, uint64
     }
   } else {
     // One pass over the leaves: the name, the sequence numbers its hash
-    // already uses, the first free record big enough.
-    Chain chain;
-    NVFS_TRY(tree.ReadChain(PointerBlock(path.node), &chain));
+    // already uses, the first free record big enough, the last leaf.
     const uint32_t need = format::DirRecordLength(static_cast<uint32_t>(name.size()));
-    uint64_t used_seqs = 0;
+    std::vector<uint32_t> used_seqs;
     bool exists = false;
     Found fit;
     uint32_t fit_len = 0;
-    for (uint32_t n = 0; n < chain.count && !exists; ++n) {
-      NVFS_TRY(tree.ScanLeaf(chain.blocks[n], [&](uint32_t offset, const DirEntry& record) {
-        if (record.ino == 0) {
-          if (fit_len == 0 && record.rec_len >= need) {
-            fit = {chain.blocks[n], offset, n};
-            fit_len = record.rec_len;
-          }
-        } else if (HashOfKey(record.key) == hash) {
-          if (tree.Name(record) == name) {
-            exists = true;
-            return false;
-          }
-          used_seqs |= uint64_t{1} << SeqOfKey(record.key);
-        }
-        return true;
-      }));
-    }
+    uint64_t last = 0;
+    NVFS_TRY(tree.WalkChain(
+        PointerBlock(path.node), tree.ChainLimit(dir), [&](uint64_t block, uint64_t) -> Result<bool> {
+          last = block;
+          NVFS_TRY(tree.ScanLeaf(block, [&](uint32_t offset, const DirEntry& record) {
+            if (record.ino == 0) {
+              if (fit_len == 0 && record.rec_len >= need) {
+                fit = {block, offset, 0};
+                fit_len = record.rec_len;
+              }
+            } else if (HashOfKey(record.key) == hash) {
+              if (tree.Name(record) == name) {
+                exists = true;
+                return false;
+              }
+              used_seqs.push_back(SeqOfKey(record.key));
+            }
+            return true;
+          }));
+          return !exists;
+        }));
     if (exists) return Error(EEXIST);
-    const uint32_t seq = static_cast<uint32_t>(std::countr_one(used_seqs));
+    const uint32_t seq = LowestFreeSeq(used_seqs);
     if (seq >= kMaxSeq) {
-      return MakeError(ENOSPC, "%u names share one hash in this directory", kMaxSeq);
+      return MakeError(ENOSPC, "%u names share one hash value in this directory", kMaxSeq);
     }
     const LeafItem item{DirKey(hash, seq), ino, file_type, name};
+    Status added;
     if (fit_len != 0) {
       FillFreeRecord(tree, tx, fit.block, fit.offset, fit_len, item);
+    } else if (tree.Leaf(last).prefix_bits == kDirHashBits) {
+      added = AppendLeaf(tree, builder, tx, last, item);
     } else {
-      Status rebuilt = RebuildWith(tree, builder, path, chain, item);
-      if (!rebuilt.ok()) {
-        builder.Cancel();
-        return rebuilt;
-      }
+      added = RebuildWith(tree, builder, path, item);
+    }
+    if (!added.ok()) {
+      builder.Cancel();
+      return added;
     }
   }
   tx.Set(dir.map.dir.entries, dir.map.dir.entries + 1);
@@ -219,7 +252,6 @@ Status Directory::Remove(Tx& tx, const Inode& dir, std::string_view name) {
   Result<Located> at = Locate(tree, dir, name);
   if (!at.ok()) return at.take_error();
   const Path& path = at->path;
-  const Chain& chain = at->chain;
   const Found& found = at->found;
 
   // The neighbours of the record and whether it is the leaf's last entry.
@@ -247,13 +279,11 @@ Status Directory::Remove(Tx& tx, const Inode& dir, std::string_view name) {
 
   if (live == 1) {
     Builder builder(tree, tx, 0);
-    if (chain.count > 1) {
-      // Unlink it from its chain.
-      const uint64_t next = tree.Leaf(block).next;
+    const uint64_t next = tree.Leaf(block).next;
+    if (found.prev != 0 || next != 0) {
+      // Unlink it from its chain: a leaf of the last level, filling one slot.
       const uint64_t link =
-          found.chain_index == 0
-              ? path.link_offset
-              : tree.Offset(&tree.Leaf(chain.blocks[found.chain_index - 1]).next);
+          found.prev == 0 ? path.link_offset : tree.Offset(&tree.Leaf(found.prev).next);
       tx.Store64(link, next);
       NVFS_TRY(builder.FreeNodes({block}));
     } else if (path.depth >= 0) {
@@ -293,8 +323,10 @@ Status Directory::Replace(Tx& tx, const Inode& dir, std::string_view name, uint6
 // index node that has no index children, then the node itself, unlinked by
 // one logged store of the pointer to it. When the slot cannot take a whole
 // node, leaves are unlinked one slot range at a time (logged stores of null
-// slots) and freed once no slot points to them. Every intermediate state is a
-// valid tree, so the caller may commit and continue in a new transaction.
+// slots) and freed once no slot points to them, and a chain too long for the
+// slot is cut from its end (a logged store of a `next`, then the frees).
+// Every intermediate state is a valid tree, so the caller may commit and
+// continue in a new transaction.
 Result<bool> Directory::FreeTree(Tx& tx, const Inode& dir) {
   const Tree tree(ctx_);
   Builder builder(tree, tx, 0);
@@ -304,6 +336,7 @@ Result<bool> Directory::FreeTree(Tx& tx, const Inode& dir) {
   const auto room = [&]() -> size_t {
     return tx.room() > kFreeTreeReserve ? tx.room() - kFreeTreeReserve : 0;
   };
+  const uint64_t limit = tree.ChainLimit(dir);
   while (!done && tx.ok()) {
     const uint64_t root = dir.map.dir.root;
     if (root == 0) {
@@ -314,9 +347,9 @@ Result<bool> Directory::FreeTree(Tx& tx, const Inode& dir) {
     Chain chain;
     if (!IsIndex(root)) {
       NVFS_TRY(tree.CheckLeaf(PointerBlock(root), -1, 0));
-      NVFS_TRY(tree.ReadChain(PointerBlock(root), &chain));
-      if (room() < (chain.count + 1) * kRecordCost + 8) break;
-      NVFS_TRY(builder.FreeNodes(chain.ToVector()));
+      NVFS_TRY(tree.ReadChain(PointerBlock(root), limit, &chain));
+      if (room() < (chain.blocks.size() + 1) * kRecordCost + 8) break;
+      NVFS_TRY(builder.FreeNodes(chain.blocks));
       tx.Store64(root_offset, 0);
       continue;
     }
@@ -363,16 +396,18 @@ Result<bool> Directory::FreeTree(Tx& tx, const Inode& dir) {
       const uint32_t span_end = (slot & ~(span - 1)) + span;
       uint32_t end = slot + 1;
       while (end < span_end && slots[end] == ptr) ++end;
-      NVFS_TRY(tree.ReadChain(leaf, &chain));
-      runs.push_back({slot, end - slot, chain.ToVector()});
-      leaf_blocks += chain.count;
+      NVFS_TRY(tree.ReadChain(leaf, limit, &chain));
+      leaf_blocks += chain.blocks.size();
+      runs.push_back({slot, end - slot, std::move(chain.blocks)});
       slot = end;
     }
-    // A leaf in two runs would be freed twice: the tree is damaged.
-    std::vector<uint64_t> heads;
-    for (const Run& run : runs) heads.push_back(run.blocks.front());
-    std::sort(heads.begin(), heads.end());
-    if (std::adjacent_find(heads.begin(), heads.end()) != heads.end()) {
+    // A leaf in two runs (or two chains) would be freed twice: the tree is
+    // damaged.
+    std::vector<uint64_t> leaves;
+    leaves.reserve(leaf_blocks);
+    for (const Run& run : runs) leaves.insert(leaves.end(), run.blocks.begin(), run.blocks.end());
+    std::sort(leaves.begin(), leaves.end());
+    if (std::adjacent_find(leaves.begin(), leaves.end()) != leaves.end()) {
       return Corrupt(block, "a leaf in two places");
     }
 
@@ -386,6 +421,18 @@ Result<bool> Directory::FreeTree(Tx& tx, const Inode& dir) {
     // Not all at once: unlink leaves slot range by slot range.
     for (const Run& run : runs) {
       const size_t free_cost = run.blocks.size() * kRecordCost;
+      if (run.blocks.size() > 1 && room() < free_cost + kRecordCost + 8) {
+        // A chain too long for this transaction: cut leaves off its end (one
+        // logged store of a `next`, then their deferred frees).
+        const size_t cut = std::min<size_t>(
+            run.blocks.size() - 1,
+            room() > 2 * kRecordCost + 8 ? (room() - kRecordCost - 8) / kRecordCost - 1 : 0);
+        if (cut == 0) break;
+        const uint64_t new_last = run.blocks[run.blocks.size() - 1 - cut];
+        tx.Store64(tree.Offset(&tree.Leaf(new_last).next), 0);
+        NVFS_TRY(builder.FreeNodes({run.blocks.end() - static_cast<ptrdiff_t>(cut), run.blocks.end()}));
+        break;
+      }
       if (room() < free_cost + kRecordCost + 8) break;
       const uint32_t count = static_cast<uint32_t>(
           std::min<size_t>(run.count, (room() - free_cost - kRecordCost) / 8));

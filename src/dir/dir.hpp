@@ -1,6 +1,7 @@
 // Hashed directories (format.hpp and doc/format.md, "Directories"): a radix
-// tree over the 56-bit name hash, cut to the levels needed; leaves hold the
-// entries; the key (hash56 << 6 | seq) is also the readdir cookie.
+// tree over the 40-bit name hash, cut to the levels needed; leaves hold the
+// entries; the key (hash << 22 | seq, a 40-bit hash and a 22-bit sequence
+// number) is also the readdir cookie (plus 3).
 //
 // Contracts shared by every function here:
 //  - `dir` is a reference INTO THE MAPPING (ctx.InodeAt(ino)) of a directory
@@ -8,8 +9,9 @@
 //    anything taking a Tx.
 //  - Nothing here trusts the media: node pointers outside the filesystem, bad
 //    magic, bad rec_len or name_len, trees deeper than the hash bits allow and
-//    overflow chains with cycles are corruption (EUCLEAN), never followed out
-//    of the mapping, never looped on forever.
+//    overflow chains with cycles or longer than the directory's node count
+//    are corruption (EUCLEAN), never followed out of the mapping, never looped
+//    on forever.
 //  - Changes follow write-before-publish (doc/integrity.md): a new entry is
 //    written into a free record by logged stores (the record may have been
 //    freed earlier in the same Tx, so its old bytes must come back on abort)
@@ -45,10 +47,13 @@ class Directory {
   // ENOENT if absent.
   Result<DirEntryRef> Lookup(const format::Inode& dir, std::string_view name) const;
 
-  // Adds name -> ino. EEXIST if present; ENOSPC when no block is free, when
-  // the journal slot is full, or when 64 names of the directory already share
-  // the name's 56-bit hash (every sequence number is taken). On failure the
-  // caller aborts the Tx (nothing is published before the last allocation).
+  // Adds name -> ino. EEXIST if present; ENOSPC when no block is free or
+  // when the journal slot is full. (Also when 2^22 names of the directory
+  // share the name's 40-bit hash, every sequence number then being taken:
+  // with the keyed hash no one can make that happen.) Names of one hash past
+  // a leaf's capacity go to overflow leaves: slower, never refused. On
+  // failure the caller aborts the Tx (nothing is published before the last
+  // allocation).
   // REQUIRES: 1 <= name.size() <= kNameMax (else EINVAL / ENAMETOOLONG), name
   // has no '/' or NUL.
   Status Insert(Tx& tx, const format::Inode& dir, std::string_view name, uint64_t ino,

@@ -13,13 +13,16 @@ using namespace dir_tree;
 namespace {
 
 // ReadDir's walk: the tree in slot order (hash order), each leaf once, its
-// entries (and its overflow leaves') sorted by key in a DRAM buffer.
+// entries (and its overflow leaves') sorted by key in a DRAM buffer. Keys are
+// (hash, sequence number), so a listing resumed at a key inside a chain of
+// one hash goes on at the next sequence number.
 class Lister {
  public:
   Lister(const Tree& tree, uint64_t from_key, const std::function<bool(const DirEntryRef&)>& fn)
       : tree_(tree), from_key_(from_key), from_hash_(HashOfKey(from_key)), fn_(fn) {}
 
   Status Run(const Inode& dir) {
+    chain_limit_ = tree_.ChainLimit(dir);
     const uint64_t root = dir.map.dir.root;
     if (root == 0) return Status::Ok();
     NVFS_TRY(tree_.CheckPointer(root));
@@ -74,17 +77,16 @@ class Lister {
   Status VisitLeaf(uint64_t block, int depth, uint64_t path_bits, uint32_t* span) {
     NVFS_TRY(tree_.CheckLeaf(block, depth, path_bits));
     *span = tree_.Span(depth, tree_.Leaf(block).prefix_bits);
-    Chain chain;
-    NVFS_TRY(tree_.ReadChain(block, &chain));
     batch_.clear();
-    for (uint32_t n = 0; n < chain.count; ++n) {
-      NVFS_TRY(tree_.ScanLeaf(chain.blocks[n], [&](uint32_t, const DirEntry& record) {
+    NVFS_TRY(tree_.WalkChain(block, chain_limit_, [&](uint64_t leaf, uint64_t) -> Result<bool> {
+      NVFS_TRY(tree_.ScanLeaf(leaf, [&](uint32_t, const DirEntry& record) {
         if (record.ino != 0 && record.key >= from_key_) {
           batch_.push_back({record.ino, record.file_type, record.key, tree_.Name(record)});
         }
         return true;
       }));
-    }
+      return true;
+    }));
     std::sort(batch_.begin(), batch_.end(),
               [](const DirEntryRef& a, const DirEntryRef& b) { return a.key < b.key; });
     for (size_t i = 1; i < batch_.size(); ++i) {
@@ -103,6 +105,7 @@ class Lister {
   const uint64_t from_key_;
   const uint64_t from_hash_;
   const std::function<bool(const DirEntryRef&)>& fn_;
+  uint64_t chain_limit_ = 0;
   std::vector<DirEntryRef> batch_;
   bool stopped_ = false;
 };

@@ -30,11 +30,10 @@ using format::kDirNodeIndexBit;
 
 constexpr uint32_t kRecordHeader = sizeof(DirEntry);
 constexpr uint32_t kLeafHeader = sizeof(DirLeafHeader);
-// Names sharing one 56-bit hash in a directory: one per sequence number.
+// Names sharing one hash in a directory: one per sequence number. Reaching
+// that takes 2^22 names agreeing in 40 bits of a keyed PRF, so no user can,
+// even knowing the key (each such name costs about 2^40 hashes).
 constexpr uint32_t kMaxSeq = 1u << format::kDirSeqBits;
-// An overflow chain holds names of a single hash; a leaf is added only when
-// no leaf of the chain has room, so each holds at least one name.
-constexpr uint32_t kMaxChainLeaves = kMaxSeq;
 // The smallest block (4 KiB) has the smallest fan-out (2^9), hence the most
 // index levels.
 constexpr uint32_t kMinFanoutBits = 9;
@@ -57,8 +56,8 @@ inline uint64_t PointerBlock(uint64_t ptr) { return ptr & kDirNodeBlockMask; }
 inline uint64_t IndexPointer(uint64_t block) { return block | kDirNodeIndexBit; }
 inline uint64_t HashOfKey(uint64_t key) { return key >> format::kDirSeqBits; }
 inline uint32_t SeqOfKey(uint64_t key) { return static_cast<uint32_t>(key & (kMaxSeq - 1)); }
-// The first `bits` bits of a 56-bit hash, right-aligned.
-inline uint64_t HashPrefix(uint64_t hash56, uint32_t bits) { return hash56 >> (kDirHashBits - bits); }
+// The first `bits` bits of a hash, right-aligned.
+inline uint64_t HashPrefix(uint64_t hash, uint32_t bits) { return hash >> (kDirHashBits - bits); }
 
 inline Error Corrupt(uint64_t block, const char* what) {
   return MakeError(EUCLEAN, "directory block %" PRIu64 ": %s; run fsck.nvfs", block, what);
@@ -75,10 +74,7 @@ struct LeafItem {
 
 // The leaves of one node: the head, then its overflow leaves.
 struct Chain {
-  std::array<uint64_t, kMaxChainLeaves> blocks{};
-  uint32_t count = 0;
-
-  std::vector<uint64_t> ToVector() const { return {blocks.begin(), blocks.begin() + count}; }
+  std::vector<uint64_t> blocks;
 };
 
 // Where a hash leads from dir.root.
@@ -121,7 +117,7 @@ class Tree {
     return uint32_t{1} << (End(depth) - prefix_bits);
   }
 
-  uint64_t Hash(std::string_view name) const { return DirHash56(NameHash(ctx_.hash_seed, name)); }
+  uint64_t Hash(std::string_view name) const { return DirHash(NameHash(ctx_.hash_key, name)); }
   uint64_t Offset(const void* in_mapping) const {
     return static_cast<uint64_t>(static_cast<const std::byte*>(in_mapping) - ctx_.base());
   }
@@ -163,25 +159,59 @@ class Tree {
     return Status::Ok();
   }
 
-  // The chain of leaves starting at the checked leaf `head`.
-  Status ReadChain(uint64_t head, Chain* chain) const {
+  // The most leaves a chain of `dir` may have: no more than its nodes (nor
+  // than the filesystem's blocks, should dir.blocks be damaged).
+  uint64_t ChainLimit(const Inode& dir) const {
+    return std::min<uint64_t>(dir.blocks, ctx_.geometry.block_count());
+  }
+
+  // Calls fn(block, prev) -> Result<bool> for the checked leaf `head` (prev
+  // 0), then for each overflow leaf after it (prev: the leaf linking to it),
+  // checking each before; stops when fn returns false or fails. A chain of
+  // more than `limit` leaves is corruption, and so is a loop, found (Brent's
+  // method) within about twice the chain's length: a damaged chain is never
+  // followed for long.
+  template <class Fn>
+  Status WalkChain(uint64_t head, uint64_t limit, Fn&& fn) const {
     const DirLeafHeader& first = Leaf(head);
-    chain->count = 0;
     uint64_t block = head;
+    uint64_t prev = 0;
+    uint64_t leaves = 1;
+    uint64_t tortoise = head;
+    uint64_t lap = 1;
+    uint64_t steps = 0;
     for (;;) {
-      if (chain->count == kMaxChainLeaves) return Corrupt(head, "overflow chain too long");
-      const DirLeafHeader& leaf = Leaf(block);
-      if (chain->count > 0 &&
-          (leaf.magic != format::kDirLeafMagic || leaf.prefix_bits != first.prefix_bits ||
-           leaf.prefix != first.prefix)) {
-        return Corrupt(block, "bad overflow leaf");
-      }
-      chain->blocks[chain->count++] = block;
-      if (leaf.next == 0) return Status::Ok();
+      Result<bool> more = fn(block, prev);
+      if (!more.ok()) return more.take_error();
+      if (!*more) return Status::Ok();
+      const uint64_t next = Leaf(block).next;
+      if (next == 0) return Status::Ok();
       if (first.prefix_bits != kDirHashBits) return Corrupt(block, "overflow link");
-      if (!ctx_.ValidBlock(leaf.next)) return Corrupt(block, "overflow link out of range");
-      block = leaf.next;
+      if (!ctx_.ValidBlock(next)) return Corrupt(block, "overflow link out of range");
+      if (next == tortoise) return Corrupt(head, "overflow chain loops");
+      if (++leaves > limit) return Corrupt(head, "overflow chain longer than the directory");
+      if (++steps == lap) {
+        tortoise = next;
+        lap *= 2;
+        steps = 0;
+      }
+      const DirLeafHeader& leaf = Leaf(next);
+      if (leaf.magic != format::kDirLeafMagic || leaf.prefix_bits != first.prefix_bits ||
+          leaf.prefix != first.prefix) {
+        return Corrupt(next, "bad overflow leaf");
+      }
+      prev = block;
+      block = next;
     }
+  }
+
+  // The chain of leaves starting at the checked leaf `head` (WalkChain).
+  Status ReadChain(uint64_t head, uint64_t limit, Chain* chain) const {
+    chain->blocks.clear();
+    return WalkChain(head, limit, [&](uint64_t block, uint64_t) -> Result<bool> {
+      chain->blocks.push_back(block);
+      return true;
+    });
   }
 
   // Walks the records of the checked leaf `block`, checking each before
@@ -297,9 +327,9 @@ class Builder {
   }
 
   // Writes the leaves holding `items` (sorted by key, all beginning with the
-  // `prefix_bits`-bit `prefix`) to fresh blocks: one leaf, or with all 56 bits
-  // an overflow chain. Returns the head block.
-  // REQUIRES: the items fit one leaf unless prefix_bits == 56.
+  // `prefix_bits`-bit `prefix`) to fresh blocks: one leaf, or with all
+  // kDirHashBits bits an overflow chain. Returns the head block.
+  // REQUIRES: the items fit one leaf unless prefix_bits == kDirHashBits.
   Result<uint64_t> WriteLeaves(std::span<const LeafItem> items, uint32_t prefix_bits,
                                uint64_t prefix) {
     // Split the items into leaves, greedily in key order.
@@ -424,33 +454,34 @@ class Builder {
 struct Found {
   uint64_t block = 0;   // the leaf
   uint32_t offset = 0;  // the record
-  uint32_t chain_index = 0;
+  uint64_t prev = 0;    // the leaf of its chain linking to `block`; 0: the head
 };
 
-// Looks for `name` (of 56-bit hash `hash`) in the chain.
-inline Result<Found> FindInChain(const Tree& tree, const Chain& chain, uint64_t hash,
-                          std::string_view name) {
-  for (uint32_t n = 0; n < chain.count; ++n) {
-    bool found = false;
-    Found where;
-    NVFS_TRY(tree.ScanLeaf(chain.blocks[n], [&](uint32_t offset, const DirEntry& record) {
+// Looks for `name` (of hash `hash`) in the chain headed by the checked leaf
+// `head`.
+inline Result<Found> FindInChain(const Tree& tree, uint64_t head, uint64_t limit, uint64_t hash,
+                                 std::string_view name) {
+  bool found = false;
+  Found where;
+  NVFS_TRY(tree.WalkChain(head, limit, [&](uint64_t block, uint64_t prev) -> Result<bool> {
+    NVFS_TRY(tree.ScanLeaf(block, [&](uint32_t offset, const DirEntry& record) {
       if (record.ino != 0 && HashOfKey(record.key) == hash && tree.Name(record) == name) {
         found = true;
-        where = {chain.blocks[n], offset, n};
+        where = {block, offset, prev};
         return false;
       }
       return true;
     }));
-    if (found) return where;
-  }
-  return Error(ENOENT);
+    return !found;
+  }));
+  if (!found) return Error(ENOENT);
+  return where;
 }
 
 // Where `name` is in directory `dir`: the path down the tree to its leaf
-// chain, the chain, and the record in it. ENOENT if it is not there.
+// chain, and the record in the chain. ENOENT if it is not there.
 struct Located {
   Path path;
-  Chain chain;
   Found found;
 };
 
@@ -460,12 +491,10 @@ inline Result<Located> Locate(const Tree& tree, const Inode& dir, std::string_vi
   Result<Path> path = tree.Descend(dir, hash);
   if (!path.ok()) return path.take_error();
   if (path->node == 0) return Error(ENOENT);
-  Located at{*path, {}, {}};
-  NVFS_TRY(tree.ReadChain(PointerBlock(at.path.node), &at.chain));
-  Result<Found> found = FindInChain(tree, at.chain, hash, name);
+  Result<Found> found =
+      FindInChain(tree, PointerBlock(path->node), tree.ChainLimit(dir), hash, name);
   if (!found.ok()) return found.take_error();
-  at.found = *found;
-  return at;
+  return Located{*path, *found};
 }
 
 }  // namespace nvfs::dir_tree

@@ -36,6 +36,13 @@ Result<Geometry> CheckSuperStatic(const format::SuperStatic& sb, uint64_t namesp
     return MakeError(EUCLEAN, "superblock checksum mismatch (stored 0x%08x, computed 0x%08x)",
                      sb.checksum, SuperStaticChecksum(sb));
   }
+  if (sb.version_major == 1) {
+    return MakeError(EPROTONOSUPPORT,
+                     "nvfs format 1.%u is no longer supported (its directory hash can be "
+                     "steered by users): copy the files off with an older nvfs and re-create "
+                     "the filesystem with this mkfs.nvfs",
+                     sb.version_minor);
+  }
   if (sb.version_major != format::kVersionMajor) {
     return MakeError(EPROTONOSUPPORT, "unsupported nvfs format version %u.%u (this is %u.%u)",
                      sb.version_major, sb.version_minor, format::kVersionMajor,

@@ -1,5 +1,5 @@
 // What the filesystem's modules share: the media, the geometry, the
-// allocator, the journal and the directory hash seed. Owned by Filesystem.
+// allocator, the journal and the directory hash key. Owned by Filesystem.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +9,7 @@
 #include "nvfs/format.hpp"
 #include "nvfs/geometry.hpp"
 #include "nvfs/media.hpp"
+#include "nvfs/name_hash.hpp"
 
 namespace nvfs {
 
@@ -17,7 +18,7 @@ struct FsContext {
   const Geometry& geometry;
   Allocator& alloc;
   Journal& journal;
-  uint64_t hash_seed;
+  NameHashKey hash_key;  // a secret (name_hash.hpp)
 
   const std::byte* base() const { return media.base(); }
   // Block `block_no` in the mapping. REQUIRES: block_no < block_count.

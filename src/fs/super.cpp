@@ -85,7 +85,7 @@ Status Filesystem::MountInternal(const MountOptions& options) {
                      "; mount read-only (-o ro)", UnknownRoCompat(found->sb));
   }
   geometry_ = std::make_unique<Geometry>(found->geometry);
-  hash_seed_ = found->sb.hash_seed;
+  hash_key_ = NameHashKey::FromSuper(found->sb);
   const Geometry& g = *geometry_;
   journal_ = std::make_unique<Journal>(*media_, g);
   Result<SuperDynamic> dyn = RecoveredDynamic(*journal_, media_->base());
@@ -116,7 +116,7 @@ Status Filesystem::MountInternal(const MountOptions& options) {
   alloc_ = std::make_unique<Allocator>(*media_, g);
   alloc_->Load();
   journal_->set_sink(alloc_.get());
-  ctx_ = std::make_unique<FsContext>(FsContext{*media_, g, *alloc_, *journal_, hash_seed_});
+  ctx_ = std::make_unique<FsContext>(FsContext{*media_, g, *alloc_, *journal_, hash_key_});
   bmap_ = std::make_unique<Bmap>(*ctx_);
   dir_ = std::make_unique<Directory>(*ctx_);
   cache_ = std::make_unique<InodeCache>();

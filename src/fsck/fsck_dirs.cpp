@@ -14,6 +14,8 @@
 #include <cinttypes>
 #include <cstring>
 #include <string>
+#include <string_view>
+#include <unordered_set>
 
 #include "fsck/checker.hpp"
 #include "nvfs/name_hash.hpp"
@@ -31,7 +33,6 @@ constexpr uint64_t kPointerReservedBits =
     ~(format::kDirNodeIndexBit | format::kDirNodeBlockMask);
 constexpr uint32_t kLeafHeader = sizeof(DirLeafHeader);
 constexpr uint32_t kRecordHeader = sizeof(DirEntry);
-constexpr uint32_t kMaxChainLeaves = 1u << format::kDirSeqBits;
 
 // A name as it may be printed: at most 64 bytes, unprintable bytes as '?'.
 std::string Printable(const char* name, size_t len) {
@@ -71,6 +72,7 @@ class Checker::DirWalker {
         fanout_bits_(checker.block_shift_ - 3),
         max_depth_(static_cast<int>((kDirHashBits + fanout_bits_ - 1) / fanout_bits_) - 1),
         live_(!checker.DeadDir(dir)),
+        hash_key_(NameHashKey::FromSuper(checker.super_)),
         entries_(entries),
         targets_(targets) {}
 
@@ -253,13 +255,11 @@ class Checker::DirWalker {
       }
       next = 0;
     }
-    uint32_t count = 1;
+    // Every leaf is claimed, so a loop ends at a block met twice.
     while (next != 0 && !c_.halted_) {
       const char* fault = nullptr;
       const BlockFault block_fault = c_.CheckBlock(next);
-      if (count >= kMaxChainLeaves) {
-        fault = "makes the overflow chain too long";
-      } else if (block_fault != BlockFault::kNone) {
+      if (block_fault != BlockFault::kNone) {
         fault = FaultName(block_fault);
       } else if (Leaf(next).magic != format::kDirLeafMagic) {
         fault = "is no directory leaf";
@@ -277,7 +277,6 @@ class Checker::DirWalker {
       }
       c_.Claim(next);
       ++nodes_;
-      ++count;
       ScanLeaf(next, prefix_bits, prefix);
       prev = next;
       next = Leaf(next).next;
@@ -337,7 +336,7 @@ class Checker::DirWalker {
     } else if (record.key > format::kDirKeyMax) {
       why = "has a bad key";
     } else {
-      const uint64_t hash = DirHash56(NameHash(c_.super_.hash_seed, {name, len}));
+      const uint64_t hash = DirHash(NameHash(hash_key_, {name, len}));
       if ((record.key >> format::kDirSeqBits) != hash) {
         why = "has a key that is not its name's hash";
       } else if ((hash >> (kDirHashBits - prefix_bits)) != prefix) {
@@ -365,25 +364,40 @@ class Checker::DirWalker {
   }
 
   // The chain's entries, each key once and each name once; then their targets.
+  // Entries are taken in key order; one repeating the key or the name of an
+  // earlier entry still kept is dropped. Names are compared within a run of
+  // one hash only (a set of them when the run is long: a chain may hold any
+  // number of names of one hash).
   void CheckChainEntries() {
     std::vector<ChainEntry>& entries = entries_;
     std::stable_sort(entries.begin(), entries.end(),
                      [](const ChainEntry& a, const ChainEntry& b) { return a.key < b.key; });
-    size_t group = 0;  // first entry of the current 56-bit hash
+    constexpr size_t kLinearRun = 16;
+    std::unordered_set<std::string_view> kept_names;
+    std::vector<size_t> kept;  // of the current run, in key order
+    size_t run_end = 0;
     for (size_t i = 0; i < entries.size() && !c_.halted_; ++i) {
       ChainEntry& e = entries[i];
-      if (i > 0 && (e.key >> format::kDirSeqBits) != (entries[group].key >> format::kDirSeqBits)) {
-        group = i;
-      }
-      const char* why = nullptr;
-      for (size_t j = group; j < i && why == nullptr; ++j) {
-        if (entries[j].ino == 0) continue;  // dropped
-        if (entries[j].key == e.key) {
-          why = "has the key of another entry";
-        } else if (entries[j].name_len == e.name_len &&
-                   std::memcmp(entries[j].name, e.name, e.name_len) == 0) {
-          why = "repeats the name of another entry";
+      if (i == run_end) {
+        run_end = i + 1;
+        while (run_end < entries.size() &&
+               (entries[run_end].key >> format::kDirSeqBits) == (e.key >> format::kDirSeqBits)) {
+          ++run_end;
         }
+        kept.clear();
+        kept_names.clear();
+      }
+      const bool long_run = kept.size() >= kLinearRun;
+      const std::string_view name(e.name, e.name_len);
+      const char* why = nullptr;
+      if (!kept.empty() && entries[kept.back()].key == e.key) {
+        why = "has the key of another entry";  // keys are sorted: only the last can equal
+      } else if (long_run ? kept_names.count(name) != 0
+                          : std::any_of(kept.begin(), kept.end(), [&](size_t j) {
+                              return std::string_view(entries[j].name, entries[j].name_len) ==
+                                     name;
+                            })) {
+        why = "repeats the name of another entry";
       }
       if (why != nullptr) {
         Drop(e.at, e.name, e.name_len, e.ino, why);
@@ -392,6 +406,12 @@ class Checker::DirWalker {
       }
       Target(e);
       if (e.ino == 0) continue;
+      kept.push_back(i);
+      if (kept.size() == kLinearRun) {
+        for (size_t j : kept) kept_names.insert({entries[j].name, entries[j].name_len});
+      } else if (kept.size() > kLinearRun) {
+        kept_names.insert(name);
+      }
     }
   }
 
@@ -451,6 +471,7 @@ class Checker::DirWalker {
   const uint32_t fanout_bits_;
   const int max_depth_;
   const bool live_;  // not an unlinked directory being freed
+  const NameHashKey hash_key_;
   std::vector<ChainEntry>& entries_;  // of the leaf chain being checked
   std::vector<uint32_t>* const targets_;
   uint64_t nodes_ = 0;

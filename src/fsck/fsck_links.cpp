@@ -223,7 +223,7 @@ void Checker::Reconnect() {
   Allocator alloc(media_, geometry_);
   alloc.Load();
   journal.set_sink(&alloc);
-  FsContext ctx{media_, geometry_, alloc, journal, super_.hash_seed};
+  FsContext ctx{media_, geometry_, alloc, journal, NameHashKey::FromSuper(super_)};
   Directory directory(ctx);
   timespec now;
   clock_gettime(CLOCK_REALTIME, &now);

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cerrno>
 #include <cstring>
 #include <ctime>
 #include <vector>
@@ -109,7 +110,12 @@ Result<MkfsPlan> PlanMkfs(uint64_t namespace_size, const MkfsOptions& options) {
   const Uuid uuid = options.uuid ? *options.uuid : RandomUuid();
   std::memcpy(sb.uuid, uuid.data(), sizeof sb.uuid);
   std::memcpy(sb.label, options.label.data(), options.label.size());
-  sb.hash_seed = options.hash_seed ? options.hash_seed : RandomU64();
+  if (options.dir_hash_key) {
+    std::memcpy(sb.dir_hash_key, options.dir_hash_key->data(), sizeof sb.dir_hash_key);
+  } else if (!FillSecret(sb.dir_hash_key, sizeof sb.dir_hash_key)) {
+    return MakeError(EIO, "cannot draw the directory hash key: getrandom: %s",
+                     std::strerror(errno));
+  }
   sb.mkfs_time = options.now ? options.now : static_cast<int64_t>(std::time(nullptr));
   sb.checksum = SuperStaticChecksum(sb);
   plan.first_generation = static_cast<uint32_t>(RandomU64());
@@ -199,7 +205,7 @@ Status WriteMkfs(Media& media, const MkfsPlan& plan,
 
   // Root and lost+found.
   DirLeafBuilder root_leaf(block, 0, 0);
-  const uint64_t key = DirKey(DirHash56(NameHash(sb.hash_seed, kLostFoundName)), 0);
+  const uint64_t key = DirKey(DirHash(NameHash(NameHashKey::FromSuper(sb), kLostFoundName)), 0);
   root_leaf.Add(kLostFoundIno, key, DT_DIR, kLostFoundName);
   media.Store(g.BlockOffset(RootLeafBlock(g)), block.data(), bs);
   media.Flush(g.BlockOffset(RootLeafBlock(g)), bs);

@@ -114,6 +114,18 @@ Uuid RandomUuid() {
   return uuid;
 }
 
+bool FillSecret(void* buf, size_t len) {
+  auto* p = static_cast<uint8_t*>(buf);
+  while (len > 0) {
+    const ssize_t n = getrandom(p, len, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    p += n;
+    len -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
 uint64_t RandomU64() {
   uint64_t v;
   FillRandom(&v, sizeof v);

@@ -97,7 +97,8 @@ Catalog::Catalog(const Arena& arena) {
   super(offsetof(SuperStatic, journal_slot_size), 4, "super.journal_slot_size");
   super(offsetof(SuperStatic, journal_blocks), 4, "super.journal_blocks");
   super(offsetof(SuperStatic, root_ino), 8, "super.root_ino", FieldKind::kIno);
-  super(offsetof(SuperStatic, hash_seed), 8, "super.hash_seed");
+  super(offsetof(SuperStatic, reserved0), 8, "super.reserved0");
+  super(offsetof(SuperStatic, dir_hash_key), 8, "super.dir_hash_key");
   super(offsetof(SuperStatic, reserved) + 100, 1, "super.reserved");
   Add(offsetof(SuperStatic, checksum), 4, FieldKind::kPlain, "super.checksum");
   const uint64_t backup = g.BackupSuperOffset();

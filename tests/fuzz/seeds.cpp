@@ -10,6 +10,7 @@
 #include <string>
 
 #include "arena_media.hpp"
+#include "../forced_name_hash.hpp"
 #include "nvfs/fs.hpp"
 #include "nvfs/mkfs.hpp"
 
@@ -29,7 +30,7 @@ void Mkfs(Arena& arena, uint32_t block_size, uint64_t inodes) {
   MkfsOptions options;
   options.block_size = block_size;
   options.inode_count = inodes;
-  options.hash_seed = 0x5eed5eed5eedull;
+  options.dir_hash_key = std::array<uint8_t, 16>{0x5e, 0xed, 0x5e, 0xed, 0x5e, 0xed};
   options.uuid = Uuid{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
   options.now = 1700000000;
   options.label = "fuzz";
@@ -225,9 +226,37 @@ Seed TwoGroups() {
   return {"two-groups", Snapshot(arena)};
 }
 
+// A name of /chain: 200 bytes, forced onto one hash (the test hook; the
+// keyed hash has no collisions anyone can find). Forced for the rest of the
+// process, so the fuzzed copies of the seed are read with the same hashes.
+std::string ChainName(int i) {
+  static test::ForcedNameHash forced;
+  std::string name = "chain-" + std::to_string(i) + "-";
+  name.resize(200, 'c');
+  forced.Force(name, 0xC0111DEDC0111DEDull);
+  return name;
+}
+
+// 90 names of one hash in /chain: a collision chain of six leaves, with
+// holes; beside ordinary names.
+Seed Collisions() {
+  Arena arena(8 * kMiB);
+  Mkfs(arena, 4096, 1024);
+  auto fs = Mount(arena);
+  Builder b{*fs};
+  const uint64_t dir = b.Dir(1, "chain");
+  for (int i = 0; i < 90; ++i) b.File(dir, ChainName(i), 0, i % 10 == 0 ? "data" : "");
+  for (int i = 0; i < 20; ++i) b.File(dir, "plain-" + std::to_string(i));
+  for (int i = 0; i < 90; i += 7) Check(fs->Unlink(dir, ChainName(i)).ok(), "unlink");
+  Check(fs->Unmount().ok(), "unmount");
+  fs.reset();
+  return {"collisions", Snapshot(arena)};
+}
+
 }  // namespace
 
 Seed BuildSeed(const std::string& name) {
+  if (name == "collisions") return Collisions();
   if (name == "fresh") return Fresh();
   if (name == "populated") return Populated("populated", 4096, 8 * kMiB);
   if (name == "orphans") return Orphans();
@@ -241,7 +270,8 @@ Seed BuildSeed(const std::string& name) {
 std::vector<Seed> BuildSeeds() {
   std::vector<Seed> seeds;
   for (const char* name :
-       {"fresh", "populated", "orphans", "recovery", "full", "big-blocks", "two-groups"}) {
+       {"fresh", "populated", "orphans", "recovery", "full", "big-blocks", "two-groups",
+        "collisions"}) {
     seeds.push_back(BuildSeed(name));
   }
   return seeds;

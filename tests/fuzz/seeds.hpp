@@ -26,6 +26,8 @@ struct Seed {
 // "big-blocks": the populated tree on 64 KiB blocks.
 // "two-groups": two groups and 40 directories, where fsck runs its passes on
 //   several threads.
+// "collisions": a directory whose names share one hash (forced through the
+//   test hook for the whole process): a chain of overflow leaves.
 std::vector<Seed> BuildSeeds();
 
 // One seed by name (built alone); empty image if the name is unknown.

@@ -199,6 +199,9 @@ TEST_CASE("corrupted images: journal needing recovery", "[fuzz][recovery]") {
 }
 TEST_CASE("corrupted images: full namespace", "[fuzz][full]") { FuzzSeed("full", 1600); }
 TEST_CASE("corrupted images: 64 KiB blocks", "[fuzz][big-blocks]") { FuzzSeed("big-blocks", 600); }
+TEST_CASE("corrupted images: a collision chain of overflow leaves", "[fuzz][collisions]") {
+  FuzzSeed("collisions", 1500);
+}
 TEST_CASE("corrupted images: two groups, fsck on threads", "[fuzz][two-groups]") {
   FuzzSeed("two-groups", 1000);
 }
