@@ -182,6 +182,10 @@ void StepContext::AllowMixed(const std::string& path, uint64_t offset, uint64_t 
   mixed_ = MixedRange{MixedRange::kBytes, path, offset, len};
 }
 
+void StepContext::AllowPrivilegesFirst(const std::string& path, uint64_t offset, uint64_t len) {
+  mixed_ = MixedRange{MixedRange::kPrivilegesFirst, path, offset, len};
+}
+
 void StepContext::AllowPartialAllocation(const std::string& path) {
   mixed_ = MixedRange{MixedRange::kAllocation, path, 0, 0};
 }

@@ -148,6 +148,9 @@ class StepContext {
 
   // The step overwrites bytes in place: they may mix after a crash.
   void AllowMixed(const std::string& path, uint64_t offset, uint64_t len);
+  // The step drops the file's privileges first, then overwrites bytes in
+  // place (MixedRange::kPrivilegesFirst).
+  void AllowPrivilegesFirst(const std::string& path, uint64_t offset, uint64_t len);
   // The step allocates in several transactions: a crash may leave part of it.
   void AllowPartialAllocation(const std::string& path);
   // Simulates a power failure now (everything durable survives) and mounts

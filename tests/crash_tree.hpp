@@ -54,6 +54,11 @@ struct MixedRange {
     // The file may hold any number of blocks between its old and its new
     // count, the rest as before (a fallocate in several transactions).
     kAllocation,
+    // The file's privileges (mode, xattrs) go first, in a transaction of
+    // their own; then bytes [offset, offset + len) are overwritten as with
+    // kBytes. A state may hold the new privileges with the old bytes, but
+    // never a new byte under the old privileges.
+    kPrivilegesFirst,
   };
   Kind kind = kBytes;
   std::string path;

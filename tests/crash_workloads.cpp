@@ -210,6 +210,35 @@ std::vector<Workload> DataWorkloads() {
                 })}, [](StepContext& c) {
                   Fallocate(c, "/d1/f2", FALLOC_FL_KEEP_SIZE, 0, 16384);
                 }));
+  // Privileges dropped by a caller without CAP_FSETID (fs.hpp): never a new
+  // byte under the old set-user-ID bit or capability, whatever the crash.
+  const auto privileged = [](StepContext& c) {
+    Overwrite(c, "/d2/g1", 0, Bytes(64, 20));  // not a crash point
+    SetAttr(c, "/d2/g1", Mode(06755));
+    SetXattr(c, "/d2/g1", "security.capability", std::string(20, '\x01'));
+  };
+  w.push_back(W("write-drops-privileges", {S("overwrite /d2/g1 unprivileged", [](auto& c) {
+                  c.AllowPrivilegesFirst("/d2/g1", 100, 500);
+                  FileHandle f = c.Expect(c.fs().Open(c.Ino("/d2/g1"), O_RDWR), "open");
+                  const std::string data = Bytes(500, 21);
+                  Result<size_t> n = c.fs().Write(f, 100, data.data(), data.size(), kKillSuidgid);
+                  c.fs().Release(f);
+                  if (c.Expect(std::move(n), "write") != data.size()) c.Fail("short write");
+                })}, privileged));
+  w.push_back(W("truncate-drops-privileges", {S("truncate /d2/g1 unprivileged", [](auto& c) {
+                  SetAttrRequest r;
+                  r.valid = kSetSize | kSetKillSuidgid;
+                  r.size = 10;
+                  SetAttr(c, "/d2/g1", r);
+                })}, privileged));
+  w.push_back(W("zero-range-drops-privileges", {S("zero range of /d2/g1 unprivileged", [](auto& c) {
+                  c.AllowPrivilegesFirst("/d2/g1", 0, 4096);
+                  FileHandle f = c.Expect(c.fs().Open(c.Ino("/d2/g1"), O_RDWR), "open");
+                  Status st = c.fs().Fallocate(f, FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE, 0,
+                                               4096, kKillSuidgid);
+                  c.fs().Release(f);
+                  c.Expect(st, "zero range");
+                })}, privileged));
   w.push_back(W("write-two-appends",
                 {S("append 1", [](auto& c) { Write(c, "/d1/f2", 0, Bytes(100, 9)); }),
                  S("append 2", [](auto& c) { Write(c, "/d1/f2", 100, Bytes(200, 10)); })}));
