@@ -65,8 +65,9 @@ class Target:
             self.dir = os.path.join(WORK, "tmpfs")
             os.makedirs(self.dir, exist_ok=True)
         elif self.kind == "nvfs":
-            run([os.path.join(BUILD, "mkfs.nvfs"), "-q", "-f", "-s", img_size, self.image])
-            run([os.path.join(BUILD, "nvfs"), self.image, self.dir, "-o",
+            bindir = self.opts.get("bindir", BUILD)
+            run([os.path.join(bindir, "mkfs.nvfs"), "-q", "-f", "-s", img_size, self.image])
+            run([os.path.join(bindir, "nvfs"), self.image, self.dir, "-o",
                  f"read_path={self.opts['read_path']},cache={self.opts['cache']}"])
         elif self.kind in ("fuse2fs",):
             run(["truncate", "-s", img_size, self.image])
@@ -255,6 +256,12 @@ def main():
     ap.add_argument("--workloads", default="", help="comma-separated subset of workload names")
     ap.add_argument("--json-out", default=os.path.join(WORK, "results.json"))
     ap.add_argument("--chart", default=os.path.join(TOP, "doc", "bench.png"))
+    ap.add_argument("--baseline", default="",
+                    help="a directory with another build's nvfs and mkfs.nvfs: every nvfs target "
+                         "also runs as base-<name> on it, alternating with this build's, and the "
+                         "table ends with this build's time per request over the baseline's")
+    ap.add_argument("--no-engine", action="store_true",
+                    help="skip the in-process engine figures and the targets that need them")
     args = ap.parse_args()
 
     targets = [Target("tmpfs", "tmpfs"), Target("ext4-loop", "ext4-loop"),
@@ -265,6 +272,10 @@ def main():
     if args.targets:
         wanted = set(args.targets.split(","))
         targets = [t for t in targets if t.name in wanted]
+    if args.baseline:
+        bindir = os.path.abspath(args.baseline)
+        targets += [Target("base-" + t.name, "nvfs", bindir=bindir, **t.opts)
+                    for t in list(targets) if t.kind == "nvfs"]
 
     os.makedirs(WORK, exist_ok=True)
     os.makedirs(MNT, exist_ok=True)
@@ -376,6 +387,24 @@ def main():
           f"({worst_all_at}); where the repetitions spread less than +-10%: {worst * 100:.1f}% "
           f"({worst_at})")
 
+    if args.baseline:
+        # Per-request time of this build over the baseline's, per repetition
+        # pair (the two ran next to each other), then the median.
+        print("\nthis build / baseline, ns per request (median of per-repetition ratios):")
+        for wl in workloads:
+            for t in targets:
+                if t.kind != "nvfs" or t.name.startswith("base-"):
+                    continue
+                a, b = results.get((t.name, wl[0])), results.get(("base-" + t.name, wl[0]))
+                if not a or not b:
+                    continue
+                pairs = [x / y for x, y in zip(a["ns"], b["ns"]) if y]
+                print(f"  {wl[0]:12} {t.name:16} {statistics.median(pairs):.3f}  "
+                      f"({' '.join(f'{p:.3f}' for p in pairs)}; "
+                      f"{med[(t.name, wl[0])]['ns']:.0f} vs {med[('base-' + t.name, wl[0])]['ns']:.0f} ns)")
+
+    if args.no_engine:
+        return
     engine = engine_figures(args.quick)
     check_targets(med, engine, worst)
 

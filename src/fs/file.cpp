@@ -215,6 +215,16 @@ static int64_t CopyOutStale(Filesystem& fs, const Inode& inode, uint64_t offset,
   if (old != nullptr) epoch::Retire(old, ExtentMap::DestroyErased);
 }
 
+// An epoch guard around the use of an extent map, unless the caller holds
+// one already (Map: the MapGuard covers the whole read, so nesting one
+// would only cost instructions).
+template <bool kCallerGuarded>
+struct MapUseGuard {
+  epoch::Guard guard;
+};
+template <>
+struct MapUseGuard<true> {};
+
 // What the three read paths share (behind ReadInto's fast case): `len`
 // bytes at `offset`, clipped to the file, copied into `sink` under the data
 // path's sequence lock: retried (the sink reset) if a writer changed the
@@ -225,7 +235,7 @@ static int64_t CopyOutStale(Filesystem& fs, const Inode& inode, uint64_t offset,
 // read or a negative errno: a Result is made once, by the caller (its
 // variant, moved through the retry loop, cost more instructions than the
 // lookup).
-template <class Sink>
+template <bool kCallerGuarded, class Sink>
 [[gnu::noinline]] static int64_t ReadSlow(Filesystem& fs, CachedInode* ci, uint64_t offset,
                                           size_t len, Sink& sink) {
   uint64_t work = 0;
@@ -233,7 +243,7 @@ template <class Sink>
     sink.Reset();
     const Inode& inode = *ci->media;
     {
-      const epoch::Guard guard;
+      const MapUseGuard<kCallerGuarded> guard;
       const ExtentMap* map = ci->extents.load(std::memory_order_acquire);
       if (map != nullptr && map->seq() == seq) {
         if (offset >= map->size()) return 0;
@@ -277,12 +287,12 @@ template <class Sink>
 // across the copy): a current extent map and a range inside one mapped run,
 // copied in one piece and checked against the sequence counter. Anything
 // else, a retry included, is ReadSlow, which starts over.
-template <class Sink>
+template <bool kCallerGuarded = false, class Sink>
 [[gnu::always_inline]] inline int64_t ReadInto(Filesystem& fs, CachedInode* ci, uint64_t offset,
                                                size_t len, Sink& sink) {
   const uint64_t seq = ci->data_seq.load(std::memory_order_acquire);
   if (!(seq & 1)) [[likely]] {
-    const epoch::Guard guard;
+    const MapUseGuard<kCallerGuarded> guard;
     const ExtentMap* map = ci->extents.load(std::memory_order_acquire);
     if (map != nullptr && map->seq() == seq && offset < map->size() && offset < map->covered())
         [[likely]] {
@@ -298,7 +308,7 @@ template <class Sink>
     }
   }
   sink.Reset();
-  return ReadSlow(fs, ci, offset, len, sink);
+  return ReadSlow<kCallerGuarded>(fs, ci, offset, len, sink);
 }
 
 static Result<size_t> ToResult(int64_t n) {
@@ -328,7 +338,7 @@ Result<size_t> Filesystem::ReadIter(FileHandle file, uint64_t offset, const iove
 Result<size_t> Filesystem::Map(FileHandle file, uint64_t offset, size_t len, ReadRun* runs,
                                size_t max_runs, size_t* run_count, const MapGuard& /*held*/) {
   RunSink sink{runs, max_runs};
-  const int64_t n = ReadInto(*this, file->inode, offset, len, sink);
+  const int64_t n = ReadInto</*kCallerGuarded=*/true>(*this, file->inode, offset, len, sink);
   *run_count = sink.count;
   return ToResult(n);
 }
