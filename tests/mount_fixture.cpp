@@ -108,6 +108,11 @@ bool FuseAvailable() {
   return available;
 }
 
+void PrintSkipped(const char* why) {
+  std::printf("NVFS-SKIPPED: %s\n", why);
+  std::fflush(stdout);
+}
+
 bool IsMountPoint(const std::string& dir) {
   std::ifstream in("/proc/self/mountinfo");
   std::string line;

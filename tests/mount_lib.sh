@@ -1,7 +1,8 @@
 # Shared by the mount suite's shell tests (mount_tools.sh, mount_stress.sh).
 # Source it, then set `image`, `mnt` and `options` (mount options, may be
 # empty) before calling:
-#   require_fuse   exits 0 with a loud SKIPPED where /dev/fuse is unusable
+#   require_fuse   exits 77 (meson's "skipped") with a loud SKIPPED where
+#                  /dev/fuse is unusable
 #   mount_nvfs     starts "$NVFS_DAEMON -f" on $image at $mnt (daemon_pid),
 #                  returns once mounted
 #   unmount_nvfs   unmounts and waits for the daemon; fails if it exited non-zero
@@ -13,7 +14,7 @@ daemon_pid=
 require_fuse() {
   if ! [ -c /dev/fuse ] || ! [ -r /dev/fuse ] || ! [ -w /dev/fuse ]; then
     echo "*** SKIPPED: /dev/fuse is not usable on this machine; nvfs cannot be mounted ***"
-    exit 0
+    exit 77
   fi
 }
 

@@ -955,8 +955,7 @@ static int ReadAheadKb(const std::string& dir) {
 TEST_CASE("mount: read-ahead of a cache=page mount", "[mount]") {
   NVFS_REQUIRE_FUSE();
   if (geteuid() != 0) {
-    WARN("SKIPPED: setting read-ahead needs root");
-    return;
+    NVFS_SKIP("setting read-ahead needs root");
   }
   MountedFs m;
   m.Start("cache=page");
@@ -2197,8 +2196,7 @@ int KillDaemonsOf(const std::string& image) {
 TEST_CASE("mount: mount -t fuse.nvfs and an fstab line", "[mount]") {
   NVFS_REQUIRE_FUSE();
   if (RunProgram({"unshare", "--version"}) != 0) {
-    WARN("SKIPPED: unshare(1) is not available");
-    return;
+    NVFS_SKIP("unshare(1) is not available");
   }
   MountedFs m;
   std::string build_dir = std::getenv("NVFS_DAEMON");

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what it needs, builds, runs every test suite, and ends with one line:
-# "N passed, N failed" (Catch2 test cases, summed over every suite of both
+# "N passed, N failed, N skipped" (Catch2 test cases, summed over every suite of both
 # build directories). The corrupted-image suite ("fuzz") runs in a second
 # build with AddressSanitizer and UndefinedBehaviorSanitizer, where the unit
 # suite runs once more too.

@@ -3,8 +3,12 @@
 testlog.json files (one per build directory).
 
 A test whose output has no Catch2 summary (it crashed, timed out, or is not a
-Catch2 binary) counts as one case, passed or failed by its meson result.
-Prints "N passed, N failed" last and exits 1 if anything failed.
+Catch2 binary) counts as one case, passed or failed by its meson result, or
+skipped if meson says SKIP (a shell test that exited 77). Catch2 2.x has no
+skip: a case that skips prints "NVFS-SKIPPED: why" (tests/mount_fixture.hpp)
+and Catch2 counts it as passed; each such line moves one case from passed to
+skipped. Prints "N passed, N failed, N skipped" last and exits 1 if anything
+failed.
 """
 import json
 import re
@@ -13,8 +17,11 @@ import sys
 ALL_PASSED = re.compile(r"All tests passed \((\d+) assertions? in (\d+) test cases?\)")
 SUMMARY = re.compile(r"test cases:\s*(\d+)\s*\|\s*(\d+) passed\s*\|\s*(\d+) failed")
 ONLY_FAILED = re.compile(r"test cases:\s*(\d+)\s*\|\s*(\d+) failed")
+# No assertion ran (every case skipped): "test cases: 1 | 1 passed".
+PASSED_ONLY = re.compile(r"test cases:\s*(\d+)\s*\|\s*(\d+) passed\s*$", re.M)
+SKIPPED = re.compile(r"^NVFS-SKIPPED: ", re.M)
 
-passed = failed = 0
+passed = failed = skipped = 0
 for path in sys.argv[1:]:
     tests = []
     with open(path) as log:
@@ -27,14 +34,20 @@ for path in sys.argv[1:]:
                 failed += 1
     for test in tests:
         out = test.get("stdout", "") or ""
-        ok = test.get("result") in ("OK", "EXPECTEDFAIL", "SKIP")
-        m = ALL_PASSED.search(out)
+        if test.get("result") == "SKIP":
+            skipped += 1
+            continue
+        ok = test.get("result") in ("OK", "EXPECTEDFAIL")
+        skips = len(SKIPPED.findall(out))
+        m = ALL_PASSED.search(out) or PASSED_ONLY.search(out)
         if m and ok:
-            passed += int(m.group(2))
+            passed += int(m.group(2)) - skips
+            skipped += skips
             continue
         m = SUMMARY.search(out)
         if m:
-            passed += int(m.group(2))
+            passed += int(m.group(2)) - skips
+            skipped += skips
             failed += int(m.group(3))
             if not ok and int(m.group(3)) == 0:
                 failed += 1
@@ -49,5 +62,5 @@ for path in sys.argv[1:]:
             failed += 1
             print(f"{test.get('name')}: {test.get('result')} with no Catch2 summary",
                   file=sys.stderr)
-print(f"{passed} passed, {failed} failed")
+print(f"{passed} passed, {failed} failed, {skipped} skipped")
 sys.exit(1 if failed else 0)
