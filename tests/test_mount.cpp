@@ -159,6 +159,12 @@ bool Eventually(Cond&& cond, double seconds = 5) {
   return true;
 }
 
+// In a child: drops to uid and gid 65534 (nobody), no supplementary groups.
+bool BecomeNobody() {
+  return setgroups(0, nullptr) == 0 && setresgid(65534, 65534, 65534) == 0 &&
+         setresuid(65534, 65534, 65534) == 0;
+}
+
 // Errors from worker threads (Catch2 assertions are not thread-safe).
 class ThreadErrors {
  public:
@@ -293,8 +299,7 @@ TEST_CASE("mount: permissions with default_permissions and a second uid", "[moun
   CHECK((Stat(m.path("setid-chown")).st_mode & 07777) == 0755);
 
   const int failed_step = RunInChild([&]() -> int {
-    if (setgroups(0, nullptr) != 0 || setresgid(65534, 65534, 65534) != 0 ||
-        setresuid(65534, 65534, 65534) != 0) {
+    if (!BecomeNobody()) {
       return 100;
     }
     int step = 0;
@@ -449,8 +454,7 @@ TEST_CASE("mount: a change by an unprivileged caller drops set-user-ID, set-grou
     REQUIRE(chmod(m.path("root-" + name).c_str(), 06757) == 0);  // others may write
   }
   const int failed = RunInChild([&]() -> int {
-    if (setgroups(0, nullptr) != 0 || setresgid(65534, 65534, 65534) != 0 ||
-        setresuid(65534, 65534, 65534) != 0) {
+    if (!BecomeNobody()) {
       return 100;
     }
     int step = 0;
@@ -476,8 +480,7 @@ TEST_CASE("mount: a change by an unprivileged caller drops set-user-ID, set-grou
   prepare("lock", 65534);
   REQUIRE(chmod(m.path("lock").c_str(), 02745) == 0);
   const int lock_failed = RunInChild([&]() -> int {
-    if (setgroups(0, nullptr) != 0 || setresgid(65534, 65534, 65534) != 0 ||
-        setresuid(65534, 65534, 65534) != 0) {
+    if (!BecomeNobody()) {
       return 100;
     }
     return changes[0].second(m.path("lock"));
@@ -1097,8 +1100,7 @@ TEST_CASE("mount: system. xattrs refused and trusted. xattrs listed only to root
   CHECK(names == std::set<std::string>{"trusted.x", "user.u"});
 
   const int failed_step = RunInChild([&]() -> int {
-    if (setgroups(0, nullptr) != 0 || setresgid(65534, 65534, 65534) != 0 ||
-        setresuid(65534, 65534, 65534) != 0) {
+    if (!BecomeNobody()) {
       return 100;
     }
     int step = 0;
@@ -1813,8 +1815,7 @@ TEST_CASE("mount: a read never shows another user's bytes while its file is trun
     const std::string marker(kChunk, 'M');
     const std::string dir = m.path("shared");
     other_exit = RunInChild([&]() -> int {
-      if (setgroups(0, nullptr) != 0 || setresgid(65534, 65534, 65534) != 0 ||
-          setresuid(65534, 65534, 65534) != 0) {
+      if (!BecomeNobody()) {
         return 100;
       }
       int files = 0;
