@@ -281,6 +281,10 @@ void Checker::Reconnect() {
     Say("inode %" PRIu64 " connected as /lost+found/%s", ino, name);
     Fixed();
   }
+  // Blocks these transactions freed (a directory leaf replaced) wait in
+  // DRAM for a grace period; nothing reads them here, and the counts below
+  // must include them.
+  alloc.ReleaseDeferred(/*wait=*/true);
   for (uint32_t group = 0; group < geometry_.group_count(); ++group) {
     group_free_blocks_[group] = alloc.group_free_blocks(group);
     group_free_inodes_[group] = alloc.group_free_inodes(group);
