@@ -17,7 +17,7 @@ namespace {
 
 constexpr const char* kUsage =
     "Usage: mkfs.nvfs [-b BLOCK_SIZE] [-N INODES | -i BYTES_PER_INODE] [-L LABEL]\n"
-    "                 [-U UUID] [-s SIZE] [-f] [-n] [-q] [-V] DEVICE\n"
+    "                 [-U UUID] [-s SIZE] [-P] [-f] [-n] [-q] [-V] DEVICE\n"
     "Formats DEVICE (a DAX character device or an image file) as nvfs.\n"
     "\n"
     "  -b BLOCK_SIZE       block size: 4k (default), 8k, ... 1M\n"
@@ -26,6 +26,9 @@ constexpr const char* kUsage =
     "  -L LABEL            volume label, at most 63 bytes\n"
     "  -U UUID             filesystem UUID (default: random)\n"
     "  -s SIZE             create the image file, or extend it, to SIZE (e.g. 1G)\n"
+    "  -P, --preallocate   have the host filesystem back the whole image now\n"
+    "                      (fallocate), so a sparse image never runs out of\n"
+    "                      host space later; devices need nothing\n"
     "  -f                  format even if DEVICE holds a filesystem\n"
     "  -n                  show what would be done; write nothing\n"
     "  -q                  quiet: print errors only\n"
@@ -52,9 +55,10 @@ int main(int argc, char** argv) {
   bool force = false, dry_run = false, quiet = false;
   static const option kLong[] = {{"help", no_argument, nullptr, 'h'},
                                  {"version", no_argument, nullptr, 'V'},
+                                 {"preallocate", no_argument, nullptr, 'P'},
                                  {nullptr, 0, nullptr, 0}};
   int opt;
-  while ((opt = getopt_long(argc, argv, "b:N:i:L:U:s:fnqVh", kLong, nullptr)) != -1) {
+  while ((opt = getopt_long(argc, argv, "b:N:i:L:U:s:PfnqVh", kLong, nullptr)) != -1) {
     switch (opt) {
       case 'b': {
         auto v = nvfs::ParseSize(optarg);
@@ -87,6 +91,7 @@ int main(int argc, char** argv) {
         grow_to = *v;
         break;
       }
+      case 'P': options.preallocate = true; break;
       case 'f': force = true; break;
       case 'n': dry_run = true; break;
       case 'q': quiet = true; break;

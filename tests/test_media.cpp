@@ -438,5 +438,51 @@ TEST_CASE("GranularityName names each granularity", "[media]") {
   CHECK(std::string(GranularityName(Granularity::kPage)) == "page");
 }
 
+// Issue 12.5: a sparse image is backed before anything stores into it.
+TEST_CASE("Media::Back: a sparse image is backed in chunks, remembered; a full one is not",
+          "[media]") {
+  TempPath image("sparse");
+  {
+    MakeFile(image.path(), 0);
+    MediaOptions options;
+    options.grow_to = 16 * kMiB;  // ftruncate: all holes
+    auto media = OpenMedia(image.path(), options);
+    REQUIRE(media.ok());
+    Media& m = **media;
+    CHECK(m.HostAvailable() != Media::kBackedWhole);
+    CHECK_FALSE(m.Backed(4 * kMiB, 4096));
+    CHECK(m.BackedBytes() == 0);
+    REQUIRE(m.Back(4 * kMiB + 4096, 4096).ok());
+    CHECK(m.Backed(4 * kMiB, Media::kBackChunk));  // the whole aligned chunk
+    CHECK_FALSE(m.Backed(6 * kMiB, 4096));
+    CHECK(m.BackedBytes() == Media::kBackChunk);
+    struct stat st;
+    REQUIRE(stat(image.path().c_str(), &st) == 0);
+    CHECK(static_cast<uint64_t>(st.st_blocks) * 512 >= Media::kBackChunk);
+    CHECK(static_cast<uint64_t>(st.st_size) == 16 * kMiB);  // KEEP_SIZE
+    m.Fill(8 * kMiB, 'y', Media::kBackChunk);  // one chunk of data, stored
+    m.Persist(8 * kMiB, Media::kBackChunk);
+  }
+  {
+    // Reopened: a chunk holding data is found backed (SEEK_DATA), holes
+    // are not. (A chunk only fallocated is a hole to SEEK_DATA on tmpfs:
+    // it is backed again at its first use, at the cost of one fallocate.)
+    auto media = OpenMedia(image.path(), MediaOptions{});
+    REQUIRE(media.ok());
+    CHECK((*media)->Backed(8 * kMiB, Media::kBackChunk));
+    CHECK_FALSE((*media)->Backed(0, 4096));
+    CHECK((*media)->Intact());
+  }
+  {
+    // Without holes: backed whole, and Back costs nothing.
+    MakeFile(image.path(), 4 * kMiB, 'z');
+    auto media = OpenMedia(image.path(), MediaOptions{});
+    REQUIRE(media.ok());
+    CHECK((*media)->HostAvailable() == Media::kBackedWhole);
+    CHECK((*media)->Backed(0, 4 * kMiB));
+    CHECK((*media)->bad_ranges().empty());  // a tmpfs file has no bad block list
+  }
+}
+
 }  // namespace
 }  // namespace nvfs

@@ -98,6 +98,19 @@ class Suspend {
 
 // True if the calling thread is inside a guard (it must then not wait for a
 // grace period: it would wait for itself).
+// For a caller that abandoned guards without running their destructors
+// (a media error: RunFaultGuarded, nvfs/media.hpp): the depth to come back
+// to, saved before, and the way back. REQUIRES: no Suspend was abandoned.
+inline uint32_t GuardDepth() {
+  return detail::this_thread != nullptr ? detail::this_thread->depth : 0;
+}
+inline void AbandonGuardsTo(uint32_t depth) {
+  ThreadRecord* r = detail::this_thread;
+  if (r == nullptr || r->depth == depth) return;
+  r->depth = depth;
+  if (depth == 0) r->active.store(0, std::memory_order_release);
+}
+
 inline bool InGuard() {
   return detail::this_thread != nullptr && detail::this_thread->depth != 0;
 }

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "nvfs/format.hpp"
+#include "nvfs/media.hpp"
 #include "nvfs/result.hpp"
 
 namespace nvfs {
@@ -112,5 +113,14 @@ class Geometry {
   uint64_t journal_block_ = 0;
   uint32_t journal_blocks_ = 0;
 };
+
+// Makes the host back every region that is stored to outside allocation
+// (Media::Back): the superblock block, each group's bitmaps and descriptor,
+// the journal and the backup superblock block. mkfs calls it before it
+// writes them and a read-write mount before recovery (an image that was
+// copied sparse, or made by an older mkfs). Inode tables are left sparse:
+// the allocator backs an inode's bytes when it hands the inode out, and data
+// blocks when it hands them out. ENOSPC when the host is full.
+Status BackMetadata(Media& media, const Geometry& g);
 
 }  // namespace nvfs

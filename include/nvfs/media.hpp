@@ -13,11 +13,14 @@
 // concurrency.
 #pragma once
 
+#include <setjmp.h>
+
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "nvfs/result.hpp"
 
@@ -81,6 +84,39 @@ class Media {
   virtual void BeginOp(const char* /*name*/) {}
   virtual void EndOp() {}
 
+  // Host backing (doc/integrity.md, "Host space"). An image file may be
+  // sparse: a store into a page its host filesystem cannot supply raises
+  // SIGBUS, so nothing may store into a byte that is not backed. Back()
+  // makes [offset, offset + len) backed (fallocate, in aligned chunks of
+  // kBackChunk, remembered, so a range backed once costs one load per chunk
+  // after that); ENOSPC with a message when the host cannot, and then
+  // nothing was changed on the namespace. A device, a file without holes and
+  // memory are backed whole: Back() is free. Thread-safe.
+  virtual Status Back(uint64_t /*offset*/, uint64_t /*len*/) { return Status::Ok(); }
+  // True if [offset, offset + len) is known to be backed (no fallocate).
+  virtual bool Backed(uint64_t /*offset*/, uint64_t /*len*/) const { return true; }
+  // Bytes the host can still back beyond what is backed already
+  // (statvfs of the host filesystem); kBackedWhole when all is backed.
+  virtual uint64_t HostAvailable() const { return kBackedWhole; }
+  // Bytes known to be backed (a lower bound: what Back() and the scan at
+  // open found backed in whole chunks).
+  virtual uint64_t BackedBytes() const { return size_; }
+  static constexpr uint64_t kBackedWhole = UINT64_MAX;
+
+  // False when the namespace can no longer serve every mapped byte: an image
+  // file cut shorter than the mapping under us (every load or store past its
+  // end is a SIGBUS). Checked before work that must not fault (unmount).
+  virtual bool Intact() const { return true; }
+  // Known bad ranges (namespace offsets and lengths) that libpmem2 reported
+  // at open (pmem2_badblock_*: a DAX device or a file on fsdax); empty where
+  // it has none or cannot tell (a file on tmpfs).
+  struct BadRange {
+    uint64_t offset;
+    uint64_t length;
+  };
+  const std::vector<BadRange>& bad_ranges() const { return bad_ranges_; }
+  static constexpr uint64_t kBackChunk = 2u << 20;
+
   // Bytes stored since the media was opened (all kinds of store).
   uint64_t bytes_stored() const { return bytes_stored_.load(std::memory_order_relaxed); }
 
@@ -94,11 +130,53 @@ class Media {
   bool read_only_ = true;
   Granularity granularity_ = Granularity::kPage;
   std::string path_;
+  std::vector<BadRange> bad_ranges_;
   void CountStored(size_t len) { bytes_stored_.fetch_add(len, std::memory_order_relaxed); }
 
  private:
   std::atomic<uint64_t> bytes_stored_{0};
 };
+
+// Media errors (doc/integrity.md, "Media errors"). A load or store in a
+// mapped namespace that the hardware or the host cannot serve (a poisoned
+// pmem page; a backing file cut short) raises SIGBUS. The media layer's
+// handler (installed by OpenMedia) turns it into a failed call of the
+// innermost RunFaultGuarded on the faulting thread, if the address lies in
+// a mapping; any other SIGBUS kills the process as before.
+struct FaultPoint {
+  sigjmp_buf env;
+  FaultPoint* prev;
+};
+namespace media_detail {
+extern constinit thread_local FaultPoint* fault_point;
+}  // namespace media_detail
+
+// Runs f() and returns true; if a load or store in a mapping faults while it
+// runs, f is abandoned at the fault (siglongjmp: nothing of f's frames is
+// unwound) and false is returned, the error counted (MediaErrorCount).
+// REQUIRES of f, because it may stop at any load of the mapping: it takes
+// no lock, creates no object with a destructor that must run, and changes
+// nothing outside its caller's locals that the caller cannot throw away (a
+// copy into a buffer, a store of data bytes). Locks, transactions and
+// guards the caller holds are outside f and are released by the caller as
+// on any error return.
+template <class F>
+[[gnu::noinline]] bool RunFaultGuarded(F&& f) {
+  FaultPoint point;
+  point.prev = media_detail::fault_point;
+  // savemask 0: no syscall; the handler runs with SA_NODEFER, so SIGBUS is
+  // not left blocked by the jump.
+  if (sigsetjmp(point.env, 0) != 0) return false;  // the handler popped `point`
+  media_detail::fault_point = &point;
+  f();
+  media_detail::fault_point = point.prev;
+  return true;
+}
+
+// Media errors caught since the process started, and the namespace offset
+// of the last one (UINT64_MAX if none).
+uint64_t MediaErrorCount();
+uint64_t LastMediaErrorOffset();
 
 // Opens and maps the namespace at `path`: a DAX character device or a regular
 // file (on a DAX filesystem or not). Errors carry one line naming the path:

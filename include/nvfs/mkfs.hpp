@@ -30,6 +30,9 @@ struct MkfsOptions {
   std::optional<std::array<uint8_t, 16>> dir_hash_key;
   uint32_t root_uid = 0;         // owner of the root directory
   uint32_t root_gid = 0;
+  // -P: have the host back the whole namespace at format time (a sparse
+  // image file then never runs out of host space under the mount).
+  bool preallocate = false;
 };
 
 // Everything mkfs will write, decided before anything is written.
@@ -41,6 +44,7 @@ struct MkfsPlan {
   uint32_t first_generation = 0;
   uint32_t root_uid = 0;
   uint32_t root_gid = 0;
+  bool preallocate = false;  // MkfsOptions::preallocate
 };
 
 // Checks the options against a namespace of `namespace_size` bytes. EINVAL or
@@ -56,6 +60,8 @@ struct Signature {
 std::vector<Signature> DetectSignatures(const std::byte* base, uint64_t size);
 
 // Writes the plan to `media`, and reports progress per group.
+// Before anything is written, the host backs what is written (or, with
+// plan.preallocate, the whole namespace); ENOSPC if it cannot.
 // Store order (so a crash in the middle never leaves a namespace that looks
 // like a valid nvfs): (1) wipe every known signature, nvfs static superblocks
 // whole (and the places the new copies go), persisted; (2) group metadata,

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <optional>
 
 #include "nvfs/epoch.hpp"
 
@@ -176,6 +177,7 @@ Result<Extent> Allocator::AllocateIn(Tx& tx, BitmapKind kind, uint32_t first_gro
   // First pass: the preferred group (or, when spreading, groups with at least
   // the average free count); second pass: any group with room; a third,
   // after waiting for the blocks freed but not yet past their grace period.
+  std::optional<Error> host_full;
   for (int pass = 0; pass < 3; ++pass) {
     if (pass == 2) {
       if (kind != BitmapKind::kBlocks || deferred_blocks() == 0) break;
@@ -191,8 +193,13 @@ Result<Extent> Allocator::AllocateIn(Tx& tx, BitmapKind kind, uint32_t first_gro
       if (pass == 0 && (search == Search::kSpread ? free_here < average : i != 0)) continue;
       const Extent run = ReserveRun(group, index, kind, i == 0 ? from : 0, want, search);
       if (run.count == 0) continue;
-      if (!tx.LogAllocated(kind, run.first, run.count)) {
-        // The slot is full: give the run back untouched.
+      // The host must be able to back what is handed out before anything
+      // is logged: a store into a page it cannot supply is a SIGBUS. A
+      // failure leaves the namespace as it was (the caller aborts its Tx).
+      Status backed = BackRun(kind, run);
+      const bool logged = backed.ok() && tx.LogAllocated(kind, run.first, run.count);
+      if (!logged) {
+        // The host is full, or the slot is: give the run back untouched.
         SetRange(kind == BitmapKind::kBlocks ? group.blocks : group.inodes,
                  run.first - uint64_t{index} * PerGroup(kind), run.count, false);
         if (kind == BitmapKind::kBlocks) {
@@ -202,13 +209,78 @@ Result<Extent> Allocator::AllocateIn(Tx& tx, BitmapKind kind, uint32_t first_gro
           group.free_inodes += static_cast<uint32_t>(run.count);
           free_inodes_ += run.count;
         }
+        if (!backed.ok()) {
+          host_full.emplace(backed.take_error());
+          break;
+        }
         return MakeError(ENOSPC, "journal slot full");
       }
       SetOnMedia(kind, run.first, run.count);
       return run;
     }
+    if (host_full) break;
+  }
+  if (host_full) {
+    // The host is full: what it backs already may still be free. (Searched
+    // with no group lock held: it takes them, and waits for deferred frees.)
+    Result<Extent> in_backed = AllocateBacked(tx, kind, want);
+    if (in_backed.ok() || in_backed.code() != ENOSPC) return in_backed;
+    return std::move(*host_full);
   }
   return Error(ENOSPC);
+}
+
+Result<Extent> Allocator::AllocateBacked(Tx& tx, BitmapKind kind, uint64_t want) {
+  // Blocks waiting for their grace period are backed (they were in use):
+  // wait for them first, then look only where the host backs already.
+  if (kind == BitmapKind::kBlocks) ReleaseDeferred(/*wait=*/!epoch::InGuard());
+  const Geometry& g = geometry_;
+  const uint64_t per = PerGroup(kind);
+  const uint64_t unit_bytes = kind == BitmapKind::kBlocks ? g.block_size() : format::kInodeSize;
+  const uint64_t step = std::max<uint64_t>(1, Media::kBackChunk / unit_bytes);
+  const uint64_t units = kind == BitmapKind::kBlocks ? per : g.inodes_per_group();
+  for (uint32_t index = 0; index < g.group_count(); ++index) {
+    Group& group = groups_[index];
+    std::lock_guard lock(group.mu);
+    std::vector<uint64_t>& map = kind == BitmapKind::kBlocks ? group.blocks : group.inodes;
+    for (uint64_t lo = 0; lo < units; lo += step) {
+      const uint64_t hi = std::min(units, lo + step);
+      const uint64_t start = FindClear(map, lo, hi);
+      if (start == hi) continue;
+      const uint64_t first = uint64_t{index} * per;
+      const uint64_t at = kind == BitmapKind::kBlocks ? g.BlockOffset(first + lo)
+                                                      : g.InodeOffset(first + lo);
+      if (!media_.Backed(at, (hi - lo) * unit_bytes)) continue;
+      uint64_t end = start;
+      while (end < hi && end - start < want && !Bit(map, end)) ++end;
+      const Extent run{first + start, end - start};
+      if (!tx.LogAllocated(kind, run.first, run.count)) {
+        return MakeError(ENOSPC, "journal slot full");
+      }
+      SetRange(map, start, run.count, true);
+      const uint32_t n = static_cast<uint32_t>(run.count);
+      if (kind == BitmapKind::kBlocks) {
+        group.free_blocks -= n;
+        free_blocks_ -= n;
+      } else {
+        group.free_inodes -= n;
+        free_inodes_ -= n;
+      }
+      SetOnMedia(kind, run.first, run.count);
+      return run;
+    }
+  }
+  return MakeError(ENOSPC, "the host filesystem is full");
+}
+
+Status Allocator::BackRun(BitmapKind kind, const Extent& run) {
+  const Geometry& g = geometry_;
+  if (kind == BitmapKind::kBlocks) {
+    return media_.Back(g.BlockOffset(run.first), run.count << g.block_shift());
+  }
+  // An inode's bytes lie in its group's inode table, which mkfs leaves
+  // sparse (an inode is defined only while its bit is set).
+  return media_.Back(g.InodeOffset(run.first), run.count * uint64_t{format::kInodeSize});
 }
 
 void Allocator::ReleaseFreed(BitmapKind kind, uint64_t first, uint64_t count) {

@@ -16,8 +16,13 @@
 // waits for the readers) and never turns into ENOSPC: an allocation that
 // finds no free block waits for the deferred ones (doc/integrity.md, 8).
 //
-// Lock order: deferred_mu_, then a group's mutex; both are leaf locks
-// (nothing else is taken while they are held); callers may hold inode locks.
+// Lock order: deferred_mu_, then a group's mutex, then the media's backing
+// lock (Media::Back, which may fallocate under the group's mutex); nothing
+// else is taken while they are held; callers may hold inode locks.
+//
+// Every unit handed out is backed by the host first (BackRun), so no store
+// of the filesystem ever lands in a page a sparse image file cannot supply:
+// a full host is ENOSPC for the allocation, never a SIGBUS.
 // Waiting for a grace period is safe under inode locks because no reader
 // blocks on an inode lock inside a guard (epoch::Suspend).
 #pragma once
@@ -118,6 +123,13 @@ class Allocator final : public AllocationSink {
   Result<Extent> AllocateIn(Tx& tx, BitmapKind kind, uint32_t first_group, uint64_t from,
                             uint64_t want, Search search);
   void SetOnMedia(BitmapKind kind, uint64_t first, uint64_t count);
+  // Makes the host back the bytes of a reserved run (Media::Back): ENOSPC
+  // when it cannot. REQUIRES: the group's mutex (the fallocate runs under it).
+  Status BackRun(BitmapKind kind, const Extent& run);
+  // When the host cannot back more: a run of at most `want` free units
+  // inside what it backs already (after the deferred frees are released),
+  // logged and set like AllocateIn's. ENOSPC if there is none.
+  Result<Extent> AllocateBacked(Tx& tx, BitmapKind kind, uint64_t want);
   uint64_t PerGroup(BitmapKind kind) const;
 
   struct DeferredFree {

@@ -227,4 +227,15 @@ void Geometry::FillSuper(format::SuperStatic* sb) const {
   sb->root_ino = format::kRootIno;
 }
 
+Status BackMetadata(Media& media, const Geometry& g) {
+  NVFS_TRY(media.Back(0, g.block_size()));
+  for (uint32_t group = 0; group < g.group_count(); ++group) {
+    // Block bitmap, descriptor, inode bitmap: three blocks in a row.
+    NVFS_TRY(media.Back(g.BlockOffset(g.BlockBitmapBlock(group)), 3 * uint64_t{g.block_size()}));
+  }
+  NVFS_TRY(media.Back(g.BlockOffset(g.journal_block()),
+                      uint64_t{g.journal_blocks()} * g.block_size()));
+  return media.Back(g.BlockOffset(g.BackupBlock()), g.block_size());
+}
+
 }  // namespace nvfs

@@ -26,25 +26,36 @@ ExtentMap* ExtentMap::Build(const FsContext& ctx, const Bmap& bmap, const format
     return nullptr;
   }
   uint64_t index = 0;
-  while (index < blocks) {
-    uint64_t run;
-    const uint64_t phys = bmap.Lookup(inode, index, blocks - index, &run);
-    if (phys == Bmap::kCorrupt) break;
-    const std::byte* addr = phys != 0 ? ctx.Block(phys) : nullptr;
-    const bool extends =
-        !runs.empty() && (phys == 0 ? runs.back().addr == nullptr
-                                    : runs.back().addr != nullptr &&
-                                          runs.back().addr + ((index << shift) - runs.back().start) == addr);
-    if (!extends) {
-      if (runs.size() == max_runs) break;
-      try {
-        runs.push_back({index << shift, addr});
-      } catch (const std::bad_alloc&) {
-        return nullptr;
+  // A media error in a pointer block (media.hpp) abandons the build: only
+  // the loads of the walk are inside the recovery point; `runs` is outside
+  // it and freed as usual. (push_back may allocate inside it, but a jump
+  // never interrupts it: it touches no mapped byte.)
+  bool faulted = false;
+  if (!RunFaultGuarded([&] {
+    while (index < blocks) {
+      uint64_t run;
+      const uint64_t phys = bmap.Lookup(inode, index, blocks - index, &run);
+      if (phys == Bmap::kCorrupt) break;
+      const std::byte* addr = phys != 0 ? ctx.Block(phys) : nullptr;
+      const bool extends =
+          !runs.empty() && (phys == 0 ? runs.back().addr == nullptr
+                                      : runs.back().addr != nullptr &&
+                                            runs.back().addr + ((index << shift) - runs.back().start) == addr);
+      if (!extends) {
+        if (runs.size() == max_runs) break;
+        try {
+          runs.push_back({index << shift, addr});
+        } catch (const std::bad_alloc&) {
+          faulted = true;
+          return;
+        }
       }
+      index += run;
     }
-    index += run;
+  })) {
+    return nullptr;
   }
+  if (faulted) return nullptr;
   const uint64_t covered = index << shift;
   const uint32_t count = static_cast<uint32_t>(runs.size());
 

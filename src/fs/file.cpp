@@ -22,6 +22,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cinttypes>
+#include <cstdio>
 #include <cstring>
 #include <optional>
 
@@ -264,7 +266,12 @@ template <bool kCallerGuarded, class Sink>
         const epoch::Suspend unguarded;
         lock.lock();
       }
-      n = attempt(ci->data_seq.load(std::memory_order_acquire));
+      // Its own recovery point: a media error must not jump past the lock.
+      const uint32_t depth = epoch::GuardDepth();
+      if (!RunFaultGuarded([&] { n = attempt(ci->data_seq.load(std::memory_order_acquire)); })) {
+        epoch::AbandonGuardsTo(depth);
+        n = -EIO;
+      }
       break;
     }
     const uint64_t seq = ci->data_seq.load(std::memory_order_acquire);
@@ -316,9 +323,41 @@ static Result<size_t> ToResult(int64_t n) {
   return static_cast<size_t>(n);
 }
 
+// Says once per error (the first 16; then every 1024th) which request met
+// a media error, on stderr (the daemon's log).
+[[gnu::cold]] static void ReportMediaError(const char* what, uint64_t ino) {
+  const uint64_t n = MediaErrorCount();
+  if (n <= 16 || n % 1024 == 0) {
+    std::fprintf(stderr, "nvfs: media error (SIGBUS at namespace offset %" PRIu64 ", %" PRIu64
+                 " so far): %s of inode %" PRIu64 " fails with EIO\n",
+                 LastMediaErrorOffset(), n, what, ino);
+  }
+}
+
+// A read with a recovery point for media errors (doc/integrity.md, "Media
+// errors"): a SIGBUS on a load of the mapping (a pointer block, the inode,
+// the data) abandons the read, which returns EIO. Safe because what the
+// jump skips holds nothing: ReadInto takes no lock outside its own nested
+// recovery point (ReadSlow's locked retry), allocates nothing (extent maps
+// are built in one of their own), and its only RAII object is the epoch
+// guard, whose depth is put back here. The sink's bytes are thrown away.
+template <bool kCallerGuarded = false, class Sink>
+static int64_t ReadGuarded(Filesystem& fs, CachedInode* ci, uint64_t offset, size_t len,
+                           Sink& sink) {
+  const uint32_t depth = epoch::GuardDepth();
+  int64_t n = 0;
+  if (!RunFaultGuarded([&] { n = ReadInto<kCallerGuarded>(fs, ci, offset, len, sink); })) {
+    epoch::AbandonGuardsTo(depth);
+    sink.Reset();
+    ReportMediaError("read", ci->ino);
+    return -EIO;
+  }
+  return n;
+}
+
 Result<size_t> Filesystem::Read(FileHandle file, uint64_t offset, void* buf, size_t len) {
   BufferSink sink{static_cast<std::byte*>(buf)};
-  return ToResult(ReadInto(*this, file->inode, offset, len, sink));
+  return ToResult(ReadGuarded(*this, file->inode, offset, len, sink));
 }
 
 // Out of line, so that ReadIter's one-segment case is a bare jump to Read.
@@ -326,7 +365,7 @@ Result<size_t> Filesystem::Read(FileHandle file, uint64_t offset, void* buf, siz
                                                      uint64_t offset, const iovec* iov,
                                                      int iovcnt) {
   IovecSink sink{iov, iov + iovcnt};
-  return ToResult(ReadInto(fs, file->inode, offset, IovecTotal(iov, iovcnt), sink));
+  return ToResult(ReadGuarded(fs, file->inode, offset, IovecTotal(iov, iovcnt), sink));
 }
 
 Result<size_t> Filesystem::ReadIter(FileHandle file, uint64_t offset, const iovec* iov,
@@ -338,7 +377,7 @@ Result<size_t> Filesystem::ReadIter(FileHandle file, uint64_t offset, const iove
 Result<size_t> Filesystem::Map(FileHandle file, uint64_t offset, size_t len, ReadRun* runs,
                                size_t max_runs, size_t* run_count, const MapGuard& /*held*/) {
   RunSink sink{runs, max_runs};
-  const int64_t n = ReadInto</*kCallerGuarded=*/true>(*this, file->inode, offset, len, sink);
+  const int64_t n = ReadGuarded</*kCallerGuarded=*/true>(*this, file->inode, offset, len, sink);
   *run_count = sink.count;
   return ToResult(n);
 }
@@ -445,7 +484,16 @@ static Result<size_t> WriteCore(Filesystem& fs, FileHandle file, uint64_t offset
       run = mapped->count;
     }
     const size_t n = static_cast<size_t>(std::min<uint64_t>((run << shift) - in_block, remaining));
-    src.StoreTo(media, g.BlockOffset(phys) + in_block, n);
+    // A media error in the data blocks (SIGBUS on the store) fails this
+    // run with EIO; the bytes before it are written as on any short write.
+    // Safe to abandon: StoreTo takes no lock and owns nothing; the inode
+    // lock and the Tx are ours, out here, and end through normal returns.
+    if (!RunFaultGuarded([&] { src.StoreTo(media, g.BlockOffset(phys) + in_block, n); })) {
+      ReportMediaError("write", ci->ino);
+      failure = Error(EIO);
+      failed = true;
+      break;
+    }
     done += n;
     if (tx->room() < 8192 && done < len) {
       // Long writes commit as they go: write() is not atomic, only durable.

@@ -101,7 +101,34 @@ Status Filesystem::MountInternal(const MountOptions& options) {
     return MakeError(EUCLEAN, "root directory is damaged; run fsck.nvfs");
   }
 
+  // Known bad blocks (a DAX namespace): data on them fails as media errors
+  // (EIO for the request); metadata on them would fail whole operations
+  // half-way, so a read-write mount is refused.
+  for (const Media::BadRange& bad : media_->bad_ranges()) {
+    if (read_only_) break;
+    const auto hits = [&](uint64_t from, uint64_t len) {
+      return bad.offset < from + len && from < bad.offset + bad.length;
+    };
+    bool meta = hits(g.BlockOffset(g.BackupBlock()), g.block_size());
+    for (uint32_t group = 0; group < g.group_count() && !meta; ++group) {
+      meta = hits(g.BlockOffset(g.GroupFirstBlock(group)),
+                  g.GroupMetaBlocks(group) << g.block_shift());
+    }
+    if (meta) {
+      return MakeError(EIO, "metadata lies on a known bad block (%" PRIu64 " bytes at offset %"
+                       PRIu64 "); mount read-only (-o ro) and copy the data out",
+                       bad.length, bad.offset);
+    }
+  }
   if (!read_only_) {
+    // Recovery and every later operation store into the metadata regions:
+    // the host must back them first (an image copied sparse, or made by an
+    // older mkfs, may not be).
+    Status backed = BackMetadata(*media_, g);
+    if (!backed.ok()) {
+      return MakeError(backed.code(), "%s; free space on the host, or mount read-only",
+                       backed.error().message.c_str());
+    }
     Result<Journal::RecoveryStats> recovered = journal_->Recover();
     if (!recovered.ok()) return recovered.take_error();
   } else {
@@ -154,6 +181,14 @@ Status Filesystem::Unmount() {
   mounted_ = false;
   cache_->set_reclaim_unlinked(false);
   if (read_only_) return Status::Ok();
+  if (!media_->Intact()) {
+    // A backing file cut short under the mount: the descriptors and the
+    // superblock may lie in the lost part, and a store there is a SIGBUS.
+    // Nothing is written; the state stays "mounted", so fsck.nvfs runs.
+    return MakeError(EIO, "the namespace was cut shorter than its mapping while mounted "
+                     "(%" PRIu64 " media errors met); not marked clean: run fsck.nvfs",
+                     MediaErrorCount());
+  }
   // Blocks freed while mounted and still waiting for their grace period
   // count as free in the group descriptors: nothing reads them any more.
   alloc_->ReleaseDeferred(/*wait=*/true);
@@ -193,6 +228,17 @@ Result<StatFs> Filesystem::GetStatFs() {
   st.block_size = geometry_->block_size();
   st.blocks = geometry_->block_count();
   st.blocks_free = alloc_->free_blocks();
+  // Never promise what the host cannot back: free blocks already backed
+  // (every block in use is backed, so at least BackedBytes minus those in
+  // use) plus what the host filesystem has left.
+  const uint64_t host = media_->HostAvailable();
+  if (host != Media::kBackedWhole) {
+    const uint32_t shift = geometry_->block_shift();
+    const uint64_t used = st.blocks - std::min(st.blocks, st.blocks_free);
+    const uint64_t backed = media_->BackedBytes() >> shift;
+    const uint64_t backed_free = backed > used ? backed - used : 0;
+    st.blocks_free = std::min(st.blocks_free, (host >> shift) + backed_free);
+  }
   st.inodes = geometry_->inode_count();
   st.inodes_free = alloc_->free_inodes();
   st.name_max = format::kNameMax;

@@ -1,14 +1,22 @@
 // The libpmem2 backend: the real mapping of a namespace.
 #include <fcntl.h>
 #include <libpmem2.h>
+#include <signal.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <linux/falloc.h>
+
+#include <algorithm>
+#include <atomic>
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <mutex>
 
 #include "nvfs/media.hpp"
 
@@ -33,12 +41,76 @@ void Media::CheckWrite(uint64_t offset, size_t len) const {
   }
 }
 
+namespace media_detail {
+constinit thread_local FaultPoint* fault_point = nullptr;
+}  // namespace media_detail
+
 namespace {
+
+// The mappings the SIGBUS handler recognises: a fixed table, written under
+// mappings_mu (open and close), read by the handler without a lock.
+constexpr int kMaxMappings = 64;
+struct MappingSlot {
+  std::atomic<uintptr_t> base{0};
+  std::atomic<uint64_t> size{0};
+};
+MappingSlot mappings[kMaxMappings];
+std::mutex mappings_mu;
+std::atomic<uint64_t> media_errors{0};
+std::atomic<uint64_t> last_error_offset{UINT64_MAX};
+
+// Async-signal-safe: atomics, siglongjmp, sigaction.
+void OnSigbus(int sig, siginfo_t* info, void*) {
+  const auto addr = reinterpret_cast<uintptr_t>(info->si_addr);
+  FaultPoint* point = media_detail::fault_point;
+  for (const MappingSlot& m : mappings) {
+    const uintptr_t base = m.base.load(std::memory_order_acquire);
+    if (base == 0 || addr < base || addr - base >= m.size.load(std::memory_order_relaxed)) continue;
+    if (point == nullptr) break;
+    media_errors.fetch_add(1, std::memory_order_relaxed);
+    last_error_offset.store(addr - base, std::memory_order_relaxed);
+    media_detail::fault_point = point->prev;
+    siglongjmp(point->env, 1);
+  }
+  // Not ours, or outside every recovery point: die of it as before.
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  sigaction(sig, &dfl, nullptr);
+}
+
+void RegisterMapping(const std::byte* base, uint64_t size) {
+  std::lock_guard lock(mappings_mu);
+  static bool installed = false;
+  if (!installed) {
+    struct sigaction sa {};
+    sa.sa_sigaction = OnSigbus;
+    sa.sa_flags = SA_SIGINFO | SA_NODEFER;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGBUS, &sa, nullptr);
+    installed = true;
+  }
+  for (MappingSlot& m : mappings) {
+    if (m.base.load(std::memory_order_relaxed) != 0) continue;
+    m.size.store(size, std::memory_order_relaxed);
+    m.base.store(reinterpret_cast<uintptr_t>(base), std::memory_order_release);
+    return;
+  }
+}
+
+void UnregisterMapping(const std::byte* base) {
+  std::lock_guard lock(mappings_mu);
+  for (MappingSlot& m : mappings) {
+    if (m.base.load(std::memory_order_relaxed) == reinterpret_cast<uintptr_t>(base)) {
+      m.base.store(0, std::memory_order_release);
+    }
+  }
+}
 
 // Owns the file descriptor (and with it the advisory lock) and the pmem2 objects.
 class Pmem2Media final : public Media {
  public:
   ~Pmem2Media() override {
+    if (base_ != nullptr) UnregisterMapping(base_);
     if (map_ != nullptr) pmem2_map_delete(&map_);
     if (source_ != nullptr) pmem2_source_delete(&source_);
     if (fd_ >= 0) close(fd_);
@@ -77,8 +149,49 @@ class Pmem2Media final : public Media {
     CountStored(len);
   }
 
+  Status Back(uint64_t offset, uint64_t len) override;
+  uint64_t HostAvailable() const override;
+  bool Backed(uint64_t offset, uint64_t len) const override {
+    if (backed_whole_ || len == 0) return true;
+    for (uint64_t c = offset / kBackChunk; c <= (offset + len - 1) / kBackChunk; ++c) {
+      if (!ChunkBacked(c)) return false;
+    }
+    return true;
+  }
+  bool Intact() const override {
+    struct stat st;
+    if (!is_file_ || fstat(fd_, &st) != 0) return true;
+    return static_cast<uint64_t>(st.st_size) >= size_;
+  }
+  uint64_t BackedBytes() const override {
+    if (backed_whole_) return size_;
+    return std::min<uint64_t>(size_, backed_chunks_.load(std::memory_order_relaxed) * kBackChunk);
+  }
+
  private:
   Pmem2Media() = default;
+  // Marks the chunks wholly inside a data extent of the file (SEEK_DATA /
+  // SEEK_HOLE) as backed; everything if the file has no hole.
+  void ScanBacking(const struct stat& st);
+  // Fills bad_ranges_ from libpmem2's bad block list (none where it cannot
+  // tell: no error, since a file on tmpfs has no such list).
+  void ReadBadBlocks();
+  bool ChunkBacked(uint64_t chunk) const {
+    return (backed_[chunk / 64].load(std::memory_order_acquire) >> (chunk % 64)) & 1u;
+  }
+  void MarkBacked(uint64_t chunk) {
+    backed_[chunk / 64].fetch_or(uint64_t{1} << (chunk % 64), std::memory_order_release);
+    backed_chunks_.fetch_add(1, std::memory_order_relaxed);
+  }
+
+  // Backing (Back): a bit per kBackChunk of the namespace, set once the
+  // chunk is allocated on the host; never cleared (nvfs never punches the
+  // image). backed_whole_ is set at open and read-only after.
+  bool is_file_ = false;
+  bool backed_whole_ = true;
+  std::unique_ptr<std::atomic<uint64_t>[]> backed_;  // set under back_mu_, read without it
+  std::atomic<uint64_t> backed_chunks_{0};
+  std::mutex back_mu_;  // serialises fallocate; a leaf lock
 
   int fd_ = -1;
   pmem2_source* source_ = nullptr;
@@ -211,10 +324,96 @@ Result<std::unique_ptr<Media>> Pmem2Media::Open(const std::string& path,
   media->flush_ = pmem2_get_flush_fn(media->map_);
   media->drain_ = pmem2_get_drain_fn(media->map_);
   media->memcpy_ = pmem2_get_memcpy_fn(media->map_);
+  if (!options.read_only) media->ScanBacking(st);
+  media->is_file_ = S_ISREG(st.st_mode);
+  media->ReadBadBlocks();
+  RegisterMapping(media->base_, media->size_);
   return std::unique_ptr<Media>(std::move(media));
 }
 
+void Pmem2Media::ScanBacking(const struct stat& st) {
+  backed_whole_ = !S_ISREG(st.st_mode) ||  // a DAX device has no holes
+                  static_cast<uint64_t>(st.st_blocks) * 512 >= size_;
+  if (backed_whole_) return;
+  const uint64_t chunks = (size_ + kBackChunk - 1) / kBackChunk;
+  backed_.reset(new std::atomic<uint64_t>[(chunks + 63) / 64]());
+  off_t at = 0;
+  while (static_cast<uint64_t>(at) < size_) {
+    const off_t data = lseek(fd_, at, SEEK_DATA);
+    if (data < 0) break;  // ENXIO: no data past `at`; anything else: assume holes
+    off_t hole = lseek(fd_, data, SEEK_HOLE);
+    if (hole < 0 || static_cast<uint64_t>(hole) > size_) hole = static_cast<off_t>(size_);
+    for (uint64_t c = (static_cast<uint64_t>(data) + kBackChunk - 1) / kBackChunk;
+         c < chunks && std::min((c + 1) * kBackChunk, size_) <= static_cast<uint64_t>(hole);
+         ++c) {
+      MarkBacked(c);
+    }
+    at = hole;
+  }
+}
+
+// Backs whole chunks (KEEP_SIZE: a file cut short under the mount stays cut,
+// its lost pages keep failing as media errors rather than reading as zeros).
+// A chunk the host cannot back whole is backed just where asked, so the last
+// free pages of the host stay usable.
+Status Pmem2Media::Back(uint64_t offset, uint64_t len) {
+  if (backed_whole_ || len == 0) return Status::Ok();
+  if (offset > size_ || len > size_ - offset) return MakeError(EINVAL, "backing outside the namespace");
+  const uint64_t first = offset / kBackChunk, last = (offset + len - 1) / kBackChunk;
+  for (uint64_t c = first; c <= last; ++c) {
+    if (ChunkBacked(c)) continue;
+    std::lock_guard lock(back_mu_);
+    if (ChunkBacked(c)) continue;
+    const uint64_t start = c * kBackChunk;
+    const uint64_t n = std::min(kBackChunk, size_ - start);
+    if (fallocate(fd_, FALLOC_FL_KEEP_SIZE, static_cast<off_t>(start), static_cast<off_t>(n)) == 0) {
+      MarkBacked(c);
+      continue;
+    }
+    if (errno == EOPNOTSUPP) {
+      // The host cannot reserve space (no fallocate): nothing better to do
+      // than to store and hope, as before.
+      MarkBacked(c);
+      continue;
+    }
+    const int chunk_errno = errno;
+    const uint64_t from = std::max(offset, start) / 4096 * 4096;
+    const uint64_t to = std::min(offset + len, start + n);
+    if ((chunk_errno == ENOSPC || chunk_errno == EDQUOT) &&
+        fallocate(fd_, FALLOC_FL_KEEP_SIZE, static_cast<off_t>(from),
+                  static_cast<off_t>(to - from)) == 0) {
+      continue;  // backed where asked; the chunk stays unmarked
+    }
+    return MakeError(chunk_errno == EDQUOT ? EDQUOT : ENOSPC,
+                     "%s: the host filesystem cannot back %" PRIu64 " bytes at %" PRIu64 ": %s",
+                     path_.c_str(), to - from, from, std::strerror(chunk_errno));
+  }
+  return Status::Ok();
+}
+
+void Pmem2Media::ReadBadBlocks() {
+  pmem2_badblock_context* ctx = nullptr;
+  if (pmem2_badblock_context_new(&ctx, source_) != 0) return;
+  pmem2_badblock bb;
+  while (pmem2_badblock_next(ctx, &bb) == 0) {
+    if (bb.offset < size_) {
+      bad_ranges_.push_back({bb.offset, std::min<uint64_t>(bb.length, size_ - bb.offset)});
+    }
+  }
+  pmem2_badblock_context_delete(&ctx);
+}
+
+uint64_t Pmem2Media::HostAvailable() const {
+  if (backed_whole_) return kBackedWhole;
+  struct statvfs sv;
+  if (fstatvfs(fd_, &sv) != 0) return kBackedWhole;
+  return static_cast<uint64_t>(sv.f_bavail) * sv.f_frsize;
+}
+
 }  // namespace
+
+uint64_t MediaErrorCount() { return media_errors.load(std::memory_order_relaxed); }
+uint64_t LastMediaErrorOffset() { return last_error_offset.load(std::memory_order_relaxed); }
 
 Result<std::unique_ptr<Media>> OpenMedia(const std::string& path, const MediaOptions& options) {
   return Pmem2Media::Open(path, options);

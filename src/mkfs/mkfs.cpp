@@ -121,6 +121,7 @@ Result<MkfsPlan> PlanMkfs(uint64_t namespace_size, const MkfsOptions& options) {
   plan.first_generation = static_cast<uint32_t>(RandomU64());
   plan.root_uid = options.root_uid;
   plan.root_gid = options.root_gid;
+  plan.preallocate = options.preallocate;
 
   std::vector<std::byte> bitmap(g.block_size());
   for (uint32_t group = 0; group < g.group_count(); ++group) {
@@ -140,6 +141,17 @@ Status WriteMkfs(Media& media, const MkfsPlan& plan,
   const SuperStatic& sb = plan.super;
   const int64_t now = sb.mkfs_time;
   const uint64_t bs = g.block_size();
+
+  // (0) The host backs every byte written below (the image may be sparse,
+  // and a store into a page the host cannot supply is a SIGBUS); with
+  // `preallocate`, the whole namespace. Nothing is written before.
+  if (plan.preallocate) {
+    NVFS_TRY(media.Back(0, g.bytes()));
+  } else {
+    NVFS_TRY(BackMetadata(media, g));
+    NVFS_TRY(media.Back(g.BlockOffset(RootLeafBlock(g)), 2 * bs));
+    NVFS_TRY(media.Back(g.InodeOffset(format::kRootIno), 2 * sizeof(Inode)));
+  }
 
   // (1) Nothing may look like a filesystem while we work. An nvfs static
   // superblock is wiped whole, and so are the places the new copies go
