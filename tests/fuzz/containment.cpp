@@ -391,7 +391,8 @@ Touch Census::TouchedBy(const Arena& arena) const {
 }
 
 void Census::Check(Filesystem& fs, const Touch& touch, const std::vector<uint64_t>& excluded,
-                   std::vector<std::string>* violations) const {
+                   bool demand_readable, std::vector<std::string>* violations,
+                   std::vector<std::string>* hidden) const {
   // In inode order, so messages come out the same on every run.
   std::vector<uint64_t> inos;
   inos.reserve(files_.size());
@@ -405,14 +406,11 @@ void Census::Check(Filesystem& fs, const Touch& touch, const std::vector<uint64_
     for (const FileContent::Extent& e : want.data) recorded += e.bytes.size();
     FileContent got;
     std::string error;
-    std::string what;
+    const std::string name = "inode " + std::to_string(ino) + " (" + PathOf(ino) + "): ";
     if (!ReadContent(fs, ino, 2 * recorded + (1 << 20), &got, &error)) {
-      what = error;
-    } else {
-      what = CompareContent(want, got);
-    }
-    if (!what.empty()) {
-      violations->push_back("inode " + std::to_string(ino) + " (" + PathOf(ino) + "): " + what);
+      (demand_readable ? violations : hidden)->push_back(name + error);
+    } else if (std::string what = CompareContent(want, got); !what.empty()) {
+      violations->push_back(name + what);
     }
   }
 }

@@ -81,10 +81,15 @@ class Census {
 
   // Every recorded file not touched and not in `excluded` must read its
   // recorded bytes through `fs`; one message per file that does not
-  // ("inode 14 (/depth1): byte 4096 was 0x31, now 0x6e"). `fs` references
-  // are dropped again.
+  // ("inode 14 (/depth1): byte 4096 was 0x31, now 0x6e"), in *violations.
+  // A file that cannot be read at all (lookup by number, open, seek or read
+  // fails) is a violation when `demand_readable`, else goes to *hidden: a
+  // mount that trusts a damaged inode bitmap may hide a file whose bytes are
+  // still intact (fsck -y must then bring it back). `fs` references are
+  // dropped again.
   void Check(Filesystem& fs, const Touch& touch, const std::vector<uint64_t>& excluded,
-             std::vector<std::string>* violations) const;
+             bool demand_readable, std::vector<std::string>* violations,
+             std::vector<std::string>* hidden) const;
 
   size_t files() const { return files_.size(); }
   const std::unordered_map<uint64_t, FileContent>& contents() const { return files_; }

@@ -260,12 +260,16 @@ FsckReport Fsck(Arena& arena, RepairMode mode) {
 }
 
 // The census's check on a mounted image; findings go to result.containment.
+// `repaired`: fsck -y has run on the image (every untouched file must then
+// be readable, whatever the mutation changed).
 void CheckContainment(Filesystem& fs, const CaseOptions& options, CaseResult& result,
-                      const char* label, const std::vector<uint64_t>& excluded) {
+                      const char* label, const std::vector<uint64_t>& excluded, bool repaired) {
   if (options.census == nullptr) return;
-  std::vector<std::string> found;
-  options.census->Check(fs, result.touch, excluded, &found);
+  std::vector<std::string> found, hidden;
+  options.census->Check(fs, result.touch, excluded, repaired || result.touch.global == 0, &found,
+                        &hidden);
   for (const std::string& f : found) result.containment.push_back(std::string(label) + ": " + f);
+  for (const std::string& f : hidden) result.hidden.push_back(std::string(label) + ": " + f);
 }
 
 // Mounts, walks and unmounts; returns false if the mount failed (*error).
@@ -290,7 +294,7 @@ bool MountAndWalk(Arena& arena, bool read_only, bool strict, const char* label,
     result.changed_on_purpose = walk.some_file;
     if (walk.some_file != 0) excluded.push_back(walk.some_file);
   }
-  CheckContainment(**mounted, options, result, label, excluded);
+  CheckContainment(**mounted, options, result, label, excluded, strict);
   *io_errors += walk.io_errors;
   Status unmounted = (*mounted)->Unmount();
   if (!unmounted.ok() && strict) {
@@ -350,7 +354,7 @@ CaseResult RunCase(Arena& arena, const CaseOptions& options) {
     } else {
       std::vector<uint64_t> excluded;
       if (result.changed_on_purpose != 0) excluded.push_back(result.changed_on_purpose);
-      CheckContainment(**mounted, options, result, "fsck -y of the changed image", excluded);
+      CheckContainment(**mounted, options, result, "fsck -y of the changed image", excluded, true);
       (void)(*mounted)->Unmount();
     }
   }

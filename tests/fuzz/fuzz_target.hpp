@@ -21,7 +21,9 @@
 // not touch, and the changes of step 3 did not change on purpose, reads its
 // recorded bytes on the read-only mount, on the read-write mount after the
 // changes, after fsck -y of the changed image (which fsck -n must then find
-// clean) and on the mount after step 4's repair. These findings go to
+// clean) and on the mount after step 4's repair. Each must also still be
+// readable, except on a mount of an image whose global metadata (bitmaps,
+// superblock, ...) the mutation changed, before fsck -y: see `hidden`. These findings go to
 // `containment`, apart from `violations`: the suite decides whether they
 // fail it (test_fuzz.cpp, NVFS_FUZZ_CONTAINMENT).
 //
@@ -61,6 +63,9 @@ struct CaseResult {
   uint64_t changed_on_purpose = 0;      // the existing file step 3 overwrote, or 0
   // Containment failures, each "<where>: <what>" (with a census).
   std::vector<std::string> containment;
+  // Untouched files a mount could not read after a mutation of global
+  // metadata, their bytes not known to be lost (not failures; counted).
+  std::vector<std::string> hidden;
 };
 
 // Runs the case on the arena's current content, then undoes what the case

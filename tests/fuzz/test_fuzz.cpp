@@ -158,6 +158,7 @@ struct Tally {
   std::map<int, uint64_t> fsck_exits;
   std::map<std::string, uint64_t> mount_errors;  // first words of why mounts failed
   uint64_t contained = 0;                 // cases whose untouched files all held
+  uint64_t hidden = 0;                    // cases with files hidden by global damage
   std::map<std::string, uint64_t> leaks;  // containment failures: cases by class
 };
 
@@ -239,8 +240,10 @@ void FuzzSeed(const std::string& name, uint64_t default_cases) {
       std::printf("  containment: %s; changed on purpose: inode %" PRIu64 "\n",
                   r.touch.Describe().c_str(), r.changed_on_purpose);
       for (const std::string& c : r.containment) std::printf("  CONTAINMENT: %s\n", c.c_str());
+      for (const std::string& h : r.hidden) std::printf("  hidden: %s\n", h.c_str());
     }
     if (options.census == nullptr) continue;
+    tally.hidden += !r.hidden.empty();
     if (r.containment.empty()) {
       ++tally.contained;
       continue;
@@ -274,8 +277,10 @@ void FuzzSeed(const std::string& name, uint64_t default_cases) {
     uint64_t leaked = 0;
     for (const auto& [cls, count] : tally.leaks) leaked += count;
     std::printf("fuzz seed %-10s containment (%s; %zu files in the census): %" PRIu64
-                " cases held, %" PRIu64 " let damage spread\n",
-                name.c_str(), ModeName(containment), census.files(), tally.contained, leaked);
+                " cases held, %" PRIu64 " let damage spread; %" PRIu64
+                " hid an intact file until fsck (global damage, allowed)\n",
+                name.c_str(), ModeName(containment), census.files(), tally.contained, leaked,
+                tally.hidden);
     for (const auto& [cls, count] : tally.leaks) {
       std::printf("  %6" PRIu64 "  %s\n", count, cls.c_str());
     }
