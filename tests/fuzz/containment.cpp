@@ -249,6 +249,7 @@ Census::Census(const Arena& arena) {
     if (!(*fs)->Unmount().ok()) throw std::runtime_error("census: unmount");
   }
   AddOwners(settled.data());
+  AddInFlight(arena.pristine().data());
 
   MountOptions read_only;
   read_only.read_only = true;
@@ -361,6 +362,70 @@ void Census::AddOwners(const std::byte* image) {
   }
 }
 
+void Census::OwnersOf(uint64_t offset, uint64_t len, std::vector<uint64_t>* inodes) const {
+  const Geometry& g = geometry_;
+  if (len == 0 || offset >= g.bytes() || len > g.bytes() - offset) return;
+  const uint64_t table_bytes = uint64_t{g.itable_blocks()} << g.block_shift();
+  for (uint32_t group = 0; group < g.group_count(); ++group) {
+    const uint64_t table = g.BlockOffset(g.InodeTableBlock(group));
+    if (offset >= table && offset - table < table_bytes) {
+      const uint64_t last = std::min(offset + len, table + table_bytes) - 1;
+      for (uint64_t at = offset - (offset - table) % format::kInodeSize; at <= last;
+           at += format::kInodeSize) {
+        inodes->push_back(uint64_t{group} * g.inodes_per_group() + (at - table) / format::kInodeSize);
+      }
+      return;
+    }
+  }
+  for (uint64_t b = offset >> g.block_shift(); b <= (offset + len - 1) >> g.block_shift(); ++b) {
+    auto it = owners_.find(b);
+    if (it != owners_.end()) inodes->insert(inodes->end(), it->second.begin(), it->second.end());
+  }
+}
+
+// The records of every active slot, as recovery would read them (the seed's
+// journal is intact).
+void Census::AddInFlight(const std::byte* image) {
+  using format::JournalRecord;
+  using format::JournalRecordType;
+  const Geometry& g = geometry_;
+  for (uint32_t slot = 0; slot < g.journal_slots(); ++slot) {
+    const uint64_t at = g.JournalSlotOffset(slot);
+    format::JournalSlotHeader header;
+    std::memcpy(&header, image + at, sizeof header);
+    if (header.state == 0) continue;
+    const uint64_t end = at + g.journal_slot_size();
+    for (uint64_t pos = at + sizeof header; pos + sizeof(JournalRecord) <= end;) {
+      JournalRecord r;
+      std::memcpy(&r, image + pos, sizeof r);
+      if (r.tx_seq != header.tx_seq) break;
+      const auto type = static_cast<JournalRecordType>(r.type);
+      uint64_t payload = 0;
+      switch (type) {
+        case JournalRecordType::kUndo:
+          OwnersOf(r.target, r.length, &in_flight_);
+          payload = r.length;
+          break;
+        case JournalRecordType::kBitmapSet:
+        case JournalRecordType::kDeferredFree:
+          for (uint64_t b = r.target; b < r.target + r.length && b < g.block_count(); ++b) {
+            OwnersOf(g.BlockOffset(b), 1, &in_flight_);
+          }
+          break;
+        case JournalRecordType::kInodeSet:
+        case JournalRecordType::kInodeFree:
+          for (uint64_t ino = r.target; ino < r.target + r.length && ino < g.inode_count(); ++ino) {
+            in_flight_.push_back(ino);
+          }
+          break;
+      }
+      pos += sizeof r + ((payload + 7) & ~uint64_t{7});
+    }
+  }
+  std::sort(in_flight_.begin(), in_flight_.end());
+  in_flight_.erase(std::unique(in_flight_.begin(), in_flight_.end()), in_flight_.end());
+}
+
 Touch Census::TouchedBy(const Arena& arena) const {
   Touch touch;
   std::set<uint64_t> blocks;
@@ -386,6 +451,7 @@ Touch Census::TouchedBy(const Arena& arena) const {
     auto it = owners_.find(b);
     if (it != owners_.end()) inodes.insert(it->second.begin(), it->second.end());
   }
+  if (touch.global & kGlobalJournal) inodes.insert(in_flight_.begin(), in_flight_.end());
   touch.inodes.assign(inodes.begin(), inodes.end());
   return touch;
 }

@@ -22,6 +22,10 @@
 //    it is told apart from one after a mutation of a file's own structures.
 //    The same demand holds there: an untouched file keeps its bytes, or the
 //    mount refuses the image (then there is nothing to check);
+//    One exception: a changed byte in the journal also touches the inodes of
+//    the operation in flight in the seed (the inodes whose bytes, bitmap
+//    bits or blocks the records of an active slot name), since recovery
+//    cannot be asked to roll back an operation whose log was damaged;
 //  - a changed byte in a free block touches nothing.
 // Files the read-write pass changes on purpose (the existing file it
 // overwrites and truncates) are excluded by the caller, by inode number.
@@ -92,11 +96,16 @@ class Census {
              std::vector<std::string>* hidden) const;
 
   size_t files() const { return files_.size(); }
+  size_t in_flight() const { return in_flight_.size(); }
   const std::unordered_map<uint64_t, FileContent>& contents() const { return files_; }
   const std::string& PathOf(uint64_t ino) const;
 
  private:
   void AddOwners(const std::byte* image);
+  void AddInFlight(const std::byte* image);
+  // The inodes whose inode lies in [offset, offset + len) if that is in an
+  // inode table, else the owners of the blocks it covers.
+  void OwnersOf(uint64_t offset, uint64_t len, std::vector<uint64_t>* inodes) const;
   void Own(uint64_t block_no, uint64_t ino);
   void OwnTree(const std::byte* image, uint64_t block_no, uint32_t height, uint64_t ino);
   void OwnDirNode(const std::byte* image, uint64_t ptr, int depth, uint64_t ino);
@@ -104,6 +113,7 @@ class Census {
   Geometry geometry_;
   std::unordered_map<uint64_t, std::vector<uint64_t>> owners_;  // block -> inodes
   std::vector<uint32_t> global_;  // block -> GlobalKind (0: none); one per block
+  std::vector<uint64_t> in_flight_;  // inodes of the seed's operation in flight
   std::unordered_map<uint64_t, FileContent> files_;
   std::unordered_map<uint64_t, std::string> paths_;
 };

@@ -276,10 +276,11 @@ void FuzzSeed(const std::string& name, uint64_t default_cases) {
   if (options.census != nullptr) {
     uint64_t leaked = 0;
     for (const auto& [cls, count] : tally.leaks) leaked += count;
-    std::printf("fuzz seed %-10s containment (%s; %zu files in the census): %" PRIu64
+    std::printf("fuzz seed %-10s containment (%s; %zu files in the census, %zu inodes in flight): %" PRIu64
                 " cases held, %" PRIu64 " let damage spread; %" PRIu64
                 " hid an intact file until fsck (global damage, allowed)\n",
-                name.c_str(), ModeName(containment), census.files(), tally.contained, leaked,
+                name.c_str(), ModeName(containment), census.files(), census.in_flight(),
+                tally.contained, leaked,
                 tally.hidden);
     for (const auto& [cls, count] : tally.leaks) {
       std::printf("  %6" PRIu64 "  %s\n", count, cls.c_str());
