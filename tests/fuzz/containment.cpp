@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cinttypes>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <set>
@@ -85,6 +86,28 @@ uint64_t FirstDifference(const FileContent& x, const FileContent& y) {
 }
 
 }  // namespace
+
+ContainmentMode ContainmentModeFromEnv() {
+  const char* v = std::getenv("NVFS_FUZZ_CONTAINMENT");
+  if (v == nullptr || *v == 0) return kContainmentDefault;
+  const std::string mode = v;
+  if (mode == "off") return ContainmentMode::kOff;
+  if (mode == "report") return ContainmentMode::kReport;
+  if (mode == "local") return ContainmentMode::kLocal;
+  if (mode == "strict") return ContainmentMode::kStrict;
+  std::fprintf(stderr, "NVFS_FUZZ_CONTAINMENT=%s: not off, report, local or strict\n", v);
+  std::abort();
+}
+
+const char* ModeName(ContainmentMode mode) {
+  switch (mode) {
+    case ContainmentMode::kOff: return "off";
+    case ContainmentMode::kReport: return "report";
+    case ContainmentMode::kLocal: return "local";
+    case ContainmentMode::kStrict: return "strict";
+  }
+  return "?";
+}
 
 std::string GlobalNames(uint32_t global) {
   std::string names;
