@@ -3,7 +3,6 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -452,19 +451,15 @@ void Census::AddInFlight(const std::byte* image) {
 Touch Census::TouchedBy(const Arena& arena) const {
   Touch touch;
   std::set<uint64_t> blocks;
+  // Bytes, counted once however many pokes covered them.
+  std::set<uint64_t> changed;
   const std::byte* now = arena.data();
   const std::byte* before = arena.pristine().data();
   for (const Range& r : arena.poked()) {
     for (uint64_t at = r.offset; at < r.offset + r.len; ++at) {
       if (now[at] == before[at]) continue;
+      changed.insert(at);
       blocks.insert(at >> geometry_.block_shift());
-    }
-  }
-  // Bytes, counted once however many pokes covered them.
-  std::set<uint64_t> changed;
-  for (const Range& r : arena.poked()) {
-    for (uint64_t at = r.offset; at < r.offset + r.len; ++at) {
-      if (now[at] != before[at]) changed.insert(at);
     }
   }
   touch.bytes = changed.size();
