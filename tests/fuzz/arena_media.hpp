@@ -63,6 +63,9 @@ class Arena {
   void SetWritable(bool writable);
   // Puts back the pristine bytes of what a Media stored, keeping the pokes.
   void UndoStores();
+  // Ranges poked since the last Restore (the mutation), in order; they may
+  // overlap, and a poke may write the bytes that were there.
+  const std::vector<Range>& poked() const { return poked_; }
   // Ranges written by a Media since the last Restore (not pokes).
   const std::vector<Range>& stored() const { return stored_; }
   uint64_t stores() const { return stored_.size(); }

@@ -259,7 +259,21 @@ FsckReport Fsck(Arena& arena, RepairMode mode) {
   });
 }
 
+// The census's check on a mounted image; findings go to result.containment.
+// `repaired`: fsck -y has run on the image (every untouched file must then
+// be readable, whatever the mutation changed).
+void CheckContainment(Filesystem& fs, const CaseOptions& options, CaseResult& result,
+                      const char* label, const std::vector<uint64_t>& excluded, bool repaired) {
+  if (options.census == nullptr) return;
+  std::vector<std::string> found, hidden;
+  options.census->Check(fs, result.touch, excluded, repaired || result.touch.global == 0, &found,
+                        &hidden);
+  for (const std::string& f : found) result.containment.push_back(std::string(label) + ": " + f);
+  for (const std::string& f : hidden) result.hidden.push_back(std::string(label) + ": " + f);
+}
+
 // Mounts, walks and unmounts; returns false if the mount failed (*error).
+// The read-write walk of a damaged image (not `strict`) also makes its changes.
 bool MountAndWalk(Arena& arena, bool read_only, bool strict, const char* label,
                   const CaseOptions& options, CaseResult& result, std::string* error,
                   uint64_t* io_errors) {
@@ -273,7 +287,14 @@ bool MountAndWalk(Arena& arena, bool read_only, bool strict, const char* label,
   }
   Walk walk{**mounted, options, result, label, strict};
   walk.Run();
-  if (!read_only && !strict) walk.Change();
+  std::vector<uint64_t> excluded;
+  if (!read_only && !strict) {
+    walk.Change();
+    // The one existing file the changes overwrite and truncate on purpose.
+    result.changed_on_purpose = walk.some_file;
+    if (walk.some_file != 0) excluded.push_back(walk.some_file);
+  }
+  CheckContainment(**mounted, options, result, label, excluded, strict);
   *io_errors += walk.io_errors;
   Status unmounted = (*mounted)->Unmount();
   if (!unmounted.ok() && strict) {
@@ -289,6 +310,7 @@ CaseResult RunCase(Arena& arena, const CaseOptions& options) {
   CaseResult result;
   std::string error;
   g_verbose = options.verbose;
+  if (options.census != nullptr) result.touch = options.census->TouchedBy(arena);
 
   // 1 and 2, with the image mapped read-only: a write of any kind faults.
   arena.SetWritable(false);
@@ -309,6 +331,32 @@ CaseResult RunCase(Arena& arena, const CaseOptions& options) {
   if (!result.mounted_rw && (arena.stores() != 0 || !arena.Unchanged())) {
     result.violations.push_back("a failed mount wrote " + std::to_string(arena.stores()) +
                                 " ranges first (" + result.mount_error + ")");
+  }
+
+  // 3b. Containment after the changes: fsck -y of the changed image, then
+  // fsck -n clean, and the untouched files still hold their bytes.
+  if (options.census != nullptr && result.mounted_rw && options.repair) {
+    arena.SetWritable(true);
+    const FsckReport repaired = Fsck(arena, RepairMode::kYes);
+    if (repaired.exit_code == kFsckClean || repaired.exit_code == kFsckCorrected) {
+      const FsckReport after = Fsck(arena, RepairMode::kNone);
+      if (after.exit_code != kFsckClean) {
+        result.containment.push_back("fsck -y of the changed image: fsck -n then exits " +
+                                     std::to_string(after.exit_code));
+      }
+    }
+    MountOptions read_only;
+    read_only.read_only = true;
+    auto mounted = Filesystem::Mount(std::make_unique<ArenaMedia>(arena, true), read_only);
+    if (!mounted.ok()) {
+      result.containment.push_back("fsck -y of the changed image: it no longer mounts (" +
+                                   mounted.error().Describe() + ")");
+    } else {
+      std::vector<uint64_t> excluded;
+      if (result.changed_on_purpose != 0) excluded.push_back(result.changed_on_purpose);
+      CheckContainment(**mounted, options, result, "fsck -y of the changed image", excluded, true);
+      (void)(*mounted)->Unmount();
+    }
   }
 
   // 4. Repair, then everything must be clean and usable.

@@ -17,6 +17,16 @@
 //     nothing unless -y said it could not repair everything; the repaired
 //     image mounts, walks without an I/O error, and is still clean after.
 //
+// Containment (with a census, containment.hpp): every file the mutation did
+// not touch, and the changes of step 3 did not change on purpose, reads its
+// recorded bytes on the read-only mount, on the read-write mount after the
+// changes, after fsck -y of the changed image (which fsck -n must then find
+// clean) and on the mount after step 4's repair. Each must also still be
+// readable, except on a mount of an image whose global metadata (bitmaps,
+// superblock, ...) the mutation changed, before fsck -y: see `hidden`. These findings go to
+// `containment`, apart from `violations`: the suite decides whether they
+// fail it (test_fuzz.cpp, NVFS_FUZZ_CONTAINMENT).
+//
 // Crashes, sanitizer reports and hangs are caught around this (the suite's
 // watchdog, libFuzzer); everything else is a violation in the result.
 #pragma once
@@ -26,6 +36,7 @@
 #include <vector>
 
 #include "arena_media.hpp"
+#include "containment.hpp"
 
 namespace nvfs::fuzz {
 
@@ -34,6 +45,7 @@ struct CaseOptions {
   uint64_t max_read = 64 << 10;      // bytes read per window of a file
   bool repair = true;                // step 4
   bool verbose = false;              // print what fsck says (replaying one case)
+  const Census* census = nullptr;    // the seed's census: check containment
 };
 
 struct CaseResult {
@@ -47,6 +59,13 @@ struct CaseResult {
   uint64_t io_errors = 0;    // EIO/EUCLEAN met while walking the mutated image
   uint64_t changes = 0;      // changes that succeeded on the mutated image, read-write
   std::vector<std::string> violations;  // empty: every property held
+  Touch touch;                          // what the mutation changed (with a census)
+  uint64_t changed_on_purpose = 0;      // the existing file step 3 overwrote, or 0
+  // Containment failures, each "<where>: <what>" (with a census).
+  std::vector<std::string> containment;
+  // Untouched files a mount could not read after a mutation of global
+  // metadata, their bytes not known to be lost (not failures; counted).
+  std::vector<std::string> hidden;
 };
 
 // Runs the case on the arena's current content, then undoes what the case

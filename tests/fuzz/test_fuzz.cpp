@@ -9,6 +9,13 @@
 //   NVFS_FUZZ_SCALE=K   K times the default mutations per seed (long runs)
 //   NVFS_FUZZ_SEED=S    master seed (default 20261130)
 //   NVFS_FUZZ_ONLY=seed:case   run that one case and print what it did
+//   NVFS_FUZZ_CONTAINMENT=MODE  what a containment failure (containment.hpp)
+//                       does: "strict" fails the suite; "local" fails it only
+//                       for mutations that changed no global metadata
+//                       (superblock, group descriptors, bitmaps, journal);
+//                       "report" prints every one loudly and passes; "off"
+//                       skips the check. Default: kContainmentDefault
+//                       (containment.hpp).
 //
 // A crash, a sanitizer report or a case running past the watchdog prints the
 // case ("fuzz case populated:123: ...") so NVFS_FUZZ_ONLY replays it alone.
@@ -21,12 +28,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
 #include <catch2/catch.hpp>
 
 #include "arena_media.hpp"
+#include "containment.hpp"
 #include "fuzz_target.hpp"
 #include "mutator.hpp"
 #include "seeds.hpp"
@@ -45,6 +54,9 @@ namespace nvfs::fuzz {
 namespace {
 
 constexpr unsigned kCaseSeconds = 30;  // a case takes milliseconds; this is a hang
+
+// Findings printed per class and seed (all are counted).
+constexpr uint64_t kContainmentPrinted = 3;
 
 char g_case[512] = "(none)";
 
@@ -96,10 +108,35 @@ uint64_t NameSeed(const std::string& name) {
   return h;
 }
 
+// A class of containment failure: "local" or the global metadata changed,
+// where the first finding was made ("read-write mount"), and what it was
+// ("bytes changed", "unreadable", "fsck -n not clean").
+std::string ContainmentClass(const CaseResult& r) {
+  const std::string& first = r.containment.front();
+  const size_t colon = first.find(": ");
+  const std::string where = first.substr(0, colon);
+  const std::string what = first.substr(colon + 2);
+  const char* kind = "unreadable";
+  if (what.find("fsck -n then exits") != std::string::npos) {
+    kind = "fsck -y leaves it unclean";
+  } else if (what.find("no longer mounts") != std::string::npos) {
+    kind = "no longer mounts";
+  } else if (what.find("): byte ") != std::string::npos || what.find("): size ") != std::string::npos ||
+             what.find("): type ") != std::string::npos ||
+             what.find("): symlink target") != std::string::npos) {
+    kind = "bytes changed";
+  }
+  const std::string scope = r.touch.global != 0 ? "global " + GlobalNames(r.touch.global) : "local";
+  return scope + " / " + where + " / " + kind;
+}
+
 struct Tally {
   uint64_t cases = 0, mounted = 0, mounted_ro = 0, repaired = 0, entries = 0, changes = 0;
   std::map<int, uint64_t> fsck_exits;
   std::map<std::string, uint64_t> mount_errors;  // first words of why mounts failed
+  uint64_t contained = 0;                 // cases whose untouched files all held
+  uint64_t hidden = 0;                    // cases with files hidden by global damage
+  std::map<std::string, uint64_t> leaks;  // containment failures: cases by class
 };
 
 // Runs the seed unmutated, then mutations of it.
@@ -123,8 +160,11 @@ void FuzzSeed(const std::string& name, uint64_t default_cases) {
   Arena arena(seed.image.size());
   arena.Load(seed.image);
   const Catalog catalog(arena);
+  const ContainmentMode containment = ContainmentModeFromEnv();
+  const Census census(arena);
   CaseOptions options;
   options.verbose = only_case >= 0;
+  if (containment != ContainmentMode::kOff) options.census = &census;
 
   std::vector<std::string> failures;
   std::snprintf(g_case, sizeof g_case, "%s:unmutated", name.c_str());
@@ -138,6 +178,8 @@ void FuzzSeed(const std::string& name, uint64_t default_cases) {
   CHECK(pristine.fsck_exit == 0);
   CHECK(pristine.mounted_rw);
   CHECK(pristine.io_errors == 0);
+  CHECK(pristine.containment.empty());  // the check itself is sound: always strict here
+  for (const std::string& c : pristine.containment) FAIL_CHECK(c);
 
   Tally tally;
   const uint64_t first = only_case >= 0 ? static_cast<uint64_t>(only_case) : 0;
@@ -171,6 +213,33 @@ void FuzzSeed(const std::string& name, uint64_t default_cases) {
       failures.push_back(std::string(g_case) + "\n    " + v);
       if (only_case >= 0) std::printf("  VIOLATION: %s\n", v.c_str());
     }
+    if (only_case >= 0 && options.census != nullptr) {
+      std::printf("  containment: %s; changed on purpose: inode %" PRIu64 "\n",
+                  r.touch.Describe().c_str(), r.changed_on_purpose);
+      for (const std::string& c : r.containment) std::printf("  CONTAINMENT: %s\n", c.c_str());
+      for (const std::string& h : r.hidden) std::printf("  hidden: %s\n", h.c_str());
+    }
+    if (options.census == nullptr) continue;
+    tally.hidden += !r.hidden.empty();
+    if (r.containment.empty()) {
+      ++tally.contained;
+      continue;
+    }
+    const std::string cls = ContainmentClass(r);
+    if (++tally.leaks[cls] <= kContainmentPrinted && only_case < 0) {
+      std::printf("CONTAINMENT FAILURE [%s] fuzz case %s\n  %s\n", cls.c_str(), g_case,
+                  r.touch.Describe().c_str());
+      for (size_t i = 0; i < r.containment.size() && i < 4; ++i) {
+        std::printf("  %s\n", r.containment[i].c_str());
+      }
+      if (r.containment.size() > 4) std::printf("  ... %zu in all\n", r.containment.size());
+    }
+    const bool fails = containment == ContainmentMode::kStrict ||
+                       (containment == ContainmentMode::kLocal && r.touch.global == 0);
+    if (fails) {
+      failures.push_back(std::string(g_case) + "\n    containment: " + r.containment.front() +
+                         " (" + r.touch.Describe() + ")");
+    }
   }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -181,6 +250,19 @@ void FuzzSeed(const std::string& name, uint64_t default_cases) {
               tally.repaired, tally.entries, tally.changes);
   for (const auto& [code, count] : tally.fsck_exits) std::printf(" %d:%" PRIu64, code, count);
   std::printf("; %zu violations\n", failures.size());
+  if (options.census != nullptr) {
+    uint64_t leaked = 0;
+    for (const auto& [cls, count] : tally.leaks) leaked += count;
+    std::printf("fuzz seed %-10s containment (%s; %zu files in the census, %zu inodes in flight): %" PRIu64
+                " cases held, %" PRIu64 " let damage spread; %" PRIu64
+                " hid an intact file until fsck (global damage, allowed)\n",
+                name.c_str(), ModeName(containment), census.files(), census.in_flight(),
+                tally.contained, leaked,
+                tally.hidden);
+    for (const auto& [cls, count] : tally.leaks) {
+      std::printf("  %6" PRIu64 "  %s\n", count, cls.c_str());
+    }
+  }
   std::fflush(stdout);
   std::snprintf(g_case, sizeof g_case, "(none)");
   for (size_t i = 0; i < failures.size() && i < 25; ++i) FAIL_CHECK(failures[i]);

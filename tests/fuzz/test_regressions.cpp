@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "arena_media.hpp"
+#include "containment.hpp"
 #include "fuzz_target.hpp"
 #include "mutator.hpp"
 #include "nvfs/format.hpp"
@@ -33,7 +34,7 @@ const Seed& CachedSeed(const std::string& name) {
 
 struct Damaged {
   explicit Damaged(const std::string& seed_name)
-      : arena(CachedSeed(seed_name).image.size()) {
+      : seed_name(seed_name), arena(CachedSeed(seed_name).image.size()) {
     arena.Load(CachedSeed(seed_name).image);
     geometry = FindSuper(arena.data(), arena.size())->geometry;
   }
@@ -71,7 +72,43 @@ struct Damaged {
     const CaseResult r = RunCase(arena, CaseOptions{});
     for (const std::string& v : r.violations) FAIL_CHECK(v);
   }
+  // RunCase with the seed's census: the survival properties must hold, and
+  // every untouched file keep its bytes. A containment failure fails the
+  // test under NVFS_FUZZ_CONTAINMENT=strict (or local, for a mutation of no
+  // global metadata) and is a warning otherwise (containment.hpp).
+  void RequireContained() {
+    CaseOptions options;
+    options.census = &CachedCensus();
+    const CaseResult r = RunCase(arena, options);
+    for (const std::string& v : r.violations) FAIL_CHECK(v);
+    const ContainmentMode mode = ContainmentModeFromEnv();
+    const bool fails = mode == ContainmentMode::kStrict ||
+                       (mode == ContainmentMode::kLocal && r.touch.global == 0);
+    INFO(r.touch.Describe());
+    for (const std::string& c : r.containment) {
+      if (fails) {
+        FAIL_CHECK("containment: " + c);
+      } else if (mode != ContainmentMode::kOff) {
+        WARN("containment (NVFS_FUZZ_CONTAINMENT=" << ModeName(mode) << ", not failing): " << c);
+      }
+    }
+  }
+  const Census& CachedCensus() {
+    static std::map<std::string, std::unique_ptr<Census>> censuses;
+    auto& census = censuses[seed_name];
+    if (!census) {
+      Arena intact(CachedSeed(seed_name).image.size());
+      intact.Load(CachedSeed(seed_name).image);
+      census = std::make_unique<Census>(intact);
+    }
+    return *census;
+  }
+  uint64_t DirectOf(uint64_t ino, uint32_t i) const { return InodeOf(ino).map.file.direct[i]; }
+  void SetDirect(uint64_t ino, uint32_t i, uint64_t block_no) {
+    PutField(ino, offsetof(Inode, map) + 8 * i, block_no);
+  }
 
+  std::string seed_name;
   Arena arena;
   Geometry geometry;
 };
@@ -200,6 +237,65 @@ TEST_CASE("regression: an orphan named by an entry gets its link back and leaves
   CHECK(d.Fsck(RepairMode::kNone) == kFsckClean);
   CHECK(d.MountOnce() == "");
   CHECK(d.InoOf("short-link") == ino);  // not reclaimed by the mount
+}
+
+// Containment (issue 12, item 4): what the census found spreading on the
+// code of 04d9254. Each fails under NVFS_FUZZ_CONTAINMENT=strict until
+// branch `contain` fixes it; the fuzz case that first showed it is named.
+
+TEST_CASE("containment: a write through a damaged pointer overwrites another file's block",
+          "[fuzz][regression][containment]") {
+  // full:281 (inode.direct@21888=674): a direct pointer of one file set to a
+  // block of another; the read-write pass writes, punches and zeroes the
+  // damaged file, and the other file's bytes change. Here: the first pointer
+  // of /three-blocks (the existing file the pass overwrites) names /linked's
+  // block; /linked reads 'n's after the pass.
+  Damaged d("populated");
+  const uint64_t damaged = d.InoOf("three-blocks"), owner = d.InoOf("linked");
+  REQUIRE(d.geometry.InodeOffset(damaged) >> d.geometry.block_shift() !=
+          d.geometry.InodeOffset(owner) >> d.geometry.block_shift());
+  d.SetDirect(damaged, 0, d.DirectOf(owner, 0));
+  d.RequireContained();
+}
+
+TEST_CASE("containment: fsck -y gives a shared block to the lower inode, the untouched owner "
+          "loses it", "[fuzz][regression][containment]") {
+  // full:67 (inode.direct@28080=820), full:1106 (pointer.slot), two-groups:225,
+  // collisions:214, recovery:901: a damaged pointer names a block of a file
+  // in another inode-table block; fsck claims blocks in inode order, keeps the
+  // damaged file's pointer and clears the untouched owner's. Here /small (not
+  // written by the pass) names /linked's block; /linked is intact until
+  // fsck -y.
+  Damaged d("populated");
+  const uint64_t damaged = d.InoOf("small"), owner = d.InoOf("linked");
+  REQUIRE(damaged < owner);
+  REQUIRE(d.geometry.InodeOffset(damaged) >> d.geometry.block_shift() !=
+          d.geometry.InodeOffset(owner) >> d.geometry.block_shift());
+  d.SetDirect(damaged, 0, d.DirectOf(owner, 0));
+  d.RequireContained();
+}
+
+TEST_CASE("containment: a block bitmap word cleared lets the allocator hand out blocks files use",
+          "[fuzz][regression][containment]") {
+  // populated:381, recovery:127 (bitmap.blocks@4136): 64 bits of the block
+  // bitmap cleared over the block of /small and its neighbours; the files the
+  // read-write pass creates get those blocks and overwrite them. (The
+  // allocator trusts the bitmap; no pointer check can see this.)
+  Damaged d("populated");
+  const uint64_t used = d.DirectOf(d.InoOf("small"), 0);
+  const uint64_t word_at = d.geometry.BlockOffset(d.geometry.BlockBitmapBlock(0)) + used / 64 * 8;
+  d.arena.PokeValue(word_at, uint64_t{0});
+  d.RequireContained();
+}
+
+TEST_CASE("containment: fsck -y trusts a damaged inode bitmap and drops live files",
+          "[fuzz][regression][containment]") {
+  // populated:355, populated:34 (bitmap.inodes@12296=0): inodes 64-127 marked
+  // free; their inodes and entries are intact, yet fsck -y drops the entries
+  // as naming "an inode not in use" and the files are gone.
+  Damaged d("populated");
+  d.arena.PokeValue(d.geometry.BlockOffset(d.geometry.InodeBitmapBlock(0)) + 8, uint64_t{0});
+  d.RequireContained();
 }
 
 }  // namespace
