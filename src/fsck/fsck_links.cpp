@@ -281,6 +281,9 @@ void Checker::Reconnect() {
     Say("inode %" PRIu64 " connected as /lost+found/%s", ino, name);
     Fixed();
   }
+  // Leaves the reconnects replaced wait out a grace period (no reader here):
+  // count them free, as the bitmaps do.
+  alloc.ReleaseDeferred(/*wait=*/true);
   for (uint32_t group = 0; group < geometry_.group_count(); ++group) {
     group_free_blocks_[group] = alloc.group_free_blocks(group);
     group_free_inodes_[group] = alloc.group_free_inodes(group);
