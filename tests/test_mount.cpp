@@ -35,6 +35,10 @@
 #include <vector>
 
 #include "mount_fixture.hpp"
+#include "nvfs/format.hpp"
+#include "nvfs/fs.hpp"
+#include "nvfs/geometry.hpp"
+#include "nvfs/media.hpp"
 #include "test_util.hpp"
 
 // Timestamps compare in the global namespace, where Catch's decomposition
@@ -2241,6 +2245,71 @@ TEST_CASE("mount: mount -t fuse.nvfs and an fstab line", "[mount]") {
   CHECK(FsckImage(m.image()).exit_code == 0);
   m.Start();
   CHECK(ReadAll(m.path("hello")) == "via-mount-t\n");
+  CHECK(m.Stop() == 0);
+}
+
+}  // namespace
+}  // namespace nvfs::test
+
+namespace nvfs::test {
+namespace {
+
+// Points file `name`'s first block at group 0's descriptor block, through the
+// core on the unmounted image (the mapping is the image file).
+void DamageFirstPointer(const std::string& image, const std::string& name) {
+  auto fs = Filesystem::Mount(image, MountOptions{});
+  REQUIRE(fs.ok());
+  auto attr = (*fs)->Lookup(1, name);
+  REQUIRE(attr.ok());
+  const Geometry& g = (*fs)->geometry();
+  auto* inode = reinterpret_cast<format::Inode*>(const_cast<std::byte*>((*fs)->media().base()) +
+                                                 g.InodeOffset(attr->ino));
+  inode->map.file.direct[0] = g.GroupDescBlock(0);
+  (*fs)->Forget(attr->ino, 1);
+  REQUIRE((*fs)->Unmount().ok());
+}
+
+TEST_CASE("mount: damage found by a read turns the mount read-only (errors=remount-ro)",
+          "[mount]") {
+  NVFS_REQUIRE_FUSE();
+  MountedFs m;
+  m.Start();
+  WriteFile(m.path("f"), Pattern(8192, 3));
+  WriteFile(m.path("g"), "g");
+  CHECK(m.Stop() == 0);
+  DamageFirstPointer(m.image(), "f");
+
+  m.Start("cache=none");
+  {
+    Fd fd(m.path("f"), O_RDONLY);
+    REQUIRE(fd.ok());
+    char buf[4096];
+    CHECK(read(fd.get(), buf, sizeof buf) == -1);
+    CHECK(errno == EIO);
+  }
+  CHECK(mkdir(m.path("d").c_str(), 0755) == -1);
+  CHECK(errno == EROFS);
+  {
+    Fd fd(m.path("g"), O_WRONLY);
+    CHECK(fd.error() == EROFS);
+  }
+  CHECK(ReadAll(m.path("g")) == "g");  // reads go on
+  const std::string log = m.log();
+  INFO(log);
+  size_t lines = 0;
+  for (size_t at = log.find("damage found"); at != std::string::npos;
+       at = log.find("damage found", at + 1)) {
+    ++lines;
+  }
+  CHECK(lines == 1);
+  CHECK(log.find("read-only from now on") != std::string::npos);
+  CHECK(m.Stop() == 0);
+
+  // The flag is on the media: the next mount is read-only, with a warning.
+  m.Start();
+  CHECK(mkdir(m.path("d").c_str(), 0755) == -1);
+  CHECK(errno == EROFS);
+  CHECK(m.log().find("has recorded errors") != std::string::npos);
   CHECK(m.Stop() == 0);
 }
 

@@ -69,6 +69,7 @@ class Allocator;
 class Bmap;
 class Directory;
 class InodeCache;
+class DamageRecorder;
 struct CachedInode;
 struct FsContext;
 
@@ -152,8 +153,27 @@ struct ReadRun {
   size_t len;
 };
 
+// What a mounted filesystem does when it finds damage on the media (a
+// pointer naming no data block, a damaged directory or xattr block, a free
+// of a block not in use, a damaged orphan list): the operation fails (EIO or
+// EUCLEAN), one line goes to stderr and the superblock's errors flag is set,
+// then, as ext4's errors= option:
+enum class ErrorBehavior {
+  kRemountReadOnly,  // errors=remount-ro (default): every later change EROFS
+  kContinue,         // errors=continue: go on serving changes
+};
+
 struct MountOptions {
   bool read_only = false;
+  // Also for a namespace whose errors flag is set already: with
+  // kRemountReadOnly it mounts read-only (after journal recovery; orphans
+  // are left to fsck.nvfs), with kContinue read-write; either way
+  // recorded_errors() says so.
+  ErrorBehavior errors = ErrorBehavior::kRemountReadOnly;
+  // Where the one line about damage goes (from any thread, possibly under
+  // the filesystem's locks: it must not call into the filesystem). Empty:
+  // stderr.
+  std::function<void(const std::string& line)> log;
   // The most runs (holes or contiguous blocks) a file's extent map holds;
   // past them reads use the bmap. Bounds a map's DRAM at about 20 bytes per
   // run. 0: no extent maps (every read walks the bmap).
@@ -301,7 +321,14 @@ class Filesystem {
 
   // --- Information ----------------------------------------------------------------
   uint32_t block_size() const;
-  bool read_only() const { return read_only_; }
+  // True if mounted read-only, or turned read-only since by damage.
+  bool read_only() const { return read_only_.load(std::memory_order_relaxed); }
+  // True if the superblock recorded errors when mounted (an earlier mount
+  // found damage, and no fsck.nvfs -y has cleared it since).
+  bool recorded_errors() const { return recorded_errors_; }
+  // True if damage was found on this mount (the flag is being, or has been,
+  // set on the media if the mount is writable).
+  bool damage_found() const;
   const Geometry& geometry() const;
   Media& media() const { return *media_; }
   // Inodes on the orphan list and cached inodes (tests).
@@ -322,7 +349,10 @@ class Filesystem {
   std::unique_ptr<Bmap> bmap_;
   std::unique_ptr<Directory> dir_;
   std::unique_ptr<InodeCache> cache_;
-  bool read_only_ = false;
+  // Set once, never cleared, by damage (DamageRecorder); read by every
+  // change first.
+  std::atomic<bool> read_only_{false};
+  bool recorded_errors_ = false;
   bool mounted_ = false;
   uint32_t extent_map_runs_ = 0;
   NameHashKey hash_key_;
@@ -333,6 +363,8 @@ class Filesystem {
   std::mutex orphan_mu_;
   std::atomic<uint64_t> generation_state_{0};  // PRNG for inode generations
   std::atomic<uint64_t> extent_maps_built_{0};
+  // Last: its writer thread uses everything above, and is joined first.
+  std::unique_ptr<DamageRecorder> damage_;
 };
 
 }  // namespace nvfs

@@ -78,6 +78,31 @@ class Geometry {
   uint64_t FirstDataBlock(uint32_t group) const {
     return GroupFirstBlock(group) + GroupMetaBlocks(group);
   }
+  // True if `block_no` names a data block of some group: inside the
+  // filesystem and not the superblock, a bitmap, a group descriptor, an inode
+  // table, the journal or the backup superblock block. Arithmetic only (no
+  // bitmap is read), so it is cheap enough for every pointer read from the
+  // media before it is followed or freed: the one check of "what a pointer
+  // points at" that the core and fsck share. Block 0 is never a data block.
+  bool IsDataBlock(uint64_t block_no) const {
+    if (block_no >= block_count_ - 1) return false;  // past the end, or the backup block
+    const uint64_t group = block_no >> group_shift_;
+    const uint64_t meta = group == 0 ? group0_meta_blocks_ : meta_blocks_;
+    return (block_no & (uint64_t{blocks_per_group_} - 1)) >= meta;
+  }
+  // The end of the run of data blocks holding data block `block_no`: the
+  // next group's first (metadata) block, or the backup block. A contiguous
+  // run of pointers that starts at a data block is one of data blocks only
+  // while it stays below this. REQUIRES: IsDataBlock(block_no).
+  uint64_t DataRunEnd(uint64_t block_no) const {
+    const uint64_t next_group = ((block_no >> group_shift_) + 1) << group_shift_;
+    return next_group < block_count_ - 1 ? next_group : block_count_ - 1;
+  }
+  // True if [first, first + count) are all data blocks (one run: it cannot
+  // span a group's metadata).
+  bool IsDataRun(uint64_t first, uint64_t count) const {
+    return count != 0 && IsDataBlock(first) && count <= DataRunEnd(first) - first;
+  }
   // The last block of the namespace; its last 2048 bytes hold the static
   // superblock copy.
   uint64_t BackupBlock() const { return block_count_ - 1; }
@@ -100,6 +125,8 @@ class Geometry {
     return GroupFirstBlock(group) + (group == 0 ? 1 : 0);
   }
   Status Check() const;  // every region inside block_count, groups big enough
+  void DeriveShortcuts();  // the fields below, from the ones above
+
 
   uint32_t block_size_ = 0;
   uint32_t block_shift_ = 0;
@@ -112,6 +139,11 @@ class Geometry {
   uint32_t journal_slot_size_ = 0;
   uint64_t journal_block_ = 0;
   uint32_t journal_blocks_ = 0;
+  // Derived, for IsDataBlock: log2(blocks_per_group) and GroupMetaBlocks of
+  // group 0 and of the others.
+  uint32_t group_shift_ = 0;
+  uint64_t group0_meta_blocks_ = 0;
+  uint64_t meta_blocks_ = 0;
 };
 
 // Makes the host back every region that is stored to outside allocation

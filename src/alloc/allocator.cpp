@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <bit>
+#include <cinttypes>
 #include <cstring>
 #include <optional>
+
+#include "nvfs/bitmap.hpp"
 
 #include "nvfs/epoch.hpp"
 
@@ -358,7 +361,34 @@ Result<uint64_t> Allocator::AllocateInode(Tx& tx, uint64_t near_ino, bool direct
   return run->first;
 }
 
+// Refuses, before anything is logged, a free that would hand out what is
+// not a free-able block: a run that is not all data blocks (a pointer into
+// group metadata), a block not in use (its bit clear in DRAM or on the media:
+// already freed by a committed transaction, or never allocated), or one this
+// transaction already frees (a node reached twice). Each would later give a
+// block to two owners.
 Status Allocator::FreeBlocks(Tx& tx, uint64_t first, uint64_t count) {
+  if (!geometry_.IsDataRun(first, count)) {
+    return MakeError(EUCLEAN, "refusing to free blocks %" PRIu64 "..%" PRIu64
+                     ": not data blocks; run fsck.nvfs", first, first + count - 1);
+  }
+  {
+    const uint64_t per = geometry_.blocks_per_group();
+    const uint32_t index = static_cast<uint32_t>(first / per);
+    const std::byte* bitmap = media_.base() + geometry_.BlockOffset(geometry_.BlockBitmapBlock(index));
+    const Group& group = groups_[index];
+    std::lock_guard lock(group.mu);
+    for (uint64_t bit = first % per; bit < first % per + count; ++bit) {
+      if (!Bit(group.blocks, bit) || !TestBit(bitmap, bit)) {
+        return MakeError(EUCLEAN, "refusing to free block %" PRIu64
+                         ": not in use; run fsck.nvfs", index * per + bit);
+      }
+    }
+  }
+  if (tx.Frees(BitmapKind::kBlocks, first, count)) {
+    return MakeError(EUCLEAN, "refusing to free blocks %" PRIu64 "..%" PRIu64
+                     " twice in one operation; run fsck.nvfs", first, first + count - 1);
+  }
   if (!tx.LogDeferredFree(BitmapKind::kBlocks, first, count)) {
     return MakeError(ENOSPC, "journal slot full");
   }
@@ -407,6 +437,10 @@ void Allocator::ClearOnMedia(BitmapKind kind, uint64_t first, uint64_t count) {
 }
 
 void Allocator::Release(BitmapKind kind, uint64_t first, uint64_t count) {
+  // Metadata blocks are never allocatable, whatever a caller asks (every
+  // block freed passed FreeBlocks, every one released by an abort was
+  // allocated here: this is the last line, not the check).
+  if (kind == BitmapKind::kBlocks && !geometry_.IsDataRun(first, count)) return;
   const uint64_t per = PerGroup(kind);
   uint64_t unit = first;
   while (unit < first + count) {

@@ -63,7 +63,11 @@ class Allocator final : public AllocationSink {
   // spread over groups with more than the average free inodes.
   Result<uint64_t> AllocateInode(Tx& tx, uint64_t near_ino, bool directory);
 
-  // Frees after `tx` commits (a deferred-free record).
+  // Frees after `tx` commits (a deferred-free record). EUCLEAN, with nothing
+  // logged, unless every block is a data block (Geometry::IsDataBlock), in
+  // use (DRAM and media bitmaps) and not yet freed by `tx`: a pointer read
+  // from damaged media never frees group metadata, a free block, or a block
+  // twice.
   Status FreeBlocks(Tx& tx, uint64_t first, uint64_t count);
   Status FreeInode(Tx& tx, uint64_t ino);
 
@@ -90,6 +94,7 @@ class Allocator final : public AllocationSink {
 
   // AllocationSink.
   void ClearOnMedia(BitmapKind kind, uint64_t first, uint64_t count) override;
+  // Refuses (ignores) block runs that are not all data blocks.
   void Release(BitmapKind kind, uint64_t first, uint64_t count) override;
   // Inodes: released at once (no reader holds an inode number). Blocks:
   // deferred (above).

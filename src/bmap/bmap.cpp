@@ -30,6 +30,7 @@ using format::kIndirectPointers;
 
 Bmap::Bmap(const FsContext& ctx)
     : ctx_(ctx),
+      geometry_(ctx.geometry),
       base_(ctx.media.base()),
       block_count_(ctx.geometry.block_count()),
       block_shift_(ctx.geometry.block_shift()),
@@ -63,7 +64,7 @@ uint64_t Bmap::InoOf(const Inode& inode) const {
 Error Bmap::Corrupt(const Inode& inode, uint64_t index, uint64_t block_no) const {
   return MakeError(EUCLEAN,
                    "inode %" PRIu64 ": block pointer %" PRIu64 " on the path to file block %" PRIu64
-                   " lies outside the filesystem (%" PRIu64 " blocks); run fsck.nvfs",
+                   " names no data block (%" PRIu64 " blocks); run fsck.nvfs",
                    InoOf(inode), block_no, index, block_count_);
 }
 
@@ -83,7 +84,7 @@ inline Bmap::Span Bmap::Resolve(const Inode& inode, uint64_t index) const {
   uint64_t ptr = map.indirect[depth - 1];
   uint32_t shift = pshift_ * depth;  // bits of rel below the current pointer
   for (;;) {
-    if (ptr == 0 || ptr >= block_count_) {
+    if (ptr == 0 || !geometry_.IsDataBlock(ptr)) {
       const uint64_t covered = uint64_t{1} << shift;
       return {ptr == 0 ? Span::kNull : Span::kBad, nullptr, covered - (rel & (covered - 1))};
     }
@@ -123,7 +124,7 @@ uint64_t Bmap::Lookup(const Inode& inode, uint64_t index, uint64_t max_run,
       uint64_t limit = std::min(span.avail, want);
       if (n == 0) {
         phys = slots[0];
-        if (phys >= block_count_) {
+        if (phys != 0 && !geometry_.IsDataBlock(phys)) {
           *run = 1;
           return kCorrupt;
         }
@@ -131,9 +132,10 @@ uint64_t Bmap::Lookup(const Inode& inode, uint64_t index, uint64_t max_run,
       if (phys == 0) {
         while (got < limit && slots[got] == 0) ++got;
       } else {
-        // Contiguous pointers stay inside the filesystem once capped here.
+        // Contiguous pointers stay data blocks once capped here: a run of
+        // them never reaches the next group's metadata (nor the backup block).
         const uint64_t next = phys + n;
-        limit = std::min(limit, block_count_ - next);
+        limit = std::min(limit, geometry_.DataRunEnd(phys) - next);
         while (got < limit && slots[got] == next + got) ++got;
       }
       if (got == 0) break;
@@ -210,7 +212,7 @@ Status Bmap::Walk(const Inode& inode, uint64_t index, Branch* b) const {
       b->missing = level;
       return Status::Ok();
     }
-    if (ptr >= block_count_) return Corrupt(inode, index, ptr);
+    if (!geometry_.IsDataBlock(ptr)) return Corrupt(inode, index, ptr);
     if (level < b->depth) {
       b->slot_at[level + 1] = (ptr << block_shift_) + 8 * uint64_t{b->off[level]};
     }
@@ -245,6 +247,11 @@ uint64_t Bmap::FindGoal(const Inode& inode, uint64_t index, const Branch& b) con
 
 Result<Extent> Bmap::MapForWrite(Tx& tx, const Inode& inode, uint64_t index, uint64_t count,
                                  bool zero_new) {
+  return ctx_.Checked(MapRange(tx, inode, index, count, zero_new));
+}
+
+Result<Extent> Bmap::MapRange(Tx& tx, const Inode& inode, uint64_t index, uint64_t count,
+                              bool zero_new) {
   if (count == 0) return MakeError(EINVAL, "MapForWrite of no blocks");
   if (index >= max_blocks_ || count > max_blocks_ - index) return Error(EFBIG);
   uint64_t run = 0;

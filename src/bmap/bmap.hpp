@@ -6,9 +6,14 @@
 //  - `inode` is a reference INTO THE MAPPING (ctx.InodeAt(ino)), so Tx::Set can
 //    log its fields. The caller holds the inode's lock: shared for Lookup and
 //    the Next* functions, exclusive for anything taking a Tx.
-//  - Nothing here trusts the media: a pointer outside the filesystem (0 <
-//    block_no < block_count fails) or a tree deeper than the format allows is
-//    reported as corruption (kCorrupt / EUCLEAN), never followed.
+//  - Nothing here trusts the media: a pointer that names no data block
+//    (Geometry::IsDataBlock: outside the filesystem, or a superblock, bitmap,
+//    group descriptor, inode table or journal block) or a tree deeper than
+//    the format allows is reported as corruption (kCorrupt / EUCLEAN), never
+//    followed and never freed; a contiguous run never extends past its
+//    group's data blocks. MapForWrite, Truncate and Punch report the damage
+//    they meet to ctx.damage; Lookup and the Next* functions, which run
+//    without a lock under a retry, leave that to their caller.
 //  - Changes follow write-before-publish (doc/integrity.md): a missing branch
 //    is allocated and initialised aside (fresh stores), then linked with one
 //    logged 8-byte store; blocks are freed only through deferred-free records.
@@ -89,6 +94,10 @@ class Bmap {
   struct Branch;    // the path to a file block, for changing it
   struct Punching;  // the state of one Punch or Truncate call
 
+  // The bodies of MapForWrite and Punch, which report what they return.
+  Result<Extent> MapRange(Tx& tx, const format::Inode& inode, uint64_t index, uint64_t count,
+                          bool zero_new);
+  Result<bool> PunchRange(Tx& tx, const format::Inode& inode, uint64_t first, uint64_t count);
   Span Resolve(const format::Inode& inode, uint64_t index) const;
   Status Walk(const format::Inode& inode, uint64_t index, Branch* branch) const;
   uint64_t FindGoal(const format::Inode& inode, uint64_t index, const Branch& branch) const;
@@ -117,6 +126,7 @@ class Bmap {
   Error Corrupt(const format::Inode& inode, uint64_t index, uint64_t block_no) const;
 
   const FsContext& ctx_;
+  const Geometry& geometry_;  // IsDataBlock: what every pointer followed must name
   const std::byte* base_;     // the mapping (ctx_.media.base(); it never moves)
   uint64_t block_count_;
   uint32_t block_shift_;

@@ -79,9 +79,9 @@ Result<bool> Bmap::CollectSubtree(uint64_t block_no, uint32_t height, size_t lim
   for (uint64_t i = 0; i < ptrs_; ++i) {
     const uint64_t child = slots[i];
     if (child == 0) continue;
-    if (child >= block_count_) {
+    if (!geometry_.IsDataBlock(child)) {
       return MakeError(EUCLEAN, "block %" PRIu64 " points to block %" PRIu64
-                       ", outside the filesystem; run fsck.nvfs", block_no, child);
+                       ", which is no data block; run fsck.nvfs", block_no, child);
     }
     if (height == 1) {
       add(child);
@@ -140,9 +140,9 @@ Status Bmap::PunchArray(Punching& punch, uint64_t array_at, uint64_t slots, uint
     const uint64_t ptr = array[i];
     if (ptr == 0) continue;
     const uint64_t slot_base = base + (i << shift);
-    if (ptr >= block_count_) {
+    if (!geometry_.IsDataBlock(ptr)) {
       status = MakeError(EUCLEAN, "block pointer %" PRIu64 " to file block %" PRIu64
-                         " lies outside the filesystem; run fsck.nvfs", ptr, slot_base);
+                         " names no data block; run fsck.nvfs", ptr, slot_base);
       break;
     }
     if (tx.room() < step_room) {
@@ -185,6 +185,10 @@ Status Bmap::PunchArray(Punching& punch, uint64_t array_at, uint64_t slots, uint
 }
 
 Result<bool> Bmap::Punch(Tx& tx, const Inode& inode, uint64_t first, uint64_t count) {
+  return ctx_.Checked(PunchRange(tx, inode, first, count));
+}
+
+Result<bool> Bmap::PunchRange(Tx& tx, const Inode& inode, uint64_t first, uint64_t count) {
   const uint64_t end = std::min(SaturatingAdd(first, count), max_blocks_);
   if (first >= end) return true;
   Punching punch{tx, first, end};

@@ -65,6 +65,14 @@ constexpr const char* kUsage =
     "                           (about 20 bytes each; default 65536; 0: none,\n"
     "                           every read walks the block map)\n"
     "  ro                       mount read-only\n"
+    "  errors=remount-ro        on damage found on the media (a block pointer\n"
+    "                           naming no data block, a damaged directory or\n"
+    "                           xattr block): fail that request, log one line,\n"
+    "                           set the superblock's errors flag and refuse\n"
+    "                           every later change (EROFS) (default); a\n"
+    "                           namespace with the flag set mounts read-only\n"
+    "  errors=continue          the same, but go on serving changes, and mount\n"
+    "                           a namespace with the flag set read-write\n"
     "\n"
     "Usual FUSE and mount options are passed to libfuse: allow_other,\n"
     "default_permissions (always on: the kernel checks permissions), fsname=\n"
@@ -86,6 +94,7 @@ enum Key {
 struct CommandLine {
   char* read_path = nullptr;  // set by fuse_opt_parse (malloc'ed)
   char* cache = nullptr;
+  char* errors = nullptr;
   unsigned threads = 0;
   int read_ahead_kb = -1;  // -1: not given
   long long extent_map_runs = -1;  // -1: not given
@@ -102,6 +111,7 @@ struct CommandLine {
   ~CommandLine() {
     std::free(read_path);
     std::free(cache);
+    std::free(errors);
   }
 };
 
@@ -109,6 +119,7 @@ struct CommandLine {
 const fuse_opt kOptions[] = {
     NVFS_OPT("read_path=%s", read_path),
     NVFS_OPT("cache=%s", cache),
+    NVFS_OPT("errors=%s", errors),
     NVFS_OPT("threads=%u", threads),
     NVFS_OPT("read_ahead_kb=%d", read_ahead_kb),
     NVFS_OPT("extent_map_runs=%lld", extent_map_runs),
@@ -292,6 +303,15 @@ int main(int argc, char** argv) {
       return UsageError("cache must be none or page");
     }
   }
+  nvfs::ErrorBehavior errors = nvfs::ErrorBehavior::kRemountReadOnly;
+  if (cl.errors != nullptr) {
+    const std::string v = cl.errors;
+    if (v == "continue") {
+      errors = nvfs::ErrorBehavior::kContinue;
+    } else if (v != "remount-ro") {
+      return UsageError("errors must be remount-ro or continue");
+    }
+  }
   if (cl.read_ahead_kb < -1 || cl.read_ahead_kb > (1 << 20)) {
     return UsageError("read_ahead_kb must be between 0 and 1048576");
   }
@@ -329,6 +349,8 @@ int main(int argc, char** argv) {
 
   nvfs::MountOptions mount_options;
   mount_options.read_only = cl.read_only;
+  mount_options.errors = errors;
+  mount_options.log = [](const std::string& line) { Say("%s", line.c_str()); };
   if (cl.extent_map_runs >= 0) {
     mount_options.extent_map_runs = static_cast<uint32_t>(cl.extent_map_runs);
   }
@@ -339,6 +361,10 @@ int main(int argc, char** argv) {
   }
   std::unique_ptr<nvfs::Filesystem> fs = std::move(mounted.value());
   adapter.set_filesystem(fs.get());
+  if (fs->recorded_errors()) {
+    Say("%s: warning: the filesystem has recorded errors; %s; run fsck.nvfs", device.c_str(),
+        fs->read_only() ? "mounted read-only" : "mounted read-write (errors=continue)");
+  }
 
   if (fuse_set_signal_handlers(se) != 0) {
     Say("cannot set signal handlers");

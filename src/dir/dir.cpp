@@ -31,7 +31,7 @@ using namespace dir_tree;
 
 Directory::Directory(const FsContext& ctx) : ctx_(ctx) {}
 
-Result<DirEntryRef> Directory::Lookup(const Inode& dir, std::string_view name) const {
+Result<DirEntryRef> Directory::LookupBody(const Inode& dir, std::string_view name) const {
   const Tree tree(ctx_);
   Result<Located> at = Locate(tree, dir, name);
   if (!at.ok()) return at.take_error();
@@ -171,7 +171,7 @@ uint32_t LowestFreeSeq(std::vector<uint32_t>& used) {
 // logged before every block needed is allocated, so ENOSPC changes nothing
 // but the allocations, which the caller's Abort undoes. A crash before commit
 // is undone whole by the journal.
-Status Directory::Insert(Tx& tx, const Inode& dir, std::string_view name, uint64_t ino,
+Status Directory::InsertBody(Tx& tx, const Inode& dir, std::string_view name, uint64_t ino,
                          uint8_t file_type) {
   if (name.empty()) return Error(EINVAL);
   if (name.size() > format::kNameMax) return Error(ENAMETOOLONG);
@@ -247,7 +247,7 @@ Status Directory::Insert(Tx& tx, const Inode& dir, std::string_view name, uint64
 // dir.entries. A leaf left empty (not the root leaf, which is kept like
 // lost+found's) is then unlinked by one logged store of the pointer(s) to it
 // and freed after commit.
-Status Directory::Remove(Tx& tx, const Inode& dir, std::string_view name) {
+Status Directory::RemoveBody(Tx& tx, const Inode& dir, std::string_view name) {
   const Tree tree(ctx_);
   Result<Located> at = Locate(tree, dir, name);
   if (!at.ok()) return at.take_error();
@@ -307,7 +307,7 @@ Status Directory::Remove(Tx& tx, const Inode& dir, std::string_view name) {
 
 // Store order, logged: the record's ino, then its file_type. Both or neither
 // survive a crash (the journal).
-Status Directory::Replace(Tx& tx, const Inode& dir, std::string_view name, uint64_t ino,
+Status Directory::ReplaceBody(Tx& tx, const Inode& dir, std::string_view name, uint64_t ino,
                           uint8_t file_type) {
   const Tree tree(ctx_);
   Result<Located> at = Locate(tree, dir, name);
@@ -327,7 +327,7 @@ Status Directory::Replace(Tx& tx, const Inode& dir, std::string_view name, uint6
 // slot is cut from its end (a logged store of a `next`, then the frees).
 // Every intermediate state is a valid tree, so the caller may commit and
 // continue in a new transaction.
-Result<bool> Directory::FreeTree(Tx& tx, const Inode& dir) {
+Result<bool> Directory::FreeTreeBody(Tx& tx, const Inode& dir) {
   const Tree tree(ctx_);
   Builder builder(tree, tx, 0);
   const uint64_t root_offset = tree.Offset(&dir.map.dir.root);
@@ -447,6 +447,31 @@ Result<bool> Directory::FreeTree(Tx& tx, const Inode& dir) {
   AdjustNodes(tx, tree, dir, builder.nodes_delta());
   if (!tx.ok()) return MakeError(ENOSPC, "journal slot full");
   return done;
+}
+
+// The public functions report the damage their bodies find (EUCLEAN) to
+// ctx.damage: the directory is stable under the caller's lock, so every
+// EUCLEAN here is damage on the media, never a race.
+Result<DirEntryRef> Directory::Lookup(const Inode& dir, std::string_view name) const {
+  return ctx_.Checked(LookupBody(dir, name));
+}
+
+Status Directory::Insert(Tx& tx, const Inode& dir, std::string_view name, uint64_t ino,
+                         uint8_t file_type) {
+  return ctx_.Checked(InsertBody(tx, dir, name, ino, file_type));
+}
+
+Status Directory::Remove(Tx& tx, const Inode& dir, std::string_view name) {
+  return ctx_.Checked(RemoveBody(tx, dir, name));
+}
+
+Status Directory::Replace(Tx& tx, const Inode& dir, std::string_view name, uint64_t ino,
+                          uint8_t file_type) {
+  return ctx_.Checked(ReplaceBody(tx, dir, name, ino, file_type));
+}
+
+Result<bool> Directory::FreeTree(Tx& tx, const Inode& dir) {
+  return ctx_.Checked(FreeTreeBody(tx, dir));
 }
 
 }  // namespace nvfs

@@ -7,11 +7,14 @@
 //  - `dir` is a reference INTO THE MAPPING (ctx.InodeAt(ino)) of a directory
 //    inode; the caller holds its lock: shared for Lookup/ReadDir, exclusive for
 //    anything taking a Tx.
-//  - Nothing here trusts the media: node pointers outside the filesystem, bad
+//  - Nothing here trusts the media: node pointers that name no data block
+//    (FsContext::ValidBlock: outside the filesystem, or group metadata), bad
 //    magic, bad rec_len or name_len, trees deeper than the hash bits allow and
 //    overflow chains with cycles or longer than the directory's node count
 //    are corruption (EUCLEAN), never followed out of the mapping, never looped
-//    on forever.
+//    on forever; nodes are freed only through Allocator::FreeBlocks, which
+//    refuses a block not in use or freed twice. Every public function
+//    reports the damage it meets to ctx.damage.
 //  - Changes follow write-before-publish (doc/integrity.md): a new entry is
 //    written into a free record by logged stores (the record may have been
 //    freed earlier in the same Tx, so its old bytes must come back on abort)
@@ -85,6 +88,17 @@ class Directory {
   Result<bool> FreeTree(Tx& tx, const format::Inode& dir);
 
  private:
+  // The bodies of the functions above, which report the damage they return.
+  Result<DirEntryRef> LookupBody(const format::Inode& dir, std::string_view name) const;
+  Status InsertBody(Tx& tx, const format::Inode& dir, std::string_view name, uint64_t ino,
+                    uint8_t file_type);
+  Status RemoveBody(Tx& tx, const format::Inode& dir, std::string_view name);
+  Status ReplaceBody(Tx& tx, const format::Inode& dir, std::string_view name, uint64_t ino,
+                     uint8_t file_type);
+  Status ReadDirBody(const format::Inode& dir, uint64_t from_key,
+                     const std::function<bool(const DirEntryRef&)>& fn) const;
+  Result<bool> FreeTreeBody(Tx& tx, const format::Inode& dir);
+
   const FsContext& ctx_;
 };
 

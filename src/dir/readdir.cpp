@@ -112,12 +112,17 @@ class Lister {
 
 }  // namespace
 
-Status Directory::ReadDir(const Inode& dir, uint64_t from_key,
+Status Directory::ReadDirBody(const Inode& dir, uint64_t from_key,
                           const std::function<bool(const DirEntryRef&)>& fn) const {
   if (from_key > format::kDirKeyMax) return Status::Ok();
   const Tree tree(ctx_);
   Lister lister(tree, from_key, fn);
   return lister.Run(dir);
+}
+
+Status Directory::ReadDir(const Inode& dir, uint64_t from_key,
+                          const std::function<bool(const DirEntryRef&)>& fn) const {
+  return ctx_.Checked(ReadDirBody(dir, from_key, fn));
 }
 
 }  // namespace nvfs

@@ -39,6 +39,12 @@ uint64_t Geometry::GroupMetaBlocks(uint32_t group) const {
   return blocks;
 }
 
+void Geometry::DeriveShortcuts() {
+  group_shift_ = static_cast<uint32_t>(std::countr_zero(blocks_per_group_));
+  group0_meta_blocks_ = GroupMetaBlocks(0);
+  meta_blocks_ = GroupMetaBlocks(1);
+}
+
 uint64_t Geometry::MinNamespaceSize(uint32_t block_size) {
   const uint64_t bs = std::max<uint32_t>(block_size, format::kMinBlockSize);
   const uint64_t per_block = bs / kInodeSize;
@@ -137,6 +143,7 @@ Result<Geometry> Geometry::Compute(const GeometryRequest& request) {
     }
     break;
   }
+  g.DeriveShortcuts();
   NVFS_TRY(g.Check());
   return g;
 }
@@ -205,6 +212,7 @@ Result<Geometry> Geometry::FromSuper(const format::SuperStatic& sb, uint64_t nam
   g.journal_block_ = g.InodeTableBlock(0) + g.itable_blocks_;
   if (sb.journal_block != g.journal_block_) return bad("journal location");
   if (sb.root_ino != format::kRootIno) return bad("root inode");
+  g.DeriveShortcuts();
   Status st = g.Check();
   if (!st.ok()) return bad(st.error().message.c_str());
   return g;

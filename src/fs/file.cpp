@@ -280,6 +280,8 @@ template <bool kCallerGuarded, class Sink>
     std::atomic_thread_fence(std::memory_order_acquire);
     if (ci->data_seq.load(std::memory_order_relaxed) == seq) break;
   }
+  // A damaged pointer confirmed by the sequence check (not a torn read).
+  if (n == -EIO) [[unlikely]] (void)FsOps::BadMap(fs, ci->ino);
   if (work != 0) [[unlikely]] {
     const uint64_t total = ci->bmap_work.load(std::memory_order_relaxed) + work;
     ci->bmap_work.store(total, std::memory_order_relaxed);
@@ -465,7 +467,7 @@ static Result<size_t> WriteCore(Filesystem& fs, FileHandle file, uint64_t offset
     uint64_t run;
     uint64_t phys = bmap.Lookup(inode, index, blocks, &run);
     if (phys == Bmap::kCorrupt) {
-      failure = Error(EIO);
+      failure = FsOps::BadMap(fs, ci->ino);
       failed = true;
       break;
     }
@@ -541,7 +543,10 @@ static Status ZeroMapped(Filesystem& fs, const Inode& inode, uint64_t from, uint
     uint64_t run;
     const uint64_t phys =
         FsOps::BmapOf(fs).Lookup(inode, from >> shift, (in_block + (to - from) + mask) >> shift, &run);
-    if (phys == Bmap::kCorrupt) return Error(EIO);
+    if (phys == Bmap::kCorrupt) {
+      return FsOps::Ctx(fs).Damaged(
+          MakeError(EIO, "a block pointer names no data block; run fsck.nvfs"));
+    }
     const uint64_t n = std::min((run << shift) - in_block, to - from);
     if (phys != 0) {
       media.Fill(g.BlockOffset(phys) + in_block, 0, n);
@@ -626,7 +631,7 @@ Status Filesystem::Fallocate(FileHandle file, int mode, uint64_t offset, uint64_
   while (index < end_index) {
     uint64_t run;
     const uint64_t phys = bmap_->Lookup(inode, index, end_index - index, &run);
-    if (phys == Bmap::kCorrupt) return Error(EIO);
+    if (phys == Bmap::kCorrupt) return FsOps::BadMap(*this, ci->ino);
     if (phys == 0) {
       const bool zero = !extend || (index << shift) < inode.size;
       Result<Extent> mapped = bmap_->MapForWrite(*tx, inode, index, run, zero);

@@ -117,6 +117,11 @@ struct FsOps {
     return fs.ctx_->InodeAt(ino);
   }
   static FsContext& Ctx(Filesystem& fs) { return *fs.ctx_; }
+  // From now on every change fails with EROFS (DamageRecorder).
+  static void SetReadOnly(Filesystem& fs) { fs.read_only_.store(true, std::memory_order_relaxed); }
+  // A file's map is damaged (Bmap::kCorrupt, seen under the inode lock or
+  // confirmed by the read's sequence check): reports it, returns EIO.
+  static Error BadMap(Filesystem& fs, uint64_t ino);
   static Journal& Jnl(Filesystem& fs) { return *fs.journal_; }
   static Allocator& Alloc(Filesystem& fs) { return *fs.alloc_; }
   static Bmap& BmapOf(Filesystem& fs) { return *fs.bmap_; }

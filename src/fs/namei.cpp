@@ -421,7 +421,8 @@ Result<std::string> Filesystem::Readlink(uint64_t ino) {
   }
   uint64_t run;
   const uint64_t block = bmap_->Lookup(inode, 0, 1, &run);
-  if (block == 0 || block == Bmap::kCorrupt) return Error(EIO);
+  if (block == Bmap::kCorrupt) return FsOps::BadMap(*this, ino);
+  if (block == 0) return Error(EIO);
   return std::string(reinterpret_cast<const char*>(ctx_->Block(block)), inode.size);
 }
 

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <unordered_set>
 
+#include "fs/damage.hpp"
 #include "fs/fs_impl.hpp"
 #include "nvfs/bitmap.hpp"
 #include "nvfs/cli.hpp"
@@ -71,6 +72,13 @@ static Result<SuperDynamic> RecoveredDynamic(const Journal& journal, const std::
   return dyn;
 }
 
+bool Filesystem::damage_found() const { return damage_ != nullptr && damage_->seen(); }
+
+Error FsOps::BadMap(Filesystem& fs, uint64_t ino) {
+  return fs.ctx_->Damaged(MakeError(EIO, "inode %" PRIu64 ": a block pointer names no data "
+                                    "block; run fsck.nvfs", ino));
+}
+
 Status Filesystem::MountInternal(const MountOptions& options) {
   read_only_ = options.read_only;
   extent_map_runs_ = options.extent_map_runs;
@@ -94,6 +102,11 @@ Status Filesystem::MountInternal(const MountOptions& options) {
   if (!dyn_ok.ok()) {
     return MakeError(EUCLEAN, "%s; run fsck.nvfs", dyn_ok.error().message.c_str());
   }
+  // Errors recorded by an earlier mount: read-only (after recovery, which
+  // only finishes or undoes what the journal holds), unless errors=continue.
+  recorded_errors_ = dyn->errors != 0;
+  const bool keep_read_only =
+      recorded_errors_ && options.errors == ErrorBehavior::kRemountReadOnly;
   const std::byte* inode_bitmap = media_->base() + g.BlockOffset(g.InodeBitmapBlock(0));
   const auto& root = *reinterpret_cast<const Inode*>(media_->base() +
                                                      g.InodeOffset(format::kRootIno));
@@ -143,18 +156,23 @@ Status Filesystem::MountInternal(const MountOptions& options) {
   alloc_ = std::make_unique<Allocator>(*media_, g);
   alloc_->Load();
   journal_->set_sink(alloc_.get());
-  ctx_ = std::make_unique<FsContext>(FsContext{*media_, g, *alloc_, *journal_, hash_key_});
+  damage_ = std::make_unique<DamageRecorder>(*this, media_->path(), options);
+  ctx_ = std::make_unique<FsContext>(
+      FsContext{*media_, g, *alloc_, *journal_, hash_key_, damage_.get()});
   bmap_ = std::make_unique<Bmap>(*ctx_);
   dir_ = std::make_unique<Directory>(*ctx_);
   cache_ = std::make_unique<InodeCache>();
   generation_state_ = RandomU64();
 
+  if (keep_read_only) read_only_ = true;
   if (!read_only_) {
     // Damage met while finishing the orphans (a damaged list, or a damaged
     // map in an orphan) leaves the rest of them to fsck: the mount goes on with
-    // the superblock's error flag set, rather than fail having written.
+    // the superblock's error flag set, rather than fail having written (and,
+    // unless errors=continue, read-only from then on).
     Status orphans = FsOps::ProcessOrphans(*this);
-    const bool damaged = !orphans.ok() && orphans.code() == EUCLEAN;
+    if (!orphans.ok() && orphans.code() == EUCLEAN) damage_->Damaged(orphans.error());
+    const bool damaged = damage_->seen();
     if (!orphans.ok() && !damaged) return orphans;
     std::lock_guard lock(orphan_mu_);
     Tx tx(*journal_, "mount");
@@ -167,6 +185,7 @@ Status Filesystem::MountInternal(const MountOptions& options) {
       d.write_time = now;
     });
     NVFS_TRY(tx.Commit());
+    damage_->Arm();
   }
   mounted_ = true;
   cache_->set_reclaim_unlinked(!read_only_);
@@ -180,6 +199,10 @@ Status Filesystem::Unmount() {
   if (!mounted_) return Status::Ok();
   mounted_ = false;
   cache_->set_reclaim_unlinked(false);
+  // The errors flag first, if damage is being recorded; a filesystem turned
+  // read-only by damage then writes nothing more (its state stays mounted,
+  // as after a crash).
+  damage_->Flush();
   if (read_only_) return Status::Ok();
   if (!media_->Intact()) {
     // A backing file cut short under the mount: the descriptors and the
@@ -368,11 +391,21 @@ void FsOps::OrphanAdd(Filesystem& fs, Tx& tx, uint64_t ino) {
   UpdateDynamic(fs, tx, [&](SuperDynamic& d) { d.orphan_head = ino; });
 }
 
+// Every link is checked (an inode in use) before it is followed or stored:
+// a damaged link is reported and fails the operation with EIO, the list left
+// as it was for fsck.nvfs.
 Status FsOps::OrphanRemove(Filesystem& fs, Tx& tx, uint64_t ino) {
   const Inode& inode = InodeAt(fs, ino);
   if (!(inode.flags & format::kInodeFlagOrphan)) return Status::Ok();
   const auto& dyn = *reinterpret_cast<const SuperDynamic*>(fs.media_->base() +
                                                            format::kSuperDynamicOffset);
+  const auto damaged = [&](uint64_t at) {
+    return fs.ctx_->Damaged(MakeError(EIO, "orphan list is damaged (a link to inode %" PRIu64
+                                      "); run fsck.nvfs", at));
+  };
+  if (inode.orphan_next != 0 && !CheckIno(fs, inode.orphan_next).ok()) {
+    return damaged(inode.orphan_next);
+  }
   if (dyn.orphan_head == ino) {
     UpdateDynamic(fs, tx, [&](SuperDynamic& d) { d.orphan_head = inode.orphan_next; });
   } else {
@@ -380,13 +413,14 @@ Status FsOps::OrphanRemove(Filesystem& fs, Tx& tx, uint64_t ino) {
     // inodes unlinked while open, so it stays short.
     uint64_t prev = dyn.orphan_head;
     uint64_t steps = 0;
-    while (prev != 0 && InodeAt(fs, prev).orphan_next != ino) {
+    for (;;) {
+      if (prev == 0) return damaged(ino);  // missing from the list
       if (!CheckIno(fs, prev).ok() || ++steps > fs.geometry_->inode_count()) {
-        return MakeError(EUCLEAN, "orphan list is damaged");
+        return damaged(prev);
       }
+      if (InodeAt(fs, prev).orphan_next == ino) break;
       prev = InodeAt(fs, prev).orphan_next;
     }
-    if (prev == 0) return MakeError(EUCLEAN, "inode %" PRIu64 " missing from the orphan list", ino);
     tx.Set(InodeAt(fs, prev).orphan_next, inode.orphan_next);
   }
   tx.Set(inode.orphan_next, uint64_t{0});
@@ -436,7 +470,7 @@ Status FsOps::Resize(Filesystem& fs, uint64_t ino, uint64_t new_size, Tx* first_
       uint64_t run;
       const uint64_t phys =
           fs.bmap_->Lookup(inode, index, ((new_size - 1) >> shift) - index + 1, &run);
-      if (phys == Bmap::kCorrupt) return Error(EUCLEAN);
+      if (phys == Bmap::kCorrupt) return BadMap(fs, ino);
       const uint64_t run_end = std::min(new_size, (index + run) << shift);
       if (phys != 0) tx.FillFresh(g.BlockOffset(phys) + (pos & mask), 0, run_end - pos);
       pos = run_end;
@@ -461,6 +495,8 @@ Status FsOps::Resize(Filesystem& fs, uint64_t ino, uint64_t new_size, Tx* first_
 }
 
 Status FsOps::Reclaim(Filesystem& fs, uint64_t ino) {
+  // Turned read-only by damage: the inode stays on the orphan list.
+  if (fs.read_only()) return Error(EROFS);
   const Inode& inode = InodeAt(fs, ino);
   // Free the contents in as many transactions as needed; the inode stays on
   // the orphan list until the last one, which frees the inode itself.
@@ -478,8 +514,15 @@ Status FsOps::Reclaim(Filesystem& fs, uint64_t ino) {
       NVFS_TRY(tx.Commit());
       continue;
     }
-    if (inode.xattr_block != 0 && fs.ctx_->ValidBlock(inode.xattr_block)) {
-      NVFS_TRY(fs.alloc_->FreeBlocks(tx, inode.xattr_block, 1));
+    if (inode.xattr_block != 0) {
+      // A damaged pointer is not followed, and the inode is not freed
+      // either: it stays on the orphan list for fsck.nvfs.
+      if (!fs.ctx_->ValidBlock(inode.xattr_block)) {
+        return fs.ctx_->Damaged(MakeError(EIO, "inode %" PRIu64 ": xattr block %" PRIu64
+                                          " is not a data block; run fsck.nvfs", ino,
+                                          inode.xattr_block));
+      }
+      NVFS_TRY(fs.ctx_->Checked(fs.alloc_->FreeBlocks(tx, inode.xattr_block, 1)));
       tx.Set(inode.xattr_block, uint64_t{0});
     }
     std::lock_guard lock(fs.orphan_mu_);

@@ -6,6 +6,7 @@
 #include <sys/xattr.h>
 
 #include <algorithm>
+#include <cinttypes>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -78,25 +79,32 @@ bool Listed(std::string_view name, const Cred& cred) {
   return false;
 }
 
-// Parses the inode's xattr block; EIO if it is damaged.
+// Parses the inode's xattr block; EIO if it is damaged (reported as damage:
+// the block is read under the inode lock, so nothing races with it).
 Result<std::vector<Attribute>> Load(const FsContext& ctx, const Inode& inode) {
   std::vector<Attribute> attrs;
   if (inode.xattr_block == 0) return attrs;
-  if (!ctx.ValidBlock(inode.xattr_block)) return Error(EIO);
+  const auto damaged = [&](const char* what) {
+    return ctx.Damaged(MakeError(EIO, "xattr block %" PRIu64 ": %s; run fsck.nvfs",
+                                 inode.xattr_block, what));
+  };
+  if (!ctx.ValidBlock(inode.xattr_block)) return damaged("not a data block");
   const std::byte* block = ctx.Block(inode.xattr_block);
   const uint32_t bs = ctx.geometry.block_size();
   XattrHeader header;
   std::memcpy(&header, block, sizeof header);
-  if (header.magic != format::kXattrMagic || header.used > bs - sizeof header) return Error(EIO);
+  if (header.magic != format::kXattrMagic || header.used > bs - sizeof header) {
+    return damaged("bad header");
+  }
   uint32_t pos = sizeof header;
   const uint32_t end = sizeof header + header.used;
   for (uint32_t i = 0; i < header.count; ++i) {
-    if (end - pos < sizeof(XattrEntry)) return Error(EIO);
+    if (end - pos < sizeof(XattrEntry)) return damaged("entry past the end");
     XattrEntry entry;
     std::memcpy(&entry, block + pos, sizeof entry);
     const uint64_t size = format::XattrEntryLength(entry.name_len, entry.value_len);
     if (entry.name_len == 0 || entry.value_len > kXattrValueMax || size > end - pos) {
-      return Error(EIO);
+      return damaged("bad entry");
     }
     const char* name = reinterpret_cast<const char*>(block + pos + sizeof entry);
     attrs.push_back({std::string(name, entry.name_len),
@@ -144,7 +152,7 @@ Status StoreIn(Filesystem& fs, Tx& tx, uint64_t ino, const Inode& inode,
     tx.StoreFresh(ctx.geometry.BlockOffset(new_block), block.data(), bs);
   }
   tx.Set(inode.xattr_block, new_block);
-  if (old_block != 0) NVFS_TRY(FsOps::Alloc(fs).FreeBlocks(tx, old_block, 1));
+  if (old_block != 0) NVFS_TRY(ctx.Checked(FsOps::Alloc(fs).FreeBlocks(tx, old_block, 1)));
   const uint64_t blocks = inode.blocks + (new_block != 0) - (old_block != 0);
   if (blocks != inode.blocks) tx.Set(inode.blocks, blocks);
   FsOps::Touch(tx, inode, false, true, now);

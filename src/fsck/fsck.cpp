@@ -108,12 +108,9 @@ const char* Checker::FaultName(BlockFault fault) {
   return "?";
 }
 
-bool Checker::IsMetadata(uint64_t block_no) const {
-  const Geometry& g = geometry_;
-  const uint32_t group = static_cast<uint32_t>(block_no / g.blocks_per_group());
-  return block_no - g.GroupFirstBlock(group) < g.GroupMetaBlocks(group) ||
-         block_no == g.BackupBlock();
-}
+// The same check the filesystem makes before it follows or frees a pointer
+// (Geometry::IsDataBlock). REQUIRES: block_no < block_count.
+bool Checker::IsMetadata(uint64_t block_no) const { return !geometry_.IsDataBlock(block_no); }
 
 Checker::BlockFault Checker::CheckBlock(uint64_t block_no) const {
   if (block_no == 0 || block_no >= geometry_.block_count()) return BlockFault::kOutOfRange;

@@ -390,6 +390,17 @@ bool Tx::LogDeferredFree(BitmapKind kind, uint64_t first, uint64_t count) {
   return true;
 }
 
+bool Tx::Frees(BitmapKind kind, uint64_t first, uint64_t count) const {
+  // Linear: a slot holds at most slot_size / 32 records.
+  for (const Allocation& f : frees_) {
+    if (f.kind == kind && first < f.extent.first + f.extent.count &&
+        f.extent.first < first + count) {
+      return true;
+    }
+  }
+  return false;
+}
+
 void Tx::SetState(JournalState state) {
   Media& media = journal_.media_;
   media.Store64(slot_offset_ + kStateWordOffset, StateWord(state, slot_));

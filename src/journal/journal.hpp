@@ -78,6 +78,8 @@ class Tx {
   bool LogAllocated(BitmapKind kind, uint64_t first, uint64_t count);
   // Blocks or inodes to free once this transaction commits.
   bool LogDeferredFree(BitmapKind kind, uint64_t first, uint64_t count);
+  // True if this transaction already frees any of [first, first + count).
+  bool Frees(BitmapKind kind, uint64_t first, uint64_t count) const;
 
   // Bytes left in the slot for records.
   size_t room() const;
