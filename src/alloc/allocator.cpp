@@ -75,6 +75,16 @@ Allocator::Allocator(Media& media, const Geometry& geometry)
       groups_(new Group[geometry.group_count()]),
       align_blocks_(geometry.block_size() < (2u << 20) ? (2u << 20) / geometry.block_size() : 1) {}
 
+void Allocator::CountFree(Group& group, BitmapKind kind, int64_t delta) {
+  if (kind == BitmapKind::kBlocks) {
+    group.free_blocks = static_cast<uint32_t>(group.free_blocks + delta);
+    free_blocks_ += static_cast<uint64_t>(delta);
+  } else {
+    group.free_inodes = static_cast<uint32_t>(group.free_inodes + delta);
+    free_inodes_ += static_cast<uint64_t>(delta);
+  }
+}
+
 uint64_t Allocator::PerGroup(BitmapKind kind) const {
   return kind == BitmapKind::kBlocks ? geometry_.blocks_per_group()
                                      : geometry_.inodes_per_group();
@@ -162,13 +172,7 @@ Extent Allocator::ReserveRun(Group& group, uint32_t index, BitmapKind kind, uint
   while (end < limit && end - start < want && !Bit(map, end)) ++end;
   SetRange(map, start, end - start, true);
   const uint32_t n = static_cast<uint32_t>(end - start);
-  if (kind == BitmapKind::kBlocks) {
-    group.free_blocks -= n;
-    free_blocks_ -= n;
-  } else {
-    group.free_inodes -= n;
-    free_inodes_ -= n;
-  }
+  CountFree(group, kind, -int64_t{n});
   return {uint64_t{index} * limit + start, end - start};
 }
 
@@ -205,13 +209,7 @@ Result<Extent> Allocator::AllocateIn(Tx& tx, BitmapKind kind, uint32_t first_gro
         // The host is full, or the slot is: give the run back untouched.
         SetRange(kind == BitmapKind::kBlocks ? group.blocks : group.inodes,
                  run.first - uint64_t{index} * PerGroup(kind), run.count, false);
-        if (kind == BitmapKind::kBlocks) {
-          group.free_blocks += static_cast<uint32_t>(run.count);
-          free_blocks_ += run.count;
-        } else {
-          group.free_inodes += static_cast<uint32_t>(run.count);
-          free_inodes_ += run.count;
-        }
+        CountFree(group, kind, static_cast<int64_t>(run.count));
         if (!backed.ok()) {
           host_full.emplace(backed.take_error());
           break;
@@ -262,13 +260,7 @@ Result<Extent> Allocator::AllocateBacked(Tx& tx, BitmapKind kind, uint64_t want)
       }
       SetRange(map, start, run.count, true);
       const uint32_t n = static_cast<uint32_t>(run.count);
-      if (kind == BitmapKind::kBlocks) {
-        group.free_blocks -= n;
-        free_blocks_ -= n;
-      } else {
-        group.free_inodes -= n;
-        free_inodes_ -= n;
-      }
+      CountFree(group, kind, -int64_t{n});
       SetOnMedia(kind, run.first, run.count);
       return run;
     }
@@ -454,13 +446,7 @@ void Allocator::Release(BitmapKind kind, uint64_t first, uint64_t count) {
     uint32_t released = 0;
     for (uint64_t bit = unit % per; bit < unit % per + n; ++bit) released += Bit(map, bit);
     SetRange(map, unit % per, n, false);
-    if (kind == BitmapKind::kBlocks) {
-      group.free_blocks += released;
-      free_blocks_ += released;
-    } else {
-      group.free_inodes += released;
-      free_inodes_ += released;
-    }
+    CountFree(group, kind, int64_t{released});
     unit += n;
   }
 }

@@ -114,6 +114,10 @@ class Allocator final : public AllocationSink {
     uint32_t free_inodes = 0;      // protected by mu
   };
 
+  // Adds `delta` (negative: taken) to the group's and the total free count
+  // of `kind`. REQUIRES: group.mu held.
+  void CountFree(Group& group, BitmapKind kind, int64_t delta);
+
   // Where a run is looked for in a group.
   enum class Search {
     kFromGoal,  // first fit at or after `from`, then from the group's start
