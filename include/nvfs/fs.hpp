@@ -57,6 +57,7 @@
 #include <string_view>
 
 #include "nvfs/epoch.hpp"
+#include "nvfs/media.hpp"
 #include "nvfs/name_hash.hpp"
 #include "nvfs/result.hpp"
 
@@ -290,6 +291,29 @@ class Filesystem {
   Result<size_t> Map(FileHandle file, uint64_t offset, size_t len, ReadRun* runs,
                      size_t max_runs, size_t* run_count, const MapGuard& held);
 
+  // Runs `read` (a call of Read, ReadIter or Map on `file`) so that a media
+  // error met while it loads from the mapping (SIGBUS: a poisoned pmem page,
+  // a backing file cut short) fails it with EIO, counted and said on stderr,
+  // instead of killing the process (doc/integrity.md, "Media errors"). The
+  // FUSE adapter reads this way. The read paths carry no recovery point of
+  // their own (but for the rare retry under the inode lock, which must not
+  // be jumped over): a sigsetjmp costs them ~30% in process, and a request
+  // through FUSE pays it once. Safe to abandon a read at any load: it holds
+  // no lock, owns nothing but its epoch guards (their depth is put back
+  // here) and has written only into the caller's buffer or run list, which
+  // is then thrown away.
+  template <class Read>
+  Result<size_t> RecoverMediaErrors(FileHandle file, Read&& read) {
+    const uint32_t depth = epoch::GuardDepth();
+    Result<size_t> n = Error(EIO);
+    if (!RunFaultGuarded([&] { n = read(); })) {
+      epoch::AbandonGuardsTo(depth);
+      ReportReadFault(file);
+      return Error(EIO);
+    }
+    return n;
+  }
+
   // Writes at `offset` (O_APPEND handles: at the end). Durable on return.
   Result<size_t> Write(FileHandle file, uint64_t offset, const void* buf, size_t len,
                        unsigned io_flags = 0);
@@ -339,6 +363,7 @@ class Filesystem {
  private:
   Filesystem();
   Status MountInternal(const MountOptions& options);
+  [[gnu::cold]] void ReportReadFault(FileHandle file);
   friend struct FsOps;  // the implementation's helpers (src/fs/)
 
   std::unique_ptr<Media> media_;

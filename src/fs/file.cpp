@@ -336,30 +336,11 @@ static Result<size_t> ToResult(int64_t n) {
   }
 }
 
-// A read with a recovery point for media errors (doc/integrity.md, "Media
-// errors"): a SIGBUS on a load of the mapping (a pointer block, the inode,
-// the data) abandons the read, which returns EIO. Safe because what the
-// jump skips holds nothing: ReadInto takes no lock outside its own nested
-// recovery point (ReadSlow's locked retry), allocates nothing (extent maps
-// are built in one of their own), and its only RAII object is the epoch
-// guard, whose depth is put back here. The sink's bytes are thrown away.
-template <bool kCallerGuarded = false, class Sink>
-static int64_t ReadGuarded(Filesystem& fs, CachedInode* ci, uint64_t offset, size_t len,
-                           Sink& sink) {
-  const uint32_t depth = epoch::GuardDepth();
-  int64_t n = 0;
-  if (!RunFaultGuarded([&] { n = ReadInto<kCallerGuarded>(fs, ci, offset, len, sink); })) {
-    epoch::AbandonGuardsTo(depth);
-    sink.Reset();
-    ReportMediaError("read", ci->ino);
-    return -EIO;
-  }
-  return n;
-}
+void Filesystem::ReportReadFault(FileHandle file) { ReportMediaError("read", file->inode->ino); }
 
 Result<size_t> Filesystem::Read(FileHandle file, uint64_t offset, void* buf, size_t len) {
   BufferSink sink{static_cast<std::byte*>(buf)};
-  return ToResult(ReadGuarded(*this, file->inode, offset, len, sink));
+  return ToResult(ReadInto(*this, file->inode, offset, len, sink));
 }
 
 // Out of line, so that ReadIter's one-segment case is a bare jump to Read.
@@ -367,7 +348,7 @@ Result<size_t> Filesystem::Read(FileHandle file, uint64_t offset, void* buf, siz
                                                      uint64_t offset, const iovec* iov,
                                                      int iovcnt) {
   IovecSink sink{iov, iov + iovcnt};
-  return ToResult(ReadGuarded(fs, file->inode, offset, IovecTotal(iov, iovcnt), sink));
+  return ToResult(ReadInto(fs, file->inode, offset, IovecTotal(iov, iovcnt), sink));
 }
 
 Result<size_t> Filesystem::ReadIter(FileHandle file, uint64_t offset, const iovec* iov,
@@ -379,7 +360,7 @@ Result<size_t> Filesystem::ReadIter(FileHandle file, uint64_t offset, const iove
 Result<size_t> Filesystem::Map(FileHandle file, uint64_t offset, size_t len, ReadRun* runs,
                                size_t max_runs, size_t* run_count, const MapGuard& /*held*/) {
   RunSink sink{runs, max_runs};
-  const int64_t n = ReadGuarded</*kCallerGuarded=*/true>(*this, file->inode, offset, len, sink);
+  const int64_t n = ReadInto</*kCallerGuarded=*/true>(*this, file->inode, offset, len, sink);
   *run_count = sink.count;
   return ToResult(n);
 }

@@ -169,7 +169,9 @@ void OpRead(fuse_req_t req, fuse_ino_t /*ino*/, size_t size, off_t off, fuse_fil
       std::vector<ReadRun>& runs = tb.runs();
       size_t count = 0;
       const MapGuard held;  // until the reply is written
-      Result<size_t> n = fs.Map(file, offset, size, runs.data(), runs.size(), &count, held);
+      Result<size_t> n = fs.RecoverMediaErrors(file, [&] {
+        return fs.Map(file, offset, size, runs.data(), runs.size(), &count, held);
+      });
       if (!n.ok()) {
         fuse_reply_err(req, n.code());
         return;
@@ -195,10 +197,11 @@ void OpRead(fuse_req_t req, fuse_ino_t /*ino*/, size_t size, off_t off, fuse_fil
       const size_t count = (size + kIterSegment - 1) / kIterSegment;
       const iovec last = seg[count - 1];
       seg[count - 1].iov_len = size - (count - 1) * kIterSegment;
-      n = fs.ReadIter(file, offset, seg.data(), static_cast<int>(count));
+      n = fs.RecoverMediaErrors(
+          file, [&] { return fs.ReadIter(file, offset, seg.data(), static_cast<int>(count)); });
       seg[count - 1] = last;
     } else {
-      n = fs.Read(file, offset, tb.data(), size);
+      n = fs.RecoverMediaErrors(file, [&] { return fs.Read(file, offset, tb.data(), size); });
     }
     if (!n.ok()) {
       fuse_reply_err(req, n.code());
