@@ -23,14 +23,16 @@ source "$(dirname "$0")/mount_lib.sh"
 require_fuse
 if [ "$(id -u)" -ne 0 ]; then
   echo "*** SKIPPED: mounting a tmpfs needs root ***"
-  exit 0
+  exit 77
 fi
 
 host=
 image=
 mnt=
+ref=
 cleanup() {
   local rc=$?
+  if [ -n "$ref" ]; then rm -rf "$ref"; fi
   # A daemon that died leaves a mount mountpoint(1) cannot stat.
   if [ -n "$mnt" ]; then fusermount3 -uz "$mnt" 2>/dev/null || true; fi
   stop_nvfs
