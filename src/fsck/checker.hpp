@@ -41,6 +41,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <mutex>
 #include <vector>
 
 #include "nvfs/format.hpp"
@@ -259,8 +260,11 @@ class Checker {
   uint64_t max_file_blocks_ = 0;
   // start_[d]: first file block of the depth-d tree; start_[6]: end of depth 5.
   uint64_t start_[format::kIndirectPointers + 2] = {};
-  uint64_t progress_done_ = 0;
-  uint64_t progress_total_ = 0;
+  // Any worker reports progress as it finishes a run of items (a report
+  // from worker 0 alone left a pass silent while the others took its runs).
+  std::mutex progress_mu_;
+  uint64_t progress_done_ = 0;   // protected by progress_mu_
+  uint64_t progress_total_ = 0;  // set before the workers start
 
   format::SuperDynamic dynamic_{};
   bool dynamic_ok_ = false;

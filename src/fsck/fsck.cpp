@@ -142,7 +142,7 @@ uint64_t Checker::RunWorkers(unsigned workers, uint64_t count, uint64_t progress
       const uint64_t end = std::min(count, first + chunk);
       for (uint64_t item = first; item < end; ++item) mine += fn(item, worker);
       const uint64_t done = finished.fetch_add(end - first, std::memory_order_relaxed) + end - first;
-      if (worker == 0) Progress(progress_base + done * progress_span / count);
+      Progress(progress_base + done * progress_span / count);
     }
     sum.fetch_add(mine, std::memory_order_relaxed);
   };
@@ -154,7 +154,9 @@ uint64_t Checker::RunWorkers(unsigned workers, uint64_t count, uint64_t progress
 }
 
 void Checker::Progress(uint64_t done) {
-  if (progress_ && done > progress_done_ && done <= progress_total_) {
+  if (!progress_) return;
+  std::lock_guard lock(progress_mu_);
+  if (done > progress_done_ && done <= progress_total_) {
     progress_done_ = done;
     progress_(done, progress_total_);
   }
