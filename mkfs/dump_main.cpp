@@ -13,6 +13,7 @@
 #include "nvfs/media.hpp"
 #include "nvfs/name_hash.hpp"
 #include "nvfs/superblock.hpp"
+#include "nvfs/validate.hpp"
 
 namespace {
 
@@ -65,8 +66,8 @@ void PrintRootLeaf(const std::byte* base, const nvfs::Geometry& g, uint64_t bloc
   while (offset + sizeof(nvfs::format::DirEntry) <= g.block_size()) {
     nvfs::format::DirEntry entry;
     std::memcpy(&entry, leaf + offset, sizeof entry);
-    if (entry.rec_len < sizeof entry || entry.rec_len % 8 != 0 ||
-        entry.rec_len > g.block_size() - offset) {
+    if (nvfs::CheckDirRecordLength(entry.rec_len, g.block_size() - offset) !=
+        nvfs::DirRecordFault::kNone) {
       std::printf("  (bad record at offset %u)\n", offset);
       return;
     }

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "alloc/allocator.hpp"
-#include "fs/context.hpp"
+#include "ctx/context.hpp"
 #include "journal/journal.hpp"
 #include "nvfs/media.hpp"
 #include "nvfs/mkfs.hpp"

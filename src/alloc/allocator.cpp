@@ -14,17 +14,14 @@ namespace nvfs {
 
 namespace {
 
-bool Bit(const std::vector<uint64_t>& map, uint64_t bit) {
-  return (map[bit / 64] >> (bit % 64)) & 1u;
-}
+// The DRAM bitmaps are word arrays (nvfs/bitmap.hpp).
+bool Bit(const std::vector<uint64_t>& map, uint64_t bit) { return TestWordBit(map.data(), bit); }
 
 void SetRange(std::vector<uint64_t>& map, uint64_t first, uint64_t count, bool value) {
-  for (uint64_t bit = first; bit < first + count; ++bit) {
-    if (value) {
-      map[bit / 64] |= uint64_t{1} << (bit % 64);
-    } else {
-      map[bit / 64] &= ~(uint64_t{1} << (bit % 64));
-    }
+  if (value) {
+    SetWordBits(map.data(), first, count);
+  } else {
+    ClearWordBits(map.data(), first, count);
   }
 }
 
@@ -113,11 +110,8 @@ void Allocator::Load() {
     if (index == g.group_count() - 1) {
       SetRange(group.blocks, g.BackupBlock() - g.GroupFirstBlock(index), 1, true);
     }
-    uint64_t used_blocks = 0, used_inodes = 0;
-    for (size_t w = 0; w < words; ++w) {
-      used_blocks += static_cast<uint64_t>(std::popcount(group.blocks[w]));
-      used_inodes += static_cast<uint64_t>(std::popcount(group.inodes[w]));
-    }
+    const uint64_t used_blocks = CountSetWordBits(group.blocks.data(), g.blocks_per_group());
+    const uint64_t used_inodes = CountSetWordBits(group.inodes.data(), g.blocks_per_group());
     group.free_blocks = static_cast<uint32_t>(g.blocks_per_group() - used_blocks);
     group.free_inodes = static_cast<uint32_t>(g.blocks_per_group() - used_inodes);
     free_blocks += group.free_blocks;
@@ -406,7 +400,7 @@ void Allocator::SetOnMedia(BitmapKind kind, uint64_t first, uint64_t count) {
   const uint64_t end = bit + count;
   while (bit < end) {
     const uint64_t n = std::min<uint64_t>(64 - bit % 64, end - bit);
-    const uint64_t mask = (n == 64 ? ~uint64_t{0} : ((uint64_t{1} << n) - 1)) << (bit % 64);
+    const uint64_t mask = BitRunMask(bit % 64, n);
     const uint64_t word_offset = bitmap + bit / 64 * 8;
     uint64_t word;
     std::memcpy(&word, media_.base() + word_offset, 8);

@@ -20,6 +20,7 @@
 #include <cinttypes>
 
 #include "bmap/internal.hpp"
+#include "nvfs/validate.hpp"
 
 namespace nvfs {
 
@@ -36,21 +37,16 @@ Bmap::Bmap(const FsContext& ctx)
       block_shift_(ctx.geometry.block_shift()),
       pshift_(ctx.geometry.block_shift() - 3),
       ptrs_(uint64_t{1} << (ctx.geometry.block_shift() - 3)) {
-  uint64_t total = kDirectPointers;
-  uint64_t range = 1;
-  for (uint32_t depth = 1; depth <= kIndirectPointers; ++depth) {
-    range = SaturatingMul(range, ptrs_);
-    start_[depth] = total;
-    total = SaturatingAdd(total, range);
+  // The ranges fsck checks maps by, copied into this object's own fields
+  // (the lookups read them on every call).
+  const FileMapLayout layout(block_shift_);
+  for (uint32_t depth = 1; depth <= kIndirectPointers + 1; ++depth) {
+    start_[depth] = layout.start(depth);
   }
-  start_[kIndirectPointers + 1] = total;
-  // Files end at 2^63 - 1 bytes: the last block starts below 2^63.
-  max_blocks_ = std::min(total, (uint64_t{1} << 63) >> block_shift_);
+  max_blocks_ = layout.max_blocks();
   // Only depths with a block below max_blocks_ are ever walked; for them
   // p^depth < 2^60, so every shift below stays under 64.
-  for (uint32_t depth = 1; depth <= kIndirectPointers && start_[depth] < max_blocks_; ++depth) {
-    max_depth_ = depth;
-  }
+  max_depth_ = layout.max_depth();
 }
 
 uint64_t Bmap::InoOf(const Inode& inode) const {

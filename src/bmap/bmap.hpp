@@ -23,7 +23,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "fs/context.hpp"
+#include "ctx/context.hpp"
 #include "journal/journal.hpp"
 #include "nvfs/format.hpp"
 #include "nvfs/result.hpp"

@@ -7,15 +7,9 @@
 #include <algorithm>
 
 #include "bmap/bmap.hpp"
+#include "nvfs/validate.hpp"
 
 namespace nvfs::bmap_detail {
-
-constexpr uint64_t kSaturated = ~uint64_t{0};
-
-inline uint64_t SaturatingAdd(uint64_t a, uint64_t b) { return a > kSaturated - b ? kSaturated : a + b; }
-inline uint64_t SaturatingMul(uint64_t a, uint64_t b) {
-  return b != 0 && a > kSaturated / b ? kSaturated : a * b;
-}
 
 // Journal cost of records: a 32-byte header plus the payload, 8-aligned
 // (format.hpp, JournalRecord).

@@ -29,7 +29,7 @@
 #include <functional>
 #include <string_view>
 
-#include "fs/context.hpp"
+#include "ctx/context.hpp"
 #include "journal/journal.hpp"
 #include "nvfs/format.hpp"
 #include "nvfs/result.hpp"

@@ -17,6 +17,7 @@
 
 #include "nvfs/dir_block.hpp"
 #include "nvfs/name_hash.hpp"
+#include "nvfs/validate.hpp"
 
 namespace nvfs::dir_tree {
 
@@ -49,7 +50,6 @@ static_assert(uint64_t{8} << kMaxLoggedSlotsLog2 == kMaxLoggedSlotBytes);
 constexpr size_t kFreeTreeReserve = 1024;
 // Journal bytes of a record without payload, and of an undo record's header.
 constexpr size_t kRecordCost = sizeof(format::JournalRecord);
-constexpr uint64_t kPointerReservedBits = ~(kDirNodeIndexBit | kDirNodeBlockMask);
 
 inline bool IsIndex(uint64_t ptr) { return (ptr & kDirNodeIndexBit) != 0; }
 inline uint64_t PointerBlock(uint64_t ptr) { return ptr & kDirNodeBlockMask; }
@@ -92,30 +92,24 @@ struct Path {
 
 // Read-side view of one directory's tree: geometry of the levels, and checked
 // access to nodes. Every pointer is checked before it is followed and every
-// record before it is used (dir.hpp: nothing here trusts the media).
+// record before it is used (dir.hpp: nothing here trusts the media), by the
+// checks fsck makes too (nvfs/validate.hpp).
 class Tree {
  public:
   explicit Tree(const FsContext& ctx)
-      : ctx_(ctx),
-        block_size_(ctx.geometry.block_size()),
-        fanout_bits_(ctx.geometry.block_shift() - 3),
-        max_depth_(static_cast<int>((kDirHashBits + fanout_bits_ - 1) / fanout_bits_) - 1) {}
+      : ctx_(ctx), block_size_(ctx.geometry.block_size()), shape_(ctx.geometry.block_shift()) {}
 
   const FsContext& ctx() const { return ctx_; }
   uint32_t block_size() const { return block_size_; }
   uint32_t leaf_capacity() const { return block_size_ - kLeafHeader; }
-  int max_depth() const { return max_depth_; }
+  int max_depth() const { return shape_.max_depth(); }
 
   // Hash bits consumed above and by an index node at `depth` (-1: dir.root).
-  uint32_t Start(int depth) const { return depth < 0 ? 0 : depth * fanout_bits_; }
-  uint32_t End(int depth) const {
-    return depth < 0 ? 0 : std::min((depth + 1) * fanout_bits_, kDirHashBits);
-  }
-  uint32_t Width(int depth) const { return End(depth) - Start(depth); }
+  uint32_t Start(int depth) const { return shape_.Start(depth); }
+  uint32_t End(int depth) const { return shape_.End(depth); }
+  uint32_t Width(int depth) const { return shape_.Width(depth); }
   // Slots a leaf of `prefix_bits` fills in a depth-`depth` index node.
-  uint32_t Span(int depth, uint32_t prefix_bits) const {
-    return uint32_t{1} << (End(depth) - prefix_bits);
-  }
+  uint32_t Span(int depth, uint32_t prefix_bits) const { return shape_.Span(depth, prefix_bits); }
 
   uint64_t Hash(std::string_view name) const { return DirHash(NameHash(ctx_.hash_key, name)); }
   uint64_t Offset(const void* in_mapping) const {
@@ -139,7 +133,7 @@ class Tree {
   }
 
   Status CheckPointer(uint64_t ptr) const {
-    if ((ptr & kPointerReservedBits) != 0 || !ctx_.ValidBlock(PointerBlock(ptr))) {
+    if (CheckDirNodePointer(ptr, ctx_.geometry) != DirNodeFault::kNone) {
       return MakeError(EUCLEAN, "directory node pointer %#" PRIx64 " is invalid; run fsck.nvfs",
                        ptr);
     }
@@ -150,13 +144,15 @@ class Tree {
   // depth-`depth` index node whose hashes begin with `path_bits` (End(depth)
   // bits).
   Status CheckLeaf(uint64_t block, int depth, uint64_t path_bits) const {
-    const DirLeafHeader& leaf = Leaf(block);
-    if (leaf.magic != format::kDirLeafMagic) return Corrupt(block, "bad leaf magic");
-    const uint32_t bits = leaf.prefix_bits;
-    if (bits < Start(depth) || bits > End(depth)) return Corrupt(block, "prefix length");
-    if (leaf.prefix != path_bits >> (End(depth) - bits)) return Corrupt(block, "prefix");
-    if (leaf.next != 0 && bits != kDirHashBits) return Corrupt(block, "overflow link");
-    return Status::Ok();
+    switch (CheckDirLeaf(Leaf(block), shape_, depth, path_bits)) {
+      case DirLeafFault::kNone: return Status::Ok();
+      case DirLeafFault::kNoMagic: return Corrupt(block, "bad leaf magic");
+      case DirLeafFault::kPrefixLength: return Corrupt(block, "prefix length");
+      case DirLeafFault::kPrefix:
+      case DirLeafFault::kOtherPrefix: return Corrupt(block, "prefix");
+      case DirLeafFault::kOverflowLink: return Corrupt(block, "overflow link");
+    }
+    return Corrupt(block, "?");
   }
 
   // The most leaves a chain of `dir` may have: no more than its nodes (nor
@@ -195,9 +191,7 @@ class Tree {
         lap *= 2;
         steps = 0;
       }
-      const DirLeafHeader& leaf = Leaf(next);
-      if (leaf.magic != format::kDirLeafMagic || leaf.prefix_bits != first.prefix_bits ||
-          leaf.prefix != first.prefix) {
+      if (CheckDirOverflowLeaf(Leaf(next), first) != DirLeafFault::kNone) {
         return Corrupt(next, "bad overflow leaf");
       }
       prev = block;
@@ -226,12 +220,11 @@ class Tree {
       if (block_size_ - offset < kRecordHeader) return Corrupt(block, "record past the block");
       const DirEntry& record = Record(block, offset);
       const uint32_t rec_len = record.rec_len;
-      if (rec_len < kRecordHeader || rec_len % 8 != 0 || rec_len > block_size_ - offset) {
+      if (CheckDirRecordLength(rec_len, block_size_ - offset) != DirRecordFault::kNone) {
         return Corrupt(block, "bad record length");
       }
-      if (record.ino != 0 && (record.name_len == 0 || record.name_len > rec_len - kRecordHeader ||
-                              record.key > format::kDirKeyMax ||
-                              HashPrefix(HashOfKey(record.key), prefix_bits) != prefix)) {
+      if (record.ino != 0 &&
+          CheckDirEntry(record, Name(record).data(), prefix_bits, prefix) != DirEntryFault::kNone) {
         return Corrupt(block, "bad entry");
       }
       if (!fn(offset, record)) break;
@@ -254,7 +247,7 @@ class Tree {
         return path;
       }
       const int depth = path.depth + 1;
-      if (depth > max_depth_) return Corrupt(PointerBlock(ptr), "tree deeper than the hash");
+      if (depth > max_depth()) return Corrupt(PointerBlock(ptr), "tree deeper than the hash");
       const uint64_t block = PointerBlock(ptr);
       path.index[depth] = {block, path.link_offset};
       path.depth = depth;
@@ -275,8 +268,7 @@ class Tree {
  private:
   const FsContext& ctx_;
   const uint32_t block_size_;
-  const uint32_t fanout_bits_;
-  const int max_depth_;
+  const DirTreeShape shape_;
 };
 
 // Keeps dir.size and dir.blocks right for a change of `delta` nodes.

@@ -10,7 +10,7 @@
 #include <string>
 #include <thread>
 
-#include "fs/context.hpp"
+#include "ctx/context.hpp"
 #include "nvfs/fs.hpp"
 
 namespace nvfs {

@@ -17,7 +17,7 @@
 #include <cstdint>
 
 #include "bmap/bmap.hpp"
-#include "fs/context.hpp"
+#include "ctx/context.hpp"
 #include "nvfs/format.hpp"
 
 namespace nvfs {

@@ -10,8 +10,8 @@
 
 #include "alloc/allocator.hpp"
 #include "bmap/bmap.hpp"
+#include "ctx/context.hpp"
 #include "dir/dir.hpp"
-#include "fs/context.hpp"
 #include "fs/inode_cache.hpp"
 #include "journal/journal.hpp"
 #include "nvfs/format.hpp"

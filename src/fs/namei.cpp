@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "fs/fs_impl.hpp"
+#include "nvfs/validate.hpp"
 
 namespace nvfs {
 
@@ -415,7 +416,7 @@ Result<std::string> Filesystem::Readlink(uint64_t ino) {
   std::shared_lock lock(ref.value()->lock);
   const Inode& inode = ref->media();
   if (!S_ISLNK(inode.mode)) return Error(EINVAL);
-  if (inode.size == 0 || inode.size > format::kSymlinkMax) return Error(EIO);
+  if (!SymlinkSizeValid(inode.size)) return Error(EIO);
   if (inode.size <= format::kInlineSymlinkMax) {
     return std::string(inode.map.symlink, inode.size);
   }

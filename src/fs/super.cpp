@@ -13,6 +13,7 @@
 #include "nvfs/media.hpp"
 #include "nvfs/superblock.hpp"
 #include "nvfs/epoch.hpp"
+#include "nvfs/validate.hpp"
 
 namespace nvfs {
 
@@ -284,13 +285,10 @@ Status FsOps::CheckIno(const Filesystem& fs, uint64_t ino) {
   const uint32_t group = g.InodeGroup(ino);
   const std::byte* bitmap = fs.media_->base() + g.BlockOffset(g.InodeBitmapBlock(group));
   if (!TestBitShared(bitmap, ino % g.inodes_per_group())) return Error(ESTALE);
-  switch (InodeAt(fs, ino).mode & S_IFMT) {
-    case S_IFREG: case S_IFDIR: case S_IFLNK: case S_IFCHR: case S_IFBLK: case S_IFIFO:
-    case S_IFSOCK:
-      return Status::Ok();
-    default:
-      return MakeError(EUCLEAN, "inode %" PRIu64 " has an invalid mode", ino);
+  if (InodeTypeOf(InodeAt(fs, ino).mode) == InodeType::kInvalid) {
+    return MakeError(EUCLEAN, "inode %" PRIu64 " has an invalid mode", ino);
   }
+  return Status::Ok();
 }
 
 Result<InodeRef> FsOps::Get(Filesystem& fs, uint64_t ino) {
@@ -554,7 +552,7 @@ Status FsOps::ProcessOrphans(Filesystem& fs) {
     for (uint64_t ino = dyn.orphan_head; ino != 0; ino = InodeAt(fs, ino).orphan_next) {
       if (!CheckIno(fs, ino).ok() || !(InodeAt(fs, ino).flags & format::kInodeFlagOrphan) ||
           !listed.insert(ino).second ||
-          (InodeAt(fs, ino).nlink != 0 && !S_ISREG(InodeAt(fs, ino).mode))) {
+          !OrphanMayBe(InodeAt(fs, ino))) {
         return MakeError(EUCLEAN, "orphan list is damaged (inode %" PRIu64 "); run fsck.nvfs",
                          ino);
       }

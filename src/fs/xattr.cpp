@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "fs/fs_impl.hpp"
+#include "nvfs/validate.hpp"
 
 namespace nvfs {
 
@@ -79,8 +80,22 @@ bool Listed(std::string_view name, const Cred& cred) {
   return false;
 }
 
-// Parses the inode's xattr block; EIO if it is damaged (reported as damage:
-// the block is read under the inode lock, so nothing races with it).
+const char* XattrFaultName(XattrFault fault) {
+  switch (fault) {
+    case XattrFault::kNone: break;
+    case XattrFault::kNoMagic:
+    case XattrFault::kOverfull: return "bad header";
+    case XattrFault::kShortEntries: return "entry past the end";
+    case XattrFault::kBadEntry: return "bad entry";
+    case XattrFault::kNoNamespace: return "a name of no namespace";
+    case XattrFault::kTrailingBytes: return "bytes past the last entry";
+  }
+  return "?";
+}
+
+// Parses the inode's xattr block (DecodeXattrBlock, the check fsck makes
+// too); EIO if it is damaged (reported as damage: the block is read under
+// the inode lock, so nothing races with it).
 Result<std::vector<Attribute>> Load(const FsContext& ctx, const Inode& inode) {
   std::vector<Attribute> attrs;
   if (inode.xattr_block == 0) return attrs;
@@ -89,28 +104,12 @@ Result<std::vector<Attribute>> Load(const FsContext& ctx, const Inode& inode) {
                                  inode.xattr_block, what));
   };
   if (!ctx.ValidBlock(inode.xattr_block)) return damaged("not a data block");
-  const std::byte* block = ctx.Block(inode.xattr_block);
-  const uint32_t bs = ctx.geometry.block_size();
-  XattrHeader header;
-  std::memcpy(&header, block, sizeof header);
-  if (header.magic != format::kXattrMagic || header.used > bs - sizeof header) {
-    return damaged("bad header");
-  }
-  uint32_t pos = sizeof header;
-  const uint32_t end = sizeof header + header.used;
-  for (uint32_t i = 0; i < header.count; ++i) {
-    if (end - pos < sizeof(XattrEntry)) return damaged("entry past the end");
-    XattrEntry entry;
-    std::memcpy(&entry, block + pos, sizeof entry);
-    const uint64_t size = format::XattrEntryLength(entry.name_len, entry.value_len);
-    if (entry.name_len == 0 || entry.value_len > kXattrValueMax || size > end - pos) {
-      return damaged("bad entry");
-    }
-    const char* name = reinterpret_cast<const char*>(block + pos + sizeof entry);
-    attrs.push_back({std::string(name, entry.name_len),
-                     std::string(name + entry.name_len, entry.value_len)});
-    pos += static_cast<uint32_t>(size);
-  }
+  const XattrFault fault = DecodeXattrBlock(
+      {ctx.Block(inode.xattr_block), ctx.geometry.block_size()},
+      [&](std::string_view name, std::string_view value) {
+        attrs.push_back({std::string(name), std::string(value)});
+      });
+  if (fault != XattrFault::kNone) return damaged(XattrFaultName(fault));
   return attrs;
 }
 

@@ -258,6 +258,7 @@ class Checker {
   uint32_t block_shift_ = 0;
   uint32_t block_size_ = 0;
   uint64_t max_file_blocks_ = 0;
+  uint64_t max_file_size_ = 0;
   // start_[d]: first file block of the depth-d tree; start_[6]: end of depth 5.
   uint64_t start_[format::kIndirectPointers + 2] = {};
   // Any worker reports progress as it finishes a run of items (a report

@@ -14,23 +14,13 @@
 #include "nvfs/bitmap.hpp"
 #include "nvfs/cli.hpp"
 #include "nvfs/superblock.hpp"
+#include "nvfs/validate.hpp"
 
 namespace nvfs::fsck {
 
 using format::GroupDesc;
 using format::SuperDynamic;
 using format::SuperStatic;
-
-namespace {
-
-constexpr uint64_t kSaturated = ~uint64_t{0};
-
-uint64_t SaturatingAdd(uint64_t a, uint64_t b) { return a > kSaturated - b ? kSaturated : a + b; }
-uint64_t SaturatingMul(uint64_t a, uint64_t b) {
-  return b != 0 && a > kSaturated / b ? kSaturated : a * b;
-}
-
-}  // namespace
 
 Checker::Checker(Media& media, RepairMode mode,
                  const std::function<void(const std::string&)>& say,
@@ -183,17 +173,13 @@ FsckReport Checker::Run() {
     report_.exit_code = kFsckOperational;
     return report_;
   }
-  // The file-map ranges, as Bmap computes them (format.md, "Inodes").
-  const uint64_t ptrs = block_size_ / 8;
-  uint64_t total = format::kDirectPointers;
-  uint64_t range = 1;
-  for (uint32_t depth = 1; depth <= format::kIndirectPointers; ++depth) {
-    range = SaturatingMul(range, ptrs);
-    start_[depth] = total;
-    total = SaturatingAdd(total, range);
+  // The file-map ranges, the layout Bmap uses (format.md, "Inodes").
+  const FileMapLayout layout(block_shift_);
+  for (uint32_t depth = 1; depth <= format::kIndirectPointers + 1; ++depth) {
+    start_[depth] = layout.start(depth);
   }
-  start_[format::kIndirectPointers + 1] = total;
-  max_file_blocks_ = std::min(total, (uint64_t{1} << 63) >> block_shift_);
+  max_file_blocks_ = layout.max_blocks();
+  max_file_size_ = layout.max_size();
   progress_total_ = 2 * uint64_t{geometry_.group_count()};
 
   // The passes, in order; in -p mode the first problem that needs a decision

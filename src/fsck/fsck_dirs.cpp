@@ -19,6 +19,7 @@
 
 #include "fsck/checker.hpp"
 #include "nvfs/name_hash.hpp"
+#include "nvfs/validate.hpp"
 
 namespace nvfs::fsck {
 
@@ -29,8 +30,6 @@ using format::kDirHashBits;
 
 namespace {
 
-constexpr uint64_t kPointerReservedBits =
-    ~(format::kDirNodeIndexBit | format::kDirNodeBlockMask);
 constexpr uint32_t kLeafHeader = sizeof(DirLeafHeader);
 constexpr uint32_t kRecordHeader = sizeof(DirEntry);
 
@@ -69,8 +68,7 @@ class Checker::DirWalker {
       : c_(checker),
         dir_(dir),
         inode_(checker.InodeAt(dir.ino)),
-        fanout_bits_(checker.block_shift_ - 3),
-        max_depth_(static_cast<int>((kDirHashBits + fanout_bits_ - 1) / fanout_bits_) - 1),
+        shape_(checker.block_shift_),
         live_(!checker.DeadDir(dir)),
         hash_key_(NameHashKey::FromSuper(checker.super_)),
         entries_(entries),
@@ -121,17 +119,18 @@ class Checker::DirWalker {
   }
 
  private:
-  uint32_t Start(int depth) const { return depth < 0 ? 0 : depth * fanout_bits_; }
-  uint32_t End(int depth) const {
-    return depth < 0 ? 0 : std::min<uint32_t>((depth + 1) * fanout_bits_, kDirHashBits);
-  }
-  uint32_t Width(int depth) const { return End(depth) - Start(depth); }
+  uint32_t End(int depth) const { return shape_.End(depth); }
+  uint32_t Width(int depth) const { return shape_.Width(depth); }
   const DirLeafHeader& Leaf(uint64_t block) const {
     return *reinterpret_cast<const DirLeafHeader*>(c_.Block(block));
   }
 
+  // The pointer's own check, then the block's against what the check has
+  // met so far (a block claimed: metadata, or reached before).
   const char* PointerFault(uint64_t ptr, uint64_t* block) const {
-    if ((ptr & kPointerReservedBits) != 0) return "has reserved bits set";
+    if (CheckDirNodePointer(ptr, c_.geometry_) == DirNodeFault::kReservedBits) {
+      return "has reserved bits set";
+    }
     *block = ptr & format::kDirNodeBlockMask;
     const BlockFault fault = c_.CheckBlock(*block);
     return fault == BlockFault::kNone ? nullptr : FaultName(fault);
@@ -139,12 +138,17 @@ class Checker::DirWalker {
 
   // The header of a leaf reached through a slot of a depth-`depth` index node
   // whose hashes begin with `path_bits` (End(depth) bits).
+  // An overflow link above the last level is no fault here: VisitChain
+  // cuts it and keeps the leaf.
   const char* LeafHeaderFault(uint64_t block, int depth, uint64_t path_bits) const {
-    const DirLeafHeader& leaf = Leaf(block);
-    if (leaf.magic != format::kDirLeafMagic) return "to a block that is no directory leaf";
-    const uint32_t bits = leaf.prefix_bits;
-    if (bits < Start(depth) || bits > End(depth)) return "to a leaf of the wrong prefix length";
-    if (leaf.prefix != path_bits >> (End(depth) - bits)) return "to a leaf of another prefix";
+    switch (CheckDirLeaf(Leaf(block), shape_, depth, path_bits)) {
+      case DirLeafFault::kNone:
+      case DirLeafFault::kOverflowLink: return nullptr;
+      case DirLeafFault::kNoMagic: return "to a block that is no directory leaf";
+      case DirLeafFault::kPrefixLength: return "to a leaf of the wrong prefix length";
+      case DirLeafFault::kPrefix:
+      case DirLeafFault::kOtherPrefix: return "to a leaf of another prefix";
+    }
     return nullptr;
   }
 
@@ -184,7 +188,7 @@ class Checker::DirWalker {
       uint64_t child = 0;
       const char* fault = PointerFault(ptr, &child);
       if (fault == nullptr && (ptr & format::kDirNodeIndexBit)) {
-        if (depth + 1 > max_depth_) {
+        if (depth + 1 > shape_.max_depth()) {
           fault = "to an index node deeper than the hash";
         } else {
           c_.Claim(child);
@@ -261,10 +265,12 @@ class Checker::DirWalker {
       const BlockFault block_fault = c_.CheckBlock(next);
       if (block_fault != BlockFault::kNone) {
         fault = FaultName(block_fault);
-      } else if (Leaf(next).magic != format::kDirLeafMagic) {
-        fault = "is no directory leaf";
-      } else if (Leaf(next).prefix_bits != prefix_bits || Leaf(next).prefix != prefix) {
-        fault = "is a leaf of another prefix";
+      } else {
+        switch (CheckDirOverflowLeaf(Leaf(next), first)) {
+          case DirLeafFault::kNone: break;
+          case DirLeafFault::kNoMagic: fault = "is no directory leaf"; break;
+          default: fault = "is a leaf of another prefix"; break;
+        }
       }
       if (fault != nullptr) {
         if (c_.Problem(Repair::kDecision, "directory %" PRIu64 ": leaf %" PRIu64 ": overflow "
@@ -297,8 +303,7 @@ class Checker::DirWalker {
       DirEntry record{};
       if (remaining >= kRecordHeader) std::memcpy(&record, leaf + offset, sizeof record);
       const uint32_t rec_len = record.rec_len;
-      if (remaining < kRecordHeader || rec_len < kRecordHeader || rec_len % 8 != 0 ||
-          rec_len > remaining) {
+      if (CheckDirRecordLength(rec_len, remaining) != DirRecordFault::kNone) {
         if (c_.Problem(Repair::kDecision, "directory %" PRIu64 ": leaf %" PRIu64 ": record at "
                        "offset %u has a bad length (%u); the rest of the leaf is lost",
                        dir_.ino, block, offset, rec_len)) {
@@ -328,24 +333,19 @@ class Checker::DirWalker {
     const char* name = reinterpret_cast<const char*>(in_leaf + kRecordHeader);
     const uint32_t len = record.name_len;
     const char* why = nullptr;
-    if (len == 0 || len > record.rec_len - kRecordHeader) {
-      why = "has a bad name length";
-    } else if (std::memchr(name, '/', len) != nullptr || std::memchr(name, 0, len) != nullptr ||
-               (len == 1 && name[0] == '.') || (len == 2 && name[0] == '.' && name[1] == '.')) {
-      why = "has an invalid name";
-    } else if (record.key > format::kDirKeyMax) {
-      why = "has a bad key";
-    } else {
-      const uint64_t hash = DirHash(NameHash(hash_key_, {name, len}));
-      if ((record.key >> format::kDirSeqBits) != hash) {
-        why = "has a key that is not its name's hash";
-      } else if ((hash >> (kDirHashBits - prefix_bits)) != prefix) {
-        why = "lies in a leaf of another prefix";
-      } else if (record.ino >= c_.geometry_.inode_count()) {
-        why = "names an inode out of range";
-      } else if (c_.Kind(record.ino) == kFree) {
-        why = "names an inode not in use";
-      }
+    switch (CheckDirEntry(record, name, prefix_bits, prefix, &hash_key_)) {
+      case DirEntryFault::kNone:
+        if (record.ino >= c_.geometry_.inode_count()) {
+          why = "names an inode out of range";
+        } else if (c_.Kind(record.ino) == kFree) {
+          why = "names an inode not in use";
+        }
+        break;
+      case DirEntryFault::kNameLength: why = "has a bad name length"; break;
+      case DirEntryFault::kName: why = "has an invalid name"; break;
+      case DirEntryFault::kKey: why = "has a bad key"; break;
+      case DirEntryFault::kKeyNotHash: why = "has a key that is not its name's hash"; break;
+      case DirEntryFault::kPrefix: why = "lies in a leaf of another prefix"; break;
     }
     if (why != nullptr) {
       Drop(at, name, std::min<uint32_t>(len, record.rec_len - kRecordHeader), record.ino, why);
@@ -468,8 +468,7 @@ class Checker::DirWalker {
   Checker& c_;
   DirInfo& dir_;
   const Inode& inode_;
-  const uint32_t fanout_bits_;
-  const int max_depth_;
+  const DirTreeShape shape_;
   const bool live_;  // not an unlinked directory being freed
   const NameHashKey hash_key_;
   std::vector<ChainEntry>& entries_;  // of the leaf chain being checked

@@ -13,7 +13,9 @@
 #include <ctime>
 
 #include "fsck/checker.hpp"
+#include "nvfs/bitmap.hpp"
 #include "nvfs/cli.hpp"
+#include "nvfs/validate.hpp"
 
 namespace nvfs::fsck {
 
@@ -28,13 +30,27 @@ constexpr uint64_t kMapOffset = offsetof(Inode, map);
 constexpr uint32_t kMaxBadPointers = 8;
 
 uint8_t KindOfMode(uint32_t mode) {
-  switch (mode & S_IFMT) {
-    case S_IFREG: return kRegular;
-    case S_IFDIR: return kDirectory;
-    case S_IFLNK: return kSymlink;
-    case S_IFCHR: case S_IFBLK: case S_IFIFO: case S_IFSOCK: return kSpecial;
-    default: return kFree;
+  switch (InodeTypeOf(mode)) {
+    case InodeType::kRegular: return kRegular;
+    case InodeType::kDirectory: return kDirectory;
+    case InodeType::kSymlink: return kSymlink;
+    case InodeType::kSpecial: return kSpecial;
+    case InodeType::kInvalid: break;
   }
+  return kFree;
+}
+
+const char* XattrFaultName(XattrFault fault) {
+  switch (fault) {
+    case XattrFault::kNone: break;
+    case XattrFault::kNoMagic: return "without its magic";
+    case XattrFault::kOverfull: return "overfull";
+    case XattrFault::kShortEntries: return "holding fewer entries than it counts";
+    case XattrFault::kBadEntry: return "holding a damaged entry";
+    case XattrFault::kNoNamespace: return "holding an attribute of no known namespace";
+    case XattrFault::kTrailingBytes: return "holding bytes past its last entry";
+  }
+  return nullptr;
 }
 
 }  // namespace
@@ -43,8 +59,7 @@ void Checker::CheckInodes() {
   const Geometry& g = geometry_;
   // The root first: every other inode is judged by what reaches it.
   const std::byte* bitmap0 = Block(g.InodeBitmapBlock(0));
-  const bool root_allocated =
-      ((std::to_integer<unsigned>(bitmap0[format::kRootIno / 8]) >> (format::kRootIno % 8)) & 1) != 0;
+  const bool root_allocated = TestBit(bitmap0, format::kRootIno);
   const uint8_t root_kind =
       root_allocated ? KindOfMode(InodeAt(format::kRootIno).mode) : uint8_t{kFree};
   if (root_kind != kDirectory) {
@@ -194,7 +209,7 @@ void Checker::CheckInode(uint64_t ino, const Inode& inode) {
   // it leaves nothing behind.
   if (kind == kSymlink) {
     const uint64_t size = inode.size;
-    if (size == 0 || size > format::kSymlinkMax) {
+    if (!SymlinkSizeValid(size)) {
       char why[64];
       std::snprintf(why, sizeof why, "symlink of %" PRIu64 " bytes", size);
       if (ClearInode(ino, why) || !CanWrite()) return;
@@ -211,9 +226,7 @@ void Checker::CheckInode(uint64_t ino, const Inode& inode) {
   switch (kind) {
     case kRegular: {
       blocks += CheckFileMap(ino, inode, &mapped_end);
-      const uint64_t max_size = std::min<uint64_t>(max_file_blocks_ << block_shift_,
-                                                   (uint64_t{1} << 63) - 1);
-      if (inode.size > max_size &&
+      if (inode.size > max_file_size_ &&
           Problem(Repair::kSafe, "inode %" PRIu64 ": size %" PRIu64 " past the largest file",
                   ino, inode.size)) {
         WriteField(ino, inode.size, mapped_end << block_shift_);
@@ -273,37 +286,7 @@ uint64_t Checker::CheckXattrBlock(uint64_t ino, const Inode& inode) {
   if (fault != BlockFault::kNone) {
     what = FaultName(fault);
   } else {
-    const std::byte* block = Block(block_no);
-    format::XattrHeader header;
-    std::memcpy(&header, block, sizeof header);
-    if (header.magic != format::kXattrMagic) {
-      what = "without its magic";
-    } else if (header.used > block_size_ - sizeof header) {
-      what = "overfull";
-    } else {
-      uint64_t pos = sizeof header;
-      const uint64_t end = sizeof header + uint64_t{header.used};
-      for (uint32_t i = 0; i < header.count && what == nullptr; ++i) {
-        format::XattrEntry entry;
-        if (end - pos < sizeof entry) {
-          what = "holding fewer entries than it counts";
-          break;
-        }
-        std::memcpy(&entry, block + pos, sizeof entry);
-        const uint64_t size = format::XattrEntryLength(entry.name_len, entry.value_len);
-        if (entry.name_len == 0 || entry.value_len > format::kXattrValueMax || size > end - pos) {
-          what = "holding a damaged entry";
-        } else if (format::XattrNamespaceOf(
-                       {reinterpret_cast<const char*>(block + pos + sizeof entry), entry.name_len}) ==
-                   format::XattrNamespace::kNone) {
-          // Any system.* name is well-formed on the media, even those the
-          // filesystem does not serve (doc/format.md).
-          what = "holding an attribute of no known namespace";
-        }
-        pos += size;
-      }
-      if (what == nullptr && pos != end) what = "holding bytes past its last entry";
-    }
+    what = XattrFaultName(nvfs::CheckXattrBlock({Block(block_no), block_size_}));
   }
   if (what == nullptr) {
     Claim(block_no);
@@ -431,7 +414,7 @@ void Checker::CheckOrphans() {
       why = "is not flagged as an orphan";
     } else if (state_[ino] & kOnOrphanList) {
       why = "is on it twice (a loop)";
-    } else if (InodeAt(ino).nlink != 0 && Kind(ino) != kRegular) {
+    } else if (!OrphanMayBe(InodeAt(ino))) {
       why = "is linked and no regular file";
     }
     if (why != nullptr) {
@@ -455,7 +438,7 @@ void Checker::CheckOrphans() {
   for (uint64_t n = 1; n < geometry_.inode_count(); ++n) {
     if ((state_[n] & (kOrphanFlag | kOnOrphanList)) != kOrphanFlag) continue;
     const Inode& inode = InodeAt(n);
-    if (inode.nlink != 0 && Kind(n) != kRegular) {
+    if (!OrphanMayBe(inode)) {
       if (Problem(Repair::kSafe, "inode %" PRIu64 ": orphan flag on a linked inode that is no "
                   "regular file; clearing it", n)) {
         WriteField(n, inode.flags, inode.flags & ~format::kInodeFlagOrphan);

@@ -8,6 +8,8 @@
 
 #include "fsck/checker.hpp"
 #include "journal/journal.hpp"
+#include "nvfs/bitmap.hpp"
+#include "nvfs/validate.hpp"
 
 namespace nvfs::fsck {
 
@@ -25,15 +27,11 @@ bool Checker::CheckJournalHeaders() {
     const uint64_t offset = g.JournalSlotOffset(slot);
     JournalSlotHeader header;
     std::memcpy(&header, media_.base() + offset, sizeof header);
-    if (std::memcmp(header.magic, format::kJournalMagic, sizeof header.magic) != 0 ||
-        header.slot != slot || header.state > static_cast<uint32_t>(JournalState::kCommitted)) {
+    if (!JournalSlotHeaderValid(header, slot)) {
       if (Problem(Repair::kDecision, "journal slot %u: header damaged", slot)) {
         media_.Fill(offset, 0, g.journal_slot_size());
-        JournalSlotHeader fresh{};
-        std::memcpy(fresh.magic, format::kJournalMagic, sizeof fresh.magic);
-        fresh.state = static_cast<uint32_t>(JournalState::kIdle);
-        fresh.slot = slot;
-        fresh.tx_seq = 0;  // the cleared slot holds no record of any sequence
+        // The cleared slot holds no record of any sequence.
+        const JournalSlotHeader fresh = IdleJournalSlotHeader(slot);
         media_.Store(offset, &fresh, sizeof fresh);
         media_.Persist(offset, g.journal_slot_size());
         Fixed();
@@ -98,7 +96,7 @@ void Checker::BuildOverlay() {
       const uint64_t bit = unit % per_group;
       std::byte* bitmap =
           PatchBlock(blocks ? g.BlockBitmapBlock(group) : g.InodeBitmapBlock(group));
-      bitmap[bit / 8] &= ~static_cast<std::byte>(1u << (bit % 8));
+      ClearBitsInBuffer(bitmap, bit, 1);
     }
   });
   if (!planned.ok()) {

@@ -11,10 +11,11 @@
 #include <string>
 
 #include "alloc/allocator.hpp"
+#include "ctx/context.hpp"
 #include "dir/dir.hpp"
-#include "fs/context.hpp"
 #include "fsck/checker.hpp"
 #include "journal/journal.hpp"
+#include "nvfs/bitmap.hpp"
 #include "nvfs/cli.hpp"
 
 namespace nvfs::fsck {
@@ -74,16 +75,6 @@ std::string Differences(const uint64_t* have, const uint64_t* want, size_t words
   flush();
   if (ranges > 6) out += " ...";
   return out;
-}
-
-uint64_t PopCount(const uint64_t* words, uint64_t bits) {
-  uint64_t n = 0;
-  for (uint64_t w = 0; w * 64 < bits; ++w) {
-    uint64_t v = words[w];
-    if (bits - w * 64 < 64) v &= (uint64_t{1} << (bits - w * 64)) - 1;
-    n += static_cast<uint64_t>(std::popcount(v));
-  }
-  return n;
 }
 
 }  // namespace
@@ -169,7 +160,7 @@ void Checker::CheckBitmaps() {
         Fixed();
       }
     }
-    group_free_blocks_[group] = static_cast<uint32_t>(blocks - PopCount(want.data(), blocks));
+    group_free_blocks_[group] = static_cast<uint32_t>(blocks - CountSetWordBits(want.data(), blocks));
 
     const uint32_t ipg = g.inodes_per_group();
     const uint64_t first_ino = uint64_t{group} * ipg;
@@ -195,7 +186,7 @@ void Checker::CheckBitmaps() {
         Fixed();
       }
     }
-    group_free_inodes_[group] = static_cast<uint32_t>(ipg - PopCount(want.data(), ipg));
+    group_free_inodes_[group] = static_cast<uint32_t>(ipg - CountSetWordBits(want.data(), ipg));
   }
 }
 

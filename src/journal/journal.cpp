@@ -7,7 +7,9 @@
 #include <cstring>
 #include <functional>
 
+#include "nvfs/bitmap.hpp"
 #include "nvfs/crc32c.hpp"
+#include "nvfs/validate.hpp"
 
 namespace nvfs {
 
@@ -61,7 +63,7 @@ void ClearMediaBits(Media& media, const Geometry& g, BitmapKind kind, uint64_t f
     const uint64_t word_offset = bitmap + bit / 64 * 8;
     const uint64_t first_bit = bit % 64;
     const uint64_t n = std::min<uint64_t>({64 - first_bit, end - unit, per_group - bit});
-    const uint64_t mask = (n == 64 ? ~uint64_t{0} : ((uint64_t{1} << n) - 1)) << first_bit;
+    const uint64_t mask = BitRunMask(first_bit, n);
     uint64_t word;
     std::memcpy(&word, media.base() + word_offset, 8);
     if ((word & mask) != 0) {
@@ -149,8 +151,7 @@ Status Journal::CheckSlotHeaders() const {
   for (uint32_t slot = 0; slot < geometry_.journal_slots(); ++slot) {
     JournalSlotHeader header;
     std::memcpy(&header, media_.base() + geometry_.JournalSlotOffset(slot), sizeof header);
-    if (std::memcmp(header.magic, format::kJournalMagic, sizeof header.magic) != 0 ||
-        header.slot != slot || header.state > static_cast<uint32_t>(JournalState::kCommitted)) {
+    if (!JournalSlotHeaderValid(header, slot)) {
       return MakeError(EUCLEAN, "journal slot %u is damaged; run fsck.nvfs", slot);
     }
   }

@@ -14,6 +14,7 @@
 #include "nvfs/dir_block.hpp"
 #include "nvfs/name_hash.hpp"
 #include "nvfs/superblock.hpp"
+#include "nvfs/validate.hpp"
 
 namespace nvfs {
 
@@ -207,10 +208,7 @@ Status WriteMkfs(Media& media, const MkfsPlan& plan,
   const uint64_t journal_bytes = uint64_t{g.journal_blocks()} * bs;
   media.Fill(journal, 0, journal_bytes);
   for (uint32_t slot = 0; slot < g.journal_slots(); ++slot) {
-    format::JournalSlotHeader header{};
-    std::memcpy(header.magic, format::kJournalMagic, sizeof header.magic);
-    header.state = static_cast<uint32_t>(format::JournalState::kIdle);
-    header.slot = slot;
+    const format::JournalSlotHeader header = IdleJournalSlotHeader(slot);
     media.Store(g.JournalSlotOffset(slot), &header, sizeof header);
   }
   media.Flush(journal, journal_bytes);

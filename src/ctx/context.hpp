@@ -1,5 +1,11 @@
 // What the filesystem's modules share: the media, the geometry, the
-// allocator, the journal and the directory hash key. Owned by Filesystem.
+// allocator, the journal and the directory hash key. Owned by Filesystem
+// (and, for its reconnection to lost+found, by fsck).
+//
+// Its own layer, src/ctx: above the journal and the allocator (it holds
+// both) and below what uses them through it (src/bmap, src/dir, src/fs), so
+// every include points down. Not src/format, the bottom layer, which knows
+// only the media and the geometry and must not reach up to the allocator.
 #pragma once
 
 #include <cstdint>

@@ -1,0 +1,283 @@
+// The checks of on-media objects, one decoder or validator per kind of
+// object, written once and used by mount, the core and fsck alike (STYLE
+// 12a; doc/integrity.md section 9 says who calls what). Each answers with a
+// typed fault saying what is wrong; the caller decides what that means: the
+// core turns it into EIO or EUCLEAN and a damage report, fsck into its
+// message and repair. What needs the whole namespace — a block or an inode
+// reached twice, reachability, link counts, the bitmaps against what is in
+// use — is fsck's own (src/fsck), as is every repair.
+//
+// Everything here reads only the object it is given (and the geometry): no
+// bitmap, no other inode, no lock. The map path's cost is not here: the
+// bmap copies FileMapLayout's numbers once, and checks each pointer with
+// Geometry::IsDataBlock (geometry.hpp), the pointer check of this layer.
+#pragma once
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string_view>
+
+#include "nvfs/format.hpp"
+#include "nvfs/geometry.hpp"
+#include "nvfs/name_hash.hpp"
+
+namespace nvfs {
+
+// ---------------------------------------------------------------------------
+// Inodes
+// ---------------------------------------------------------------------------
+
+// The file type an inode's mode names; kInvalid for none the format has.
+enum class InodeType : uint8_t { kInvalid, kRegular, kDirectory, kSymlink, kSpecial };
+inline InodeType InodeTypeOf(uint32_t mode) {
+  switch (mode & S_IFMT) {
+    case S_IFREG: return InodeType::kRegular;
+    case S_IFDIR: return InodeType::kDirectory;
+    case S_IFLNK: return InodeType::kSymlink;
+    case S_IFCHR: case S_IFBLK: case S_IFIFO: case S_IFSOCK: return InodeType::kSpecial;
+    default: return InodeType::kInvalid;
+  }
+}
+
+// A symlink's size (its target's length) as the format allows it.
+inline bool SymlinkSizeValid(uint64_t size) {
+  return size != 0 && size <= format::kSymlinkMax;
+}
+
+// Whether an inode flagged as an orphan may be one: unlinked, or a regular
+// file whose truncation was cut short (nothing else is ever truncated).
+inline bool OrphanMayBe(const format::Inode& inode) {
+  return inode.nlink == 0 || InodeTypeOf(inode.mode) == InodeType::kRegular;
+}
+
+// ---------------------------------------------------------------------------
+// File maps (format.hpp, InodeFileMap)
+// ---------------------------------------------------------------------------
+
+// File block arithmetic saturates at 2^64 - 1 (no range of file blocks wraps).
+inline constexpr uint64_t kSaturated = ~uint64_t{0};
+inline uint64_t SaturatingAdd(uint64_t a, uint64_t b) {
+  return a > kSaturated - b ? kSaturated : a + b;
+}
+inline uint64_t SaturatingMul(uint64_t a, uint64_t b) {
+  return b != 0 && a > kSaturated / b ? kSaturated : a * b;
+}
+
+// Where each tree of a file map begins, for one block size: the direct
+// pointers map file blocks [0, 11), the depth-d tree [start(d), start(d+1)).
+// The arithmetic saturates at 2^64 - 1 (a depth-5 tree of 1 MiB blocks
+// addresses 2^85 blocks), and files end at 2^63 - 1 bytes.
+class FileMapLayout {
+ public:
+  explicit FileMapLayout(uint32_t block_shift);
+
+  // First file block of the depth-`depth` tree, 1 <= depth <= 6 (6: the end
+  // of the depth-5 range), saturated.
+  uint64_t start(uint32_t depth) const { return start_[depth]; }
+  // File blocks a map can address: below both start(6) and 2^63 bytes.
+  uint64_t max_blocks() const { return max_blocks_; }
+  // The deepest tree holding a block below max_blocks(); p^depth < 2^60 for
+  // every depth up to it, so no shift of a file block index overflows.
+  uint32_t max_depth() const { return max_depth_; }
+  // The largest size a file of this block size may have.
+  uint64_t max_size() const;
+
+ private:
+  uint32_t block_shift_;
+  uint64_t start_[format::kIndirectPointers + 2] = {};
+  uint64_t max_blocks_ = 0;
+  uint32_t max_depth_ = 0;
+};
+
+// ---------------------------------------------------------------------------
+// Extended-attribute blocks (format.hpp, XattrHeader and XattrEntry)
+// ---------------------------------------------------------------------------
+
+enum class XattrFault : uint8_t {
+  kNone,
+  kNoMagic,       // header.magic is not kXattrMagic
+  kOverfull,      // header.used runs past the block
+  kShortEntries,  // fewer entries in `used` bytes than header.count
+  kBadEntry,      // a name of 0 bytes, a value past kXattrValueMax, or past `used`
+  kNoNamespace,   // a name of no known namespace (XattrNamespaceOf: kNone)
+  kTrailingBytes, // bytes in `used` after the last entry
+};
+
+// Decodes an xattr block: checks each entry, in order, before it calls
+// fn(name, value) (views into `block`); returns the first fault, the entries
+// before it having been passed to fn. REQUIRES: block.size() is the block size.
+template <class Fn>
+XattrFault DecodeXattrBlock(std::span<const std::byte> block, Fn&& fn) {
+  format::XattrHeader header;
+  std::memcpy(&header, block.data(), sizeof header);
+  if (header.magic != format::kXattrMagic) return XattrFault::kNoMagic;
+  if (header.used > block.size() - sizeof header) return XattrFault::kOverfull;
+  uint64_t pos = sizeof header;
+  const uint64_t end = sizeof header + uint64_t{header.used};
+  for (uint32_t i = 0; i < header.count; ++i) {
+    format::XattrEntry entry;
+    if (end - pos < sizeof entry) return XattrFault::kShortEntries;
+    std::memcpy(&entry, block.data() + pos, sizeof entry);
+    const uint64_t size = format::XattrEntryLength(entry.name_len, entry.value_len);
+    if (entry.name_len == 0 || entry.value_len > format::kXattrValueMax || size > end - pos) {
+      return XattrFault::kBadEntry;
+    }
+    const char* name = reinterpret_cast<const char*>(block.data() + pos + sizeof entry);
+    const std::string_view name_view(name, entry.name_len);
+    // Any system.* name is well-formed on the media, even those the
+    // filesystem does not serve (doc/format.md).
+    if (format::XattrNamespaceOf(name_view) == format::XattrNamespace::kNone) {
+      return XattrFault::kNoNamespace;
+    }
+    fn(name_view, std::string_view(name + entry.name_len, entry.value_len));
+    pos += size;
+  }
+  return pos == end ? XattrFault::kNone : XattrFault::kTrailingBytes;
+}
+
+inline XattrFault CheckXattrBlock(std::span<const std::byte> block) {
+  return DecodeXattrBlock(block, [](std::string_view, std::string_view) {});
+}
+
+// ---------------------------------------------------------------------------
+// Directories (format.hpp, "Directories")
+// ---------------------------------------------------------------------------
+
+// The levels of a directory tree for one block size: index level k uses
+// hash bits [Start(k), End(k)); depth -1 stands for dir.root, which uses none.
+class DirTreeShape {
+ public:
+  explicit DirTreeShape(uint32_t block_shift)
+      : fanout_bits_(block_shift - 3),
+        max_depth_(static_cast<int>((format::kDirHashBits + fanout_bits_ - 1) / fanout_bits_) -
+                   1) {}
+
+  uint32_t fanout_bits() const { return fanout_bits_; }
+  // The deepest index level: the one that uses the last hash bits.
+  int max_depth() const { return max_depth_; }
+  uint32_t Start(int depth) const { return depth < 0 ? 0 : depth * fanout_bits_; }
+  uint32_t End(int depth) const {
+    return depth < 0 ? 0 : std::min<uint32_t>((depth + 1) * fanout_bits_, format::kDirHashBits);
+  }
+  uint32_t Width(int depth) const { return End(depth) - Start(depth); }
+  // Slots a leaf of `prefix_bits` fills in a depth-`depth` index node.
+  uint32_t Span(int depth, uint32_t prefix_bits) const {
+    return uint32_t{1} << (End(depth) - prefix_bits);
+  }
+
+ private:
+  uint32_t fanout_bits_;
+  int max_depth_;
+};
+
+inline constexpr uint64_t kDirNodeReservedBits =
+    ~(format::kDirNodeIndexBit | format::kDirNodeBlockMask);
+
+enum class DirNodeFault : uint8_t {
+  kNone,
+  kReservedBits,  // bits other than the index bit and the block number
+  kNotData,       // the block is no data block (Geometry::IsDataBlock)
+};
+
+// A DirNodePtr read from the media, before it is followed.
+inline DirNodeFault CheckDirNodePointer(uint64_t ptr, const Geometry& geometry) {
+  if ((ptr & kDirNodeReservedBits) != 0) return DirNodeFault::kReservedBits;
+  if (!geometry.IsDataBlock(ptr & format::kDirNodeBlockMask)) return DirNodeFault::kNotData;
+  return DirNodeFault::kNone;
+}
+
+enum class DirLeafFault : uint8_t {
+  kNone,
+  kNoMagic,       // magic is not kDirLeafMagic
+  kPrefixLength,  // prefix_bits outside the level that points to it
+  kPrefix,        // prefix is not the path's
+  kOverflowLink,  // a `next` link on a leaf above the last level
+  kOtherPrefix,   // an overflow leaf whose prefix is not its head's
+};
+
+// The header of a leaf reached through a slot of a depth-`depth` index node
+// (-1: dir.root) whose hashes begin with `path_bits` (shape.End(depth) bits).
+inline DirLeafFault CheckDirLeaf(const format::DirLeafHeader& leaf, const DirTreeShape& shape,
+                                 int depth, uint64_t path_bits) {
+  if (leaf.magic != format::kDirLeafMagic) return DirLeafFault::kNoMagic;
+  const uint32_t bits = leaf.prefix_bits;
+  if (bits < shape.Start(depth) || bits > shape.End(depth)) return DirLeafFault::kPrefixLength;
+  if (leaf.prefix != path_bits >> (shape.End(depth) - bits)) return DirLeafFault::kPrefix;
+  if (leaf.next != 0 && bits != format::kDirHashBits) return DirLeafFault::kOverflowLink;
+  return DirLeafFault::kNone;
+}
+
+// An overflow leaf of the chain headed by the checked leaf `head`.
+inline DirLeafFault CheckDirOverflowLeaf(const format::DirLeafHeader& leaf,
+                                         const format::DirLeafHeader& head) {
+  if (leaf.magic != format::kDirLeafMagic) return DirLeafFault::kNoMagic;
+  if (leaf.prefix_bits != head.prefix_bits || leaf.prefix != head.prefix) {
+    return DirLeafFault::kOtherPrefix;
+  }
+  return DirLeafFault::kNone;
+}
+
+// A record's length, for the record `remaining` bytes before the end of its
+// leaf: the records must chain exactly to the end of the block.
+enum class DirRecordFault : uint8_t {
+  kNone,
+  kPastBlock,  // fewer than sizeof(DirEntry) bytes left: no record fits
+  kBadLength,  // rec_len below the header, not a multiple of 8, or past the block
+};
+
+inline DirRecordFault CheckDirRecordLength(uint32_t rec_len, uint32_t remaining) {
+  constexpr uint32_t kHeader = sizeof(format::DirEntry);
+  if (remaining < kHeader) return DirRecordFault::kPastBlock;
+  if (rec_len < kHeader || rec_len % 8 != 0 || rec_len > remaining) {
+    return DirRecordFault::kBadLength;
+  }
+  return DirRecordFault::kNone;
+}
+
+enum class DirEntryFault : uint8_t {
+  kNone,
+  kNameLength,  // 0, or past the record
+  kName,        // holds '/' or NUL, or is "." or ".."
+  kKey,         // above kDirKeyMax
+  kKeyNotHash,  // the key's hash is not the name's
+  kPrefix,      // the key's hash does not begin with the leaf's prefix
+};
+
+// A live record (ino != 0) of a leaf whose hashes begin with the
+// `prefix_bits`-bit `prefix`; `name` is the record's name bytes as stored
+// (record.name_len of them, once kNameLength is ruled out). The structural
+// checks — what the core needs to use a record — always; with `hash_key`
+// also the name's bytes and its hash against the key (fsck: a SipHash per
+// record, too dear for every lookup).
+DirEntryFault CheckDirEntry(const format::DirEntry& record, const char* name,
+                            uint32_t prefix_bits, uint64_t prefix,
+                            const NameHashKey* hash_key = nullptr);
+
+// ---------------------------------------------------------------------------
+// Journal slot headers (format.hpp, JournalSlotHeader)
+// ---------------------------------------------------------------------------
+
+// The header of slot `slot`: its magic, its own index and a known state.
+inline bool JournalSlotHeaderValid(const format::JournalSlotHeader& header, uint32_t slot) {
+  return std::memcmp(header.magic, format::kJournalMagic, sizeof header.magic) == 0 &&
+         header.slot == slot &&
+         header.state <= static_cast<uint32_t>(format::JournalState::kCommitted);
+}
+
+// The header of an idle slot holding no record of any sequence (mkfs, and
+// fsck over a cleared damaged slot).
+inline format::JournalSlotHeader IdleJournalSlotHeader(uint32_t slot) {
+  format::JournalSlotHeader header{};
+  std::memcpy(header.magic, format::kJournalMagic, sizeof header.magic);
+  header.state = static_cast<uint32_t>(format::JournalState::kIdle);
+  header.slot = slot;
+  header.tx_seq = 0;
+  return header;
+}
+
+}  // namespace nvfs
