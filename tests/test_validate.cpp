@@ -1,0 +1,335 @@
+// The validator of on-media objects (nvfs/validate.hpp) and the word bitmap
+// operations (nvfs/bitmap.hpp): each fault it names, on objects built here.
+// The core's and fsck's reactions to the same faults are tested in
+// test_dir, test_fs, test_contain and test_fsck.
+#include <sys/stat.h>
+
+#include <cstring>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "nvfs/bitmap.hpp"
+#include "nvfs/format.hpp"
+#include "nvfs/geometry.hpp"
+#include "nvfs/name_hash.hpp"
+#include "nvfs/validate.hpp"
+
+namespace nvfs {
+namespace {
+
+using format::DirEntry;
+using format::DirLeafHeader;
+
+// ---------------------------------------------------------------------------
+// Bit operations
+// ---------------------------------------------------------------------------
+
+TEST_CASE("word bitmaps: masks, set, clear, test and count agree with the byte order") {
+  CHECK(BitRunMask(0, 64) == ~uint64_t{0});
+  CHECK(BitRunMask(3, 2) == 0b11000);
+  CHECK(BitRunMask(63, 1) == uint64_t{1} << 63);
+  uint64_t words[3] = {};
+  SetWordBits(words, 60, 10);  // across a word boundary
+  CHECK(words[0] == BitRunMask(60, 4));
+  CHECK(words[1] == BitRunMask(0, 6));
+  CHECK(TestWordBit(words, 60));
+  CHECK(TestWordBit(words, 69));
+  CHECK_FALSE(TestWordBit(words, 70));
+  CHECK(CountSetWordBits(words, 192) == 10);
+  CHECK(CountSetWordBits(words, 66) == 6);  // a partial last word is masked
+  // Word bit i is byte bit i % 8 of byte i / 8 (little-endian).
+  std::byte bytes[24];
+  std::memcpy(bytes, words, sizeof bytes);
+  for (uint64_t bit = 0; bit < 192; ++bit) CHECK(TestBit(bytes, bit) == TestWordBit(words, bit));
+  ClearWordBits(words, 62, 5);
+  CHECK(CountSetWordBits(words, 192) == 5);
+  ClearBitsInBuffer(bytes, 60, 10);
+  CHECK(CountSetBits(bytes, 192) == 0);
+}
+
+// ---------------------------------------------------------------------------
+// Inodes
+// ---------------------------------------------------------------------------
+
+TEST_CASE("inode types, symlink sizes and the orphan rule") {
+  CHECK(InodeTypeOf(S_IFREG | 0644) == InodeType::kRegular);
+  CHECK(InodeTypeOf(S_IFDIR | 0755) == InodeType::kDirectory);
+  CHECK(InodeTypeOf(S_IFLNK | 0777) == InodeType::kSymlink);
+  for (uint32_t type : {S_IFCHR, S_IFBLK, S_IFIFO, S_IFSOCK}) {
+    CHECK(InodeTypeOf(type | 0600) == InodeType::kSpecial);
+  }
+  CHECK(InodeTypeOf(0) == InodeType::kInvalid);
+  CHECK(InodeTypeOf(0170000) == InodeType::kInvalid);
+  CHECK_FALSE(SymlinkSizeValid(0));
+  CHECK(SymlinkSizeValid(1));
+  CHECK(SymlinkSizeValid(format::kSymlinkMax));
+  CHECK_FALSE(SymlinkSizeValid(format::kSymlinkMax + 1));
+  format::Inode inode{};
+  inode.mode = S_IFDIR | 0755;
+  inode.nlink = 0;
+  CHECK(OrphanMayBe(inode));  // unlinked: anything
+  inode.nlink = 2;
+  CHECK_FALSE(OrphanMayBe(inode));
+  inode.mode = S_IFREG | 0644;
+  inode.nlink = 1;
+  CHECK(OrphanMayBe(inode));  // a cut-short truncation
+}
+
+// ---------------------------------------------------------------------------
+// File maps
+// ---------------------------------------------------------------------------
+
+TEST_CASE("file-map layout: the tree ranges, saturated, and the largest file") {
+  SECTION("4 KiB blocks: every depth below 2^63 bytes") {
+    const FileMapLayout layout(12);
+    const uint64_t p = 512;
+    CHECK(layout.start(1) == 11);
+    CHECK(layout.start(2) == 11 + p);
+    CHECK(layout.start(3) == 11 + p + p * p);
+    CHECK(layout.start(6) == 11 + p + p * p + p * p * p + p * p * p * p + p * p * p * p * p);
+    CHECK(layout.max_blocks() == layout.start(6));
+    CHECK(layout.max_depth() == 5);
+    CHECK(layout.max_size() == layout.max_blocks() << 12);
+  }
+  SECTION("1 MiB blocks: the ranges saturate, files end below 2^63 bytes") {
+    const FileMapLayout layout(20);
+    CHECK(layout.start(5) == kSaturated);
+    CHECK(layout.start(6) == kSaturated);
+    CHECK(layout.max_blocks() == (uint64_t{1} << 63) >> 20);
+    CHECK(layout.max_depth() == 3);
+    CHECK(layout.max_size() == (uint64_t{1} << 63) - 1);
+  }
+  CHECK(SaturatingAdd(kSaturated - 1, 2) == kSaturated);
+  CHECK(SaturatingMul(uint64_t{1} << 40, uint64_t{1} << 30) == kSaturated);
+  CHECK(SaturatingMul(0, kSaturated) == 0);
+}
+
+// ---------------------------------------------------------------------------
+// Extended-attribute blocks
+// ---------------------------------------------------------------------------
+
+class XattrBlock {
+ public:
+  XattrBlock() : bytes_(4096) {
+    header_.magic = format::kXattrMagic;
+    Sync();
+  }
+  void Add(const std::string& name, const std::string& value) {
+    format::XattrEntry entry{};
+    entry.name_len = static_cast<uint8_t>(name.size());
+    entry.value_len = static_cast<uint32_t>(value.size());
+    const uint64_t at = sizeof header_ + header_.used;
+    std::memcpy(bytes_.data() + at, &entry, sizeof entry);
+    std::memcpy(bytes_.data() + at + sizeof entry, name.data(), name.size());
+    std::memcpy(bytes_.data() + at + sizeof entry + name.size(), value.data(), value.size());
+    header_.used += static_cast<uint32_t>(format::XattrEntryLength(name.size(), value.size()));
+    ++header_.count;
+    Sync();
+  }
+  format::XattrHeader& header() { return header_; }
+  void Sync() { std::memcpy(bytes_.data(), &header_, sizeof header_); }
+  std::span<const std::byte> span() const { return bytes_; }
+  std::vector<std::pair<std::string, std::string>> decoded;
+  XattrFault Decode() {
+    decoded.clear();
+    return DecodeXattrBlock(span(), [&](std::string_view name, std::string_view value) {
+      decoded.emplace_back(std::string(name), std::string(value));
+    });
+  }
+
+ private:
+  format::XattrHeader header_{};
+  std::vector<std::byte> bytes_;
+};
+
+TEST_CASE("xattr blocks: decoded in order, each fault named, entries before it passed on") {
+  XattrBlock block;
+  block.Add("user.a", "1");
+  block.Add("system.posix_acl_access", "xyz");  // well-formed on the media
+  REQUIRE(block.Decode() == XattrFault::kNone);
+  REQUIRE(block.decoded.size() == 2);
+  CHECK(block.decoded[0] == std::pair<std::string, std::string>("user.a", "1"));
+  CHECK(block.decoded[1].first == "system.posix_acl_access");
+  CHECK(CheckXattrBlock(block.span()) == XattrFault::kNone);
+
+  SECTION("magic") {
+    block.header().magic ^= 1;
+    block.Sync();
+    CHECK(block.Decode() == XattrFault::kNoMagic);
+  }
+  SECTION("used past the block") {
+    block.header().used = 4096 - sizeof(format::XattrHeader) + 1;
+    block.Sync();
+    CHECK(block.Decode() == XattrFault::kOverfull);
+  }
+  SECTION("more entries counted than held") {
+    block.header().count = 3;
+    block.Sync();
+    CHECK(block.Decode() == XattrFault::kShortEntries);
+    CHECK(block.decoded.size() == 2);
+  }
+  SECTION("bytes past the last entry") {
+    block.header().used += 8;
+    block.Sync();
+    CHECK(block.Decode() == XattrFault::kTrailingBytes);
+  }
+  SECTION("a name of no namespace, after a good entry") {
+    XattrBlock other;
+    other.Add("user.ok", "v");
+    other.Add("nonamespace", "v");
+    CHECK(other.Decode() == XattrFault::kNoNamespace);
+    CHECK(other.decoded.size() == 1);
+  }
+  SECTION("an entry running past `used`") {
+    XattrBlock other;
+    other.Add("user.x", std::string(100, 'v'));
+    other.header().used -= 8;
+    other.Sync();
+    CHECK(other.Decode() == XattrFault::kBadEntry);
+    CHECK(other.decoded.empty());
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Directories
+// ---------------------------------------------------------------------------
+
+Geometry TestGeometry() {
+  GeometryRequest request;
+  request.namespace_size = 64u << 20;
+  Result<Geometry> g = Geometry::Compute(request);
+  REQUIRE(g.ok());
+  return *g;
+}
+
+TEST_CASE("directory tree shape: levels of a 4 KiB and a 1 MiB tree") {
+  const DirTreeShape small(12);
+  CHECK(small.fanout_bits() == 9);
+  CHECK(small.max_depth() == 4);  // 9 + 9 + 9 + 9 + 4 bits
+  CHECK(small.Start(-1) == 0);
+  CHECK(small.End(-1) == 0);
+  CHECK(small.End(3) == 36);
+  CHECK(small.Width(4) == 4);
+  CHECK(small.Span(0, 0) == 512);
+  CHECK(small.Span(0, 9) == 1);
+  const DirTreeShape big(20);
+  CHECK(big.max_depth() == 2);  // 17 + 17 + 6
+  CHECK(big.Width(2) == 6);
+}
+
+TEST_CASE("directory node pointers, leaf headers, records and entries") {
+  const Geometry g = TestGeometry();
+  const DirTreeShape shape(g.block_shift());
+  const uint64_t data = g.FirstDataBlock(0);
+
+  SECTION("node pointers") {
+    CHECK(CheckDirNodePointer(data, g) == DirNodeFault::kNone);
+    CHECK(CheckDirNodePointer(data | format::kDirNodeIndexBit, g) == DirNodeFault::kNone);
+    CHECK(CheckDirNodePointer(data | (uint64_t{1} << 60), g) == DirNodeFault::kReservedBits);
+    CHECK(CheckDirNodePointer(0, g) == DirNodeFault::kNotData);
+    CHECK(CheckDirNodePointer(g.InodeTableBlock(0), g) == DirNodeFault::kNotData);
+    CHECK(CheckDirNodePointer(g.block_count(), g) == DirNodeFault::kNotData);
+  }
+
+  SECTION("leaf headers, by the slot that reaches them") {
+    DirLeafHeader leaf{};
+    leaf.magic = format::kDirLeafMagic;
+    leaf.prefix_bits = 5;
+    leaf.prefix = 0b10110;
+    // In a depth-0 index node (9 bits), through slot 0b101101111.
+    const uint64_t path = 0b101101111;
+    CHECK(CheckDirLeaf(leaf, shape, 0, path) == DirLeafFault::kNone);
+    CHECK(CheckDirLeaf(leaf, shape, 0, path ^ (1u << 8)) == DirLeafFault::kPrefix);
+    CHECK(CheckDirLeaf(leaf, shape, 1, path) == DirLeafFault::kPrefixLength);  // bits 9..18
+    CHECK(CheckDirLeaf(leaf, shape, -1, 0) == DirLeafFault::kPrefixLength);   // dir.root: 0
+    leaf.next = data;
+    CHECK(CheckDirLeaf(leaf, shape, 0, path) == DirLeafFault::kOverflowLink);
+    leaf.magic = 0;
+    CHECK(CheckDirLeaf(leaf, shape, 0, path) == DirLeafFault::kNoMagic);
+
+    DirLeafHeader head{};
+    head.magic = format::kDirLeafMagic;
+    head.prefix_bits = format::kDirHashBits;
+    head.prefix = 12345;
+    head.next = data;
+    DirLeafHeader overflow = head;
+    CHECK(CheckDirOverflowLeaf(overflow, head) == DirLeafFault::kNone);
+    overflow.prefix = 12346;
+    CHECK(CheckDirOverflowLeaf(overflow, head) == DirLeafFault::kOtherPrefix);
+    overflow.magic = 1;
+    CHECK(CheckDirOverflowLeaf(overflow, head) == DirLeafFault::kNoMagic);
+  }
+
+  SECTION("record lengths") {
+    CHECK(CheckDirRecordLength(24, 24) == DirRecordFault::kNone);
+    CHECK(CheckDirRecordLength(0, 16) == DirRecordFault::kPastBlock);
+    CHECK(CheckDirRecordLength(16, 100) == DirRecordFault::kBadLength);  // below the header
+    CHECK(CheckDirRecordLength(28, 100) == DirRecordFault::kBadLength);  // not 8-aligned
+    CHECK(CheckDirRecordLength(104, 100) == DirRecordFault::kBadLength);  // past the block
+  }
+
+  SECTION("entries: structural checks, and with the key the name and its hash") {
+    const NameHashKey key{0x0123456789abcdef, 0xfedcba9876543210};
+    const auto entry_for = [&](const std::string& name, uint32_t seq) {
+      DirEntry e{};
+      e.ino = 5;
+      e.key = DirKey(DirHash(NameHash(key, name)), seq);
+      e.rec_len = format::DirRecordLength(static_cast<uint32_t>(name.size()));
+      e.name_len = static_cast<uint8_t>(name.size());
+      return e;
+    };
+    const std::string name = "hello";
+    DirEntry e = entry_for(name, 3);
+    const uint64_t hash = e.key >> format::kDirSeqBits;
+    const uint64_t prefix7 = hash >> (format::kDirHashBits - 7);
+    CHECK(CheckDirEntry(e, name.data(), 0, 0, &key) == DirEntryFault::kNone);
+    CHECK(CheckDirEntry(e, name.data(), 7, prefix7, &key) == DirEntryFault::kNone);
+    CHECK(CheckDirEntry(e, name.data(), 7, prefix7 ^ 1) == DirEntryFault::kPrefix);
+    CHECK(CheckDirEntry(e, name.data(), 7, prefix7 ^ 1, &key) == DirEntryFault::kPrefix);
+    DirEntry bad = e;
+    bad.name_len = 0;
+    CHECK(CheckDirEntry(bad, name.data(), 0, 0) == DirEntryFault::kNameLength);
+    bad = e;
+    bad.name_len = static_cast<uint8_t>(bad.rec_len - sizeof(DirEntry) + 1);
+    CHECK(CheckDirEntry(bad, name.data(), 0, 0) == DirEntryFault::kNameLength);
+    bad = e;
+    bad.key = format::kDirKeyMax + 1;
+    CHECK(CheckDirEntry(bad, name.data(), 0, 0) == DirEntryFault::kKey);
+    bad = e;
+    bad.key ^= uint64_t{1} << format::kDirSeqBits;  // another hash
+    CHECK(CheckDirEntry(bad, name.data(), 0, 0) == DirEntryFault::kNone);  // the core's view
+    CHECK(CheckDirEntry(bad, name.data(), 0, 0, &key) == DirEntryFault::kKeyNotHash);
+    for (const std::string& invalid : {std::string("a/b"), std::string("."), std::string(".."),
+                                       std::string("a\0b", 3)}) {
+      const DirEntry r = entry_for(invalid, 0);
+      CHECK(CheckDirEntry(r, invalid.data(), 0, 0) == DirEntryFault::kNone);
+      CHECK(CheckDirEntry(r, invalid.data(), 0, 0, &key) == DirEntryFault::kName);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Journal slot headers
+// ---------------------------------------------------------------------------
+
+TEST_CASE("journal slot headers: an idle header is valid for its own slot only") {
+  format::JournalSlotHeader header = IdleJournalSlotHeader(3);
+  CHECK(header.state == static_cast<uint32_t>(format::JournalState::kIdle));
+  CHECK(header.tx_seq == 0);
+  CHECK(JournalSlotHeaderValid(header, 3));
+  CHECK_FALSE(JournalSlotHeaderValid(header, 2));
+  header.state = static_cast<uint32_t>(format::JournalState::kCommitted);
+  CHECK(JournalSlotHeaderValid(header, 3));
+  header.state = 3;
+  CHECK_FALSE(JournalSlotHeaderValid(header, 3));
+  header = IdleJournalSlotHeader(3);
+  header.magic[7] ^= 1;
+  CHECK_FALSE(JournalSlotHeaderValid(header, 3));
+}
+
+}  // namespace
+}  // namespace nvfs
