@@ -12,6 +12,11 @@
 //   fsck_links.cpp    pass 4: link counts and unattached inodes; pass 5:
 //                     bitmaps against reachability; reconnection to lost+found
 //
+// The checks of single on-media objects (a file map's ranges, an xattr block,
+// a directory node, leaf or record, a journal slot header, an inode's type)
+// are nvfs/validate.hpp's, the same the core makes; the passes add what needs
+// the whole namespace, the messages and the repairs.
+//
 // Memory: per inode one state byte and one 32-bit link counter; per block one
 // bit; per directory a DirInfo. Nothing is allocated per inode.
 //

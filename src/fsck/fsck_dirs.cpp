@@ -4,8 +4,9 @@
 // (in use, of the type the entry says, a directory named once). Pass 3: every
 // directory reaches the root through the entries that name them.
 //
-// The tree rules are doc/format.md's ("Directories"); src/dir/dir.cpp is the
-// code that must be able to use what this pass accepts.
+// The tree rules are doc/format.md's ("Directories"), checked node by node
+// by nvfs/validate.hpp, which src/dir uses too: what this pass accepts, the
+// core can use.
 #include <dirent.h>
 #include <sys/stat.h>
 
