@@ -193,6 +193,34 @@ TEST_CASE("containment: an xattr block pointer into an inode table is neither re
   CHECK(ErrorsOnMedia(img.path()) != 0);
 }
 
+// The core reads an xattr block with the check fsck makes (nvfs/validate.hpp),
+// so what fsck drops the core neither serves nor rewrites (before the shared
+// decoder, the core's own one accepted both blocks below and rewrote them).
+TEST_CASE("containment: an xattr block fsck would drop is damage to the core too", "[contain]") {
+  FsImage img;
+  const uint64_t ino = MustCreate(img.fs(), "f", 0);
+  REQUIRE(img->SetXattr(ino, "user.a", "1", 1, 0).ok());
+  const uint64_t block = InodeOf(img.fs(), ino).xattr_block;
+  auto* bytes = const_cast<std::byte*>(img->media().base()) + img->geometry().BlockOffset(block);
+  SECTION("a name of no namespace") {
+    // "user.a" -> "usex.a"
+    bytes[sizeof(format::XattrHeader) + sizeof(format::XattrEntry) + 3] = std::byte{'x'};
+  }
+  SECTION("bytes past the last entry") {
+    format::XattrHeader header;
+    std::memcpy(&header, bytes, sizeof header);
+    header.used += 8;
+    std::memcpy(bytes, &header, sizeof header);
+  }
+  Witness witness(img.fs(), block);
+  char value[8];
+  CHECK(img->SetXattr(ino, "user.b", "2", 1, 0).code() == EIO);  // the first: then read-only
+  CHECK(img->GetXattr(ino, "user.a", value, sizeof value).code() == EIO);
+  witness.Check();
+  img.Unmount();
+  CHECK(ErrorsOnMedia(img.path()) != 0);
+}
+
 TEST_CASE("containment: rmdir of a directory whose root points into an inode table frees nothing",
           "[contain]") {
   FsImage img;
