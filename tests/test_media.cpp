@@ -484,5 +484,53 @@ TEST_CASE("Media::Back: a sparse image is backed in chunks, remembered; a full o
   }
 }
 
+
+// Issue 12.6: a load or store that faults in the mapping (here: past the
+// end of an image file cut short under it, a SIGBUS as a poisoned pmem page
+// gives) fails the innermost recovery point; outside every point the page
+// is replaced by one that reads as all ones and counts as lost.
+TEST_CASE("Media errors: a fault fails its recovery point; outside one the page is lost",
+          "[media][fault]") {
+  TempPath image("cut");
+  MakeFile(image.path(), 1 * kMiB, 'a');
+  auto opened = OpenMedia(image.path(), MediaOptions{});
+  REQUIRE(opened.ok());
+  Media& m = **opened;
+  REQUIRE(truncate(image.path().c_str(), 256 * 1024) == 0);
+  const auto load = [&](uint64_t offset) {
+    return *reinterpret_cast<const volatile uint64_t*>(m.base() + offset);
+  };
+  const uint64_t errors_before = MediaErrorCount();
+
+  CHECK(load(4096) == 0x6161616161616161);  // before the cut: untouched
+  uint64_t seen = 0;
+  CHECK_FALSE(RunFaultGuarded([&] { seen = load(512 * 1024); }));
+  CHECK(MediaErrorCount() == errors_before + 1);
+  CHECK(LastMediaErrorOffset() == 512 * 1024);
+  CHECK(m.LostPages() == 0);  // a point took it: nothing replaced
+  CHECK_FALSE(m.Intact());    // the file is shorter than the mapping
+
+  // Outside every point: the page reads as ones from then on, and a store
+  // into it goes nowhere else.
+  CHECK(load(768 * 1024 + 8) == ~uint64_t{0});
+  CHECK(m.LostPages() == 1);
+  CHECK(MediaErrorCount() == errors_before + 2);
+  m.Store64(900 * 1024, 42);  // a store into another lost page
+  CHECK(m.LostPages() == 2);
+  CHECK(load(900 * 1024) == 42);
+  CHECK(load(900 * 1024 + 8) == ~uint64_t{0});
+  // A point around a page already replaced does not fault any more; a
+  // point around one still missing still does.
+  CHECK(RunFaultGuarded([&] { seen = load(768 * 1024); }));
+  CHECK(seen == ~uint64_t{0});
+  CHECK_FALSE(RunFaultGuarded([&] { seen = load(512 * 1024 + 64); }));
+  // The recovery points nest: the inner one takes the fault, the outer
+  // goes on.
+  bool inner = true;
+  CHECK(RunFaultGuarded([&] { inner = RunFaultGuarded([&] { seen = load(600 * 1024); }); }));
+  CHECK_FALSE(inner);
+  CHECK(load(4096) == 0x6161616161616161);  // the surviving part is intact
+}
+
 }  // namespace
 }  // namespace nvfs

@@ -114,9 +114,24 @@ Status Filesystem::MountInternal(const MountOptions& options) {
     return MakeError(EUCLEAN, "root directory is damaged; run fsck.nvfs");
   }
 
-  // Known bad blocks (a DAX namespace): data on them fails as media errors
-  // (EIO for the request); metadata on them would fail whole operations
-  // half-way, so a read-write mount is refused.
+  // Known bad blocks (a DAX namespace): said at mount in one line; data on
+  // them fails as media errors (EIO for the request); metadata on them
+  // would fail whole operations half-way, so a read-write mount is refused.
+  if (!media_->bad_ranges().empty()) {
+    uint64_t bytes = 0;
+    for (const Media::BadRange& bad : media_->bad_ranges()) bytes += bad.length;
+    char line[256];
+    std::snprintf(line, sizeof line,
+                  "nvfs: %s: %zu known bad block range(s), %" PRIu64 " bytes from offset %" PRIu64
+                  "; reads of data on them fail with EIO",
+                  media_->path().c_str(), media_->bad_ranges().size(), bytes,
+                  media_->bad_ranges().front().offset);
+    if (options.log) {
+      options.log(line);
+    } else {
+      std::fprintf(stderr, "%s\n", line);
+    }
+  }
   for (const Media::BadRange& bad : media_->bad_ranges()) {
     if (read_only_) break;
     const auto hits = [&](uint64_t from, uint64_t len) {
@@ -157,6 +172,7 @@ Status Filesystem::MountInternal(const MountOptions& options) {
   alloc_->Load();
   journal_->set_sink(alloc_.get());
   damage_ = std::make_unique<DamageRecorder>(*this, media_->path(), options);
+  journal_->set_loss_listener([recorder = damage_.get()](const Error& e) { recorder->Damaged(e); });
   ctx_ = std::make_unique<FsContext>(
       FsContext{*media_, g, *alloc_, *journal_, hash_key_, damage_.get()});
   bmap_ = std::make_unique<Bmap>(*ctx_);
@@ -203,15 +219,19 @@ Status Filesystem::Unmount() {
   // read-only by damage then writes nothing more (its state stays mounted,
   // as after a crash).
   damage_->Flush();
-  if (read_only_) return Status::Ok();
   if (!media_->Intact()) {
-    // A backing file cut short under the mount: the descriptors and the
-    // superblock may lie in the lost part, and a store there is a SIGBUS.
+    // A backing file cut short under the mount, or pages lost to media
+    // errors: the descriptors and the superblock may lie in the lost part.
     // Nothing is written; the state stays "mounted", so fsck.nvfs runs.
-    return MakeError(EIO, "the namespace was cut shorter than its mapping while mounted "
-                     "(%" PRIu64 " media errors met); not marked clean: run fsck.nvfs",
+    // (Said also of a read-only mount, which writes nothing anyway: the
+    // namespace lost bytes, and its owner must know.)
+    return MakeError(EIO, "%s while mounted (%" PRIu64 " media errors met); not marked clean: "
+                     "run fsck.nvfs",
+                     media_->LostPages() != 0 ? "pages of the namespace were lost"
+                                              : "the namespace was cut shorter than its mapping",
                      MediaErrorCount());
   }
+  if (read_only_) return Status::Ok();
   // Blocks freed while mounted and still waiting for their grace period
   // count as free in the group descriptors: nothing reads them any more.
   alloc_->ReleaseDeferred(/*wait=*/true);
@@ -289,7 +309,7 @@ Status FsOps::CheckIno(const Filesystem& fs, uint64_t ino) {
     case S_IFSOCK:
       return Status::Ok();
     default:
-      return MakeError(EUCLEAN, "inode %" PRIu64 " has an invalid mode", ino);
+      return fs.ctx_->Damaged(MakeError(EUCLEAN, "inode %" PRIu64 " has an invalid mode", ino));
   }
 }
 
@@ -472,7 +492,13 @@ Status FsOps::Resize(Filesystem& fs, uint64_t ino, uint64_t new_size, Tx* first_
           fs.bmap_->Lookup(inode, index, ((new_size - 1) >> shift) - index + 1, &run);
       if (phys == Bmap::kCorrupt) return BadMap(fs, ino);
       const uint64_t run_end = std::min(new_size, (index + run) << shift);
-      if (phys != 0) tx.FillFresh(g.BlockOffset(phys) + (pos & mask), 0, run_end - pos);
+      // File data, under a recovery point (ZeroMapped says why).
+      if (phys != 0 && !RunFaultGuarded([&] {
+            tx.FillFresh(g.BlockOffset(phys) + (pos & mask), 0, run_end - pos);
+          })) {
+        ReportMediaError("zeroing", ino);
+        return Error(EIO);
+      }
       pos = run_end;
     }
     if (new_size != old_size) tx.Set(inode.size, new_size);

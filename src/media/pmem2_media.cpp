@@ -3,6 +3,7 @@
 #include <libpmem2.h>
 #include <signal.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -53,29 +54,73 @@ constexpr int kMaxMappings = 64;
 struct MappingSlot {
   std::atomic<uintptr_t> base{0};
   std::atomic<uint64_t> size{0};
+  std::atomic<uint64_t> lost{0};  // pages replaced by SubstituteLostPage
 };
 MappingSlot mappings[kMaxMappings];
 std::mutex mappings_mu;
 std::atomic<uint64_t> media_errors{0};
 std::atomic<uint64_t> last_error_offset{UINT64_MAX};
 
-// Async-signal-safe: atomics, siglongjmp, sigaction.
+// A fault outside every recovery point (metadata: a directory block, an
+// inode table page, a bitmap, a pointer block, the journal, met by code that
+// holds locks and a transaction and so cannot be jumped out of). The page
+// (or, where the mapping cannot be split there, the 2 MiB around it) is
+// replaced by private anonymous memory filled with all ones, and the
+// faulting instruction runs again on it: a load reads ones, which every
+// on-media object rejects (no data block is numbered ~0, no checksum or
+// magic matches, an all-ones bitmap word is "in use"), so the operation
+// fails as on damage; a store lands in the substitute and is lost. The
+// loss is counted on the mapping (Media::LostPages), which stops every
+// later commit and makes the namespace not Intact. Async-signal-safe: mmap
+// and plain stores. False if the kernel refused (the process then dies).
+bool SubstituteLostPage(MappingSlot& m, uintptr_t base, uintptr_t addr) {
+  const uint64_t size = m.size.load(std::memory_order_relaxed);
+  for (uintptr_t unit : {uintptr_t{4096}, uintptr_t{2} << 20}) {
+    const uintptr_t page = addr & ~(unit - 1);
+    if (page < base || page + unit > base + size) continue;
+    void* p = mmap(reinterpret_cast<void*>(page), unit, PROT_READ | PROT_WRITE,
+                   MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) continue;
+    auto* words = static_cast<uint64_t*>(p);
+    for (size_t i = 0; i < unit / sizeof(uint64_t); ++i) {
+      __atomic_store_n(&words[i], ~uint64_t{0}, __ATOMIC_RELAXED);
+    }
+    m.lost.fetch_add(unit / 4096, std::memory_order_release);
+    return true;
+  }
+  return false;
+}
+
+// Async-signal-safe: atomics, siglongjmp, mmap, sigaction.
 void OnSigbus(int sig, siginfo_t* info, void*) {
   const auto addr = reinterpret_cast<uintptr_t>(info->si_addr);
   FaultPoint* point = media_detail::fault_point;
-  for (const MappingSlot& m : mappings) {
+  for (MappingSlot& m : mappings) {
     const uintptr_t base = m.base.load(std::memory_order_acquire);
     if (base == 0 || addr < base || addr - base >= m.size.load(std::memory_order_relaxed)) continue;
-    if (point == nullptr) break;
     media_errors.fetch_add(1, std::memory_order_relaxed);
     last_error_offset.store(addr - base, std::memory_order_relaxed);
+    if (point == nullptr) {
+      if (SubstituteLostPage(m, base, addr)) return;
+      break;
+    }
     media_detail::fault_point = point->prev;
     siglongjmp(point->env, 1);
   }
-  // Not ours, or outside every recovery point: die of it as before.
+  // Not ours, or a page that could not be replaced: die of it as before.
   struct sigaction dfl {};
   dfl.sa_handler = SIG_DFL;
   sigaction(sig, &dfl, nullptr);
+}
+
+// The pages lost in the mapping at `base`.
+uint64_t LostPagesOf(const std::byte* base) {
+  for (const MappingSlot& m : mappings) {
+    if (m.base.load(std::memory_order_acquire) == reinterpret_cast<uintptr_t>(base)) {
+      return m.lost.load(std::memory_order_acquire);
+    }
+  }
+  return 0;
 }
 
 void RegisterMapping(const std::byte* base, uint64_t size) {
@@ -92,6 +137,7 @@ void RegisterMapping(const std::byte* base, uint64_t size) {
   for (MappingSlot& m : mappings) {
     if (m.base.load(std::memory_order_relaxed) != 0) continue;
     m.size.store(size, std::memory_order_relaxed);
+    m.lost.store(0, std::memory_order_relaxed);
     m.base.store(reinterpret_cast<uintptr_t>(base), std::memory_order_release);
     return;
   }
@@ -159,10 +205,12 @@ class Pmem2Media final : public Media {
     return true;
   }
   bool Intact() const override {
+    if (LostPages() != 0) return false;
     struct stat st;
     if (!is_file_ || fstat(fd_, &st) != 0) return true;
     return static_cast<uint64_t>(st.st_size) >= size_;
   }
+  uint64_t LostPages() const override { return LostPagesOf(base_); }
   uint64_t BackedBytes() const override {
     if (backed_whole_) return size_;
     return std::min<uint64_t>(size_, backed_chunks_.load(std::memory_order_relaxed) * kBackChunk);
