@@ -142,6 +142,10 @@ struct StatFs {
   uint32_t block_size = 0;
   uint64_t blocks = 0;
   uint64_t blocks_free = 0;
+  // What one file can be given of blocks_free: the free blocks less the
+  // pointer blocks that mapping all of them would take (statfs's f_bavail,
+  // so that an allocation of what df says is available succeeds).
+  uint64_t blocks_avail = 0;
   uint64_t inodes = 0;
   uint64_t inodes_free = 0;
   uint32_t name_max = 0;

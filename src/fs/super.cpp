@@ -282,6 +282,18 @@ Result<StatFs> Filesystem::GetStatFs() {
     const uint64_t backed_free = backed > used ? backed - used : 0;
     st.blocks_free = std::min(st.blocks_free, (host >> shift) + backed_free);
   }
+  // Mapping n data blocks in one file takes at most ceil(n / P) pointer
+  // blocks at the lowest level, ceil(n / P^2) above, ... (P pointers a
+  // block), and the root of each tree it reaches (depths 1 to 5, below):
+  // a bound, as the direct pointers need none.
+  const uint64_t per_block = geometry_->block_size() / sizeof(uint64_t);
+  uint64_t overhead = 0;
+  for (uint64_t level = st.blocks_free; level > 1;) {
+    level = (level + per_block - 1) / per_block;
+    overhead += level;
+  }
+  if (st.blocks_free > 0) overhead += 5;
+  st.blocks_avail = st.blocks_free > overhead ? st.blocks_free - overhead : 0;
   st.inodes = geometry_->inode_count();
   st.inodes_free = alloc_->free_inodes();
   st.name_max = format::kNameMax;
