@@ -6,12 +6,14 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <catch2/catch.hpp>
@@ -530,6 +532,49 @@ TEST_CASE("Media errors: a fault fails its recovery point; outside one the page 
   CHECK(RunFaultGuarded([&] { inner = RunFaultGuarded([&] { seen = load(600 * 1024); }); }));
   CHECK_FALSE(inner);
   CHECK(load(4096) == 0x6161616161616161);  // the surviving part is intact
+}
+
+// Issue 14.3: an opener that finds the namespace locked by a holder that
+// is shutting down (EndService) waits for it; one held by a live holder is
+// refused at once.
+TEST_CASE("OpenMedia: waits for a holder that is releasing the namespace, not for a live one",
+          "[media][lock]") {
+  TempPath image("release");
+  MakeFile(image.path(), 1 * kMiB);
+  MediaOptions options;
+  options.release_wait_ms = 5000;
+  auto holder = OpenMedia(image.path(), options);
+  REQUIRE(holder.ok());
+  const auto started = std::chrono::steady_clock::now();
+  auto refused = OpenMedia(image.path(), options);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.error().code == EBUSY);
+  CHECK(refused.error().message.find("in use") != std::string::npos);
+  CHECK(std::chrono::steady_clock::now() - started < std::chrono::seconds(1));  // at once
+  MediaOptions reader = options;
+  reader.read_only = true;
+  CHECK(OpenMedia(image.path(), reader).error().code == EBUSY);
+
+  (*holder)->EndService();
+  std::thread releaser([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    holder->reset();  // closes: the lock goes
+  });
+  const auto waited_from = std::chrono::steady_clock::now();
+  auto next = OpenMedia(image.path(), options);
+  const auto waited = std::chrono::steady_clock::now() - waited_from;
+  releaser.join();
+  INFO((next.ok() ? std::string("ok") : next.error().message));
+  REQUIRE(next.ok());
+  CHECK(waited >= std::chrono::milliseconds(250));
+
+  // A holder that announced its end but does not let go: the wait is bounded.
+  (*next)->EndService();
+  options.release_wait_ms = 200;
+  auto stuck = OpenMedia(image.path(), options);
+  REQUIRE_FALSE(stuck.ok());
+  CHECK(stuck.error().code == EBUSY);
+  CHECK(stuck.error().message.find("still in use") != std::string::npos);
 }
 
 }  // namespace

@@ -224,6 +224,11 @@ class Filesystem {
   Filesystem(const Filesystem&) = delete;
   Filesystem& operator=(const Filesystem&) = delete;
 
+  // The caller's service ends (the daemon's session with the kernel is
+  // over; Unmount follows): a mount of this namespace that starts from now
+  // on waits for this process to let go of it instead of failing with "in
+  // use" (Media::EndService). Thread-safe; idempotent.
+  void EndService();
   // Writes exact counters and marks the filesystem clean. Nothing may run
   // concurrently; no call may follow but the destructor.
   Status Unmount();

@@ -39,6 +39,9 @@ struct MediaOptions {
   // Take an advisory lock on the namespace: exclusive for writers, shared for
   // readers, so a mounted nvfs, mkfs and fsck never run on one namespace at once.
   bool lock = true;
+  // With `lock`: how long an opener waits for a holder that is releasing
+  // the namespace (Media::EndService) before failing with EBUSY.
+  uint32_t release_wait_ms = 10000;
   // Refuse namespaces smaller than this many bytes (the message names it).
   uint64_t min_size = 0;
   // Regular files only: create the file if it is missing and extend it to this
@@ -123,6 +126,12 @@ class Media {
   };
   const std::vector<BadRange>& bad_ranges() const { return bad_ranges_; }
   static constexpr uint64_t kBackChunk = 2u << 20;
+
+  // The holder begins to shut down: an opener that finds the namespace
+  // locked by it waits (MediaOptions::release_wait_ms) instead of failing
+  // with EBUSY
+  // (OpenMedia). The lock itself is held until the media is destroyed.
+  virtual void EndService() {}
 
   // Bytes stored since the media was opened (all kinds of store).
   uint64_t bytes_stored() const { return bytes_stored_.load(std::memory_order_relaxed); }

@@ -208,12 +208,15 @@ Status Filesystem::MountInternal(const MountOptions& options) {
   return Status::Ok();
 }
 
+void Filesystem::EndService() { media_->EndService(); }
+
 // Clean unmount: exact counters in every group descriptor and in the dynamic
 // superblock, then state = clean, each batch in a transaction so a crash
 // here leaves either the old or the new descriptors, never a torn one.
 Status Filesystem::Unmount() {
   if (!mounted_) return Status::Ok();
   mounted_ = false;
+  EndService();
   cache_->set_reclaim_unlinked(false);
   // The errors flag first, if damage is being recorded; a filesystem turned
   // read-only by damage then writes nothing more (its state stays mounted,

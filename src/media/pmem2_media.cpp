@@ -11,6 +11,7 @@
 #include <linux/falloc.h>
 
 #include <algorithm>
+#include <chrono>
 #include <atomic>
 #include <cinttypes>
 #include <cstdio>
@@ -18,6 +19,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <thread>
 
 #include "nvfs/media.hpp"
 
@@ -211,6 +213,7 @@ class Pmem2Media final : public Media {
     return static_cast<uint64_t>(st.st_size) >= size_;
   }
   uint64_t LostPages() const override { return LostPagesOf(base_); }
+  void EndService() override;
   uint64_t BackedBytes() const override {
     if (backed_whole_) return size_;
     return std::min<uint64_t>(size_, backed_chunks_.load(std::memory_order_relaxed) * kBackChunk);
@@ -221,6 +224,9 @@ class Pmem2Media final : public Media {
   // Marks the chunks wholly inside a data extent of the file (SEEK_DATA /
   // SEEK_HOLE) as backed; everything if the file has no hole.
   void ScanBacking(const struct stat& st);
+  // Takes the lock (above Lock's definition). REQUIRES: fd_ and path_ set.
+  Status Lock(bool shared, uint32_t wait_ms);
+  bool serving_ = false;  // the serving mark is held
   // Fills bad_ranges_ from libpmem2's bad block list (none where it cannot
   // tell: no error, since a file on tmpfs has no such list).
   void ReadBadBlocks();
@@ -305,13 +311,8 @@ Result<std::unique_ptr<Media>> Pmem2Media::Open(const std::string& path,
     return MakeError(ENODEV, "%s: not a regular file or a DAX character device", p);
   }
   if (options.lock) {
-    const int op = (options.read_only ? LOCK_SH : LOCK_EX) | LOCK_NB;
-    if (flock(media->fd_, op) != 0) {
-      if (errno == EWOULDBLOCK) {
-        return MakeError(EBUSY, "%s: in use (mounted by nvfs, or mkfs/fsck running on it)", p);
-      }
-      return MakeError(errno, "%s: cannot lock: %s", p, std::strerror(errno));
-    }
+    Status locked = media->Lock(options.read_only, options.release_wait_ms);
+    if (!locked.ok()) return locked.error();
   }
   if (S_ISREG(st.st_mode) && options.grow_to > static_cast<uint64_t>(st.st_size)) {
     if (ftruncate(media->fd_, static_cast<off_t>(options.grow_to)) != 0) {
@@ -377,6 +378,58 @@ Result<std::unique_ptr<Media>> Pmem2Media::Open(const std::string& path,
   media->ReadBadBlocks();
   RegisterMapping(media->base_, media->size_);
   return std::unique_ptr<Media>(std::move(media));
+}
+
+// The lock (MediaOptions::lock) is two: flock, exclusive for writers and
+// shared for readers, held until the descriptor closes; and beside it the
+// "serving" mark, an open-file-description lock (F_OFD_SETLK, write or
+// read) on byte 0, which EndService drops as soon as the holder begins to
+// shut down. An opener that finds the flock taken looks at the mark: held,
+// the namespace is in use (EBUSY at once); not held, its holder is on its
+// way out (a daemon between the unmount and its exit), and the opener
+// waits for it (MediaOptions::release_wait_ms), saying so once on stderr.
+Status Pmem2Media::Lock(bool shared, uint32_t wait_ms) {
+  const char* p = path_.c_str();
+  const int op = (shared ? LOCK_SH : LOCK_EX) | LOCK_NB;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms);
+  bool said = false;
+  while (flock(fd_, op) != 0) {
+    if (errno == EINTR) continue;
+    if (errno != EWOULDBLOCK) return MakeError(errno, "%s: cannot lock: %s", p, std::strerror(errno));
+    struct flock probe {};
+    probe.l_type = shared ? F_RDLCK : F_WRLCK;
+    probe.l_whence = SEEK_SET;
+    probe.l_len = 1;
+    const bool serving = fcntl(fd_, F_OFD_GETLK, &probe) != 0 || probe.l_type != F_UNLCK;
+    if (serving) {
+      return MakeError(EBUSY, "%s: in use (mounted by nvfs, or mkfs/fsck running on it)", p);
+    }
+    if (std::chrono::steady_clock::now() >= deadline) {
+      return MakeError(EBUSY, "%s: still in use %.1f s later (the process that was releasing "
+                       "it has not)", p, wait_ms / 1000.0);
+    }
+    if (!said) {
+      std::fprintf(stderr, "nvfs: %s: waiting for the nvfs process that is releasing it\n", p);
+      said = true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  struct flock mark {};
+  mark.l_type = shared ? F_RDLCK : F_WRLCK;
+  mark.l_whence = SEEK_SET;
+  mark.l_len = 1;
+  serving_ = fcntl(fd_, F_OFD_SETLK, &mark) == 0;  // else: openers wait, then fail
+  return Status::Ok();
+}
+
+void Pmem2Media::EndService() {
+  if (!serving_) return;
+  struct flock mark {};
+  mark.l_type = F_UNLCK;
+  mark.l_whence = SEEK_SET;
+  mark.l_len = 1;
+  (void)fcntl(fd_, F_OFD_SETLK, &mark);
+  serving_ = false;
 }
 
 void Pmem2Media::ScanBacking(const struct stat& st) {
