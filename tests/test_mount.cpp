@@ -1202,7 +1202,10 @@ TEST_CASE("mount: statfs numbers follow use", "[mount]") {
   CHECK(s0.f_frsize == 4096);
   CHECK(s0.f_blocks == 256 * kMiB / 4096);
   CHECK(s0.f_bfree <= s0.f_blocks);
-  CHECK(s0.f_bavail == s0.f_bfree);
+  // Available: the free blocks less the pointer blocks mapping them takes
+  // (1 in 512, and a few tree roots).
+  CHECK(s0.f_bavail <= s0.f_bfree);
+  CHECK(s0.f_bavail >= s0.f_bfree - s0.f_bfree / 500 - 8);
   CHECK(s0.f_namemax == 255);
   CHECK(s0.f_ffree < s0.f_files);
   WriteFile(m.path("big"), Pattern(16 * kMiB, 6));
