@@ -109,5 +109,13 @@ int main(int argc, char** argv) {
       }
     }
   }
+  if ((*media)->LostPages() != 0) {
+    // Media errors met while checking (a poisoned page, an image cut short
+    // under fsck): the lost pages read as all ones, and repairs stored
+    // into them were kept by nothing.
+    std::fprintf(stderr, "fsck.nvfs: %s: %" PRIu64 " pages could not be read (media errors); "
+                 "the check is not to be trusted\n", device.c_str(), (*media)->LostPages());
+    return nvfs::kFsckOperational;
+  }
   return report.exit_code;
 }

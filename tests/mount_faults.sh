@@ -7,9 +7,17 @@
 #   cut-backing: a 100 MiB file, then the image truncated to 64 MiB under
 #     the running daemon: reads of the lost range fail with EIO, the daemon
 #     lives and serves the surviving files, the unmount is clean.
+#   cut-metadata: the same cut, where it takes the second group's inode
+#     table, bitmaps and directory blocks: every request that meets them
+#     (readdir, create, unlink, truncate, getxattr in a directory of that
+#     group) fails with EIO or, once the damage turned the mount read-only,
+#     EROFS; the daemon lives, a file of the first group still reads back,
+#     the unmount goes through and the daemon exits 1 (not marked clean);
+#     with errors=continue, a change in the first group fails with EIO (no
+#     transaction commits after a page was lost).
 # Run by meson (suite mount) with NVFS_MKFS, NVFS_DAEMON, NVFS_FSCK set, or:
 #   NVFS_DAEMON=build/nvfs NVFS_MKFS=build/mkfs.nvfs NVFS_FSCK=build/fsck.nvfs \
-#     bash tests/mount_faults.sh [host-space|cut-backing]
+#     bash tests/mount_faults.sh [host-space|cut-backing|cut-metadata]
 # Everything it mounts (the tmpfs included) is unmounted on any exit.
 set -euo pipefail
 
@@ -59,7 +67,7 @@ must_fail_with() {
   echo "$1: status $status: $(echo "$err" | head -1)"
   alive || fail "the daemon died ($*)"
   [ $status -ne 0 ] || fail "$* succeeded"
-  echo "$err" | grep -q "$what" || fail "$* did not fail with '$what'"
+  echo "$err" | grep -Eq "$what" || fail "$* did not fail with '$what'"
 }
 
 host=$(mktemp -d /tmp/nvfs-faults-host-XXXXXX)
@@ -73,6 +81,21 @@ new_mount() {
   "$NVFS_MKFS" -q -s 256M "$image"
   mnt=$(mktemp -d /tmp/nvfs-faults-XXXXXX)
   mount_nvfs
+}
+
+# Unmounts a namespace that lost pages: the unmount itself goes through;
+# the daemon then refuses to mark it clean and says so: exit 1, never a
+# signal.
+end_lost_mount() {
+  fusermount3 -u "$mnt"
+  status=0
+  wait "$daemon_pid" || status=$?
+  daemon_pid=
+  echo "daemon exit status after the cut: $status"
+  [ "$status" -eq 1 ] || fail "the daemon exited with $status (1 expected: not marked clean)"
+  rmdir "$mnt"
+  mnt=
+  rm -f "$image"
 }
 
 end_mount() {
@@ -129,21 +152,59 @@ cut_backing() {
   cat "$mnt/small" >/dev/null
   alive || fail "the daemon died"
   rm -rf "$ref"
-  # The unmount itself goes through; the daemon then refuses to mark a
-  # namespace it lost part of clean and says so: exit 1, never a signal.
-  fusermount3 -u "$mnt"
-  status=0
-  wait "$daemon_pid" || status=$?
-  daemon_pid=
-  echo "daemon exit status after the cut: $status"
-  [ "$status" -eq 1 ] || fail "the daemon exited with $status (1 expected: not marked clean)"
-  rmdir "$mnt"
-  mnt=
-  rm -f "$image"
+  end_lost_mount
   options=
 }
 
 if [ "$which" = all ] || [ "$which" = cut-backing ]; then
   cut_backing ""
   cut_backing read_path=map
+fi
+
+# Metadata lost under the daemon: met outside any read, by requests that
+# hold inode locks and a transaction (doc/integrity.md, "Media errors").
+# $1: mount options. With errors=continue the mount stays writable after
+# the damage, and the change in the first group is refused by the journal
+# (no commit after a lost page) rather than by the read-only switch.
+cut_metadata() {
+  options=$1
+  step "cut-metadata${options:+ (-o $options)}: the second group's metadata and directories cut off under the daemon"
+  new_mount 300m
+  # Directories are spread over both groups (8192 inodes a group here);
+  # each gets a file, and one of the first group keeps a reference copy.
+  far= near=
+  for i in 1 2 3 4; do
+    mkdir "$mnt/d$i"
+    head -c 8K /dev/urandom >"$mnt/d$i/f"
+    setfattr -n user.tag -v "d$i" "$mnt/d$i/f"
+    if [ "$(stat -c %i "$mnt/d$i")" -ge 8192 ]; then far=${far:-d$i}; else near=${near:-d$i}; fi
+  done
+  [ -n "$far" ] && [ -n "$near" ] || fail "no directory in each group (far=$far near=$near)"
+  ref=$(mktemp -d /dev/shm/nvfs-faults-ref-XXXXXX)
+  cp "$mnt/$near/f" "$ref/near"
+  sync
+  truncate -s 64M "$image"
+  lost="Input/output error|Read-only file system|Structure needs cleaning"
+  must_fail_with "$lost" ls "$mnt/$far"
+  must_fail_with "$lost" touch "$mnt/$far/new"
+  must_fail_with "$lost" rm "$mnt/$far/f"
+  must_fail_with "$lost" truncate -s 0 "$mnt/$far/f"
+  must_fail_with "$lost|No such attribute" getfattr -n user.tag "$mnt/$far/f"
+  if [ -n "$options" ]; then
+    must_fail_with "Input/output error" mkdir "$mnt/$near/sub"
+  else
+    must_fail_with "$lost" mkdir "$mnt/$near/sub"
+  fi
+  cmp "$ref/near" "$mnt/$near/f" || fail "a file of the first group does not read back"
+  ls "$mnt/$near" >/dev/null || fail "a directory of the first group cannot be listed"
+  alive || fail "the daemon died"
+  rm -rf "$ref"
+  ref=
+  end_lost_mount
+  options=
+}
+
+if [ "$which" = all ] || [ "$which" = cut-metadata ]; then
+  cut_metadata ""
+  cut_metadata errors=continue
 fi

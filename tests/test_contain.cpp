@@ -333,5 +333,78 @@ TEST_CASE("errors flag: with errors=continue damage is recorded and changes go o
   CHECK(img->Mkdir(kRoot, "e", 0755, kCred).ok());
 }
 
+// Issue 12.6: known bad blocks (libpmem2's list for a DAX namespace; a file
+// on tmpfs has none, so the list is given here by a media that wraps the
+// real mapping and adds it). Metadata on one refuses a read-write mount;
+// read-only mounts; data on one mounts with the list said.
+class BadBlockMedia final : public Media {
+ public:
+  BadBlockMedia(std::unique_ptr<Media> target, std::vector<BadRange> bad)
+      : target_(std::move(target)) {
+    base_ = const_cast<std::byte*>(target_->base());
+    size_ = target_->size();
+    read_only_ = target_->read_only();
+    granularity_ = target_->granularity();
+    path_ = target_->path();
+    bad_ranges_ = std::move(bad);
+  }
+  void Store(uint64_t offset, const void* src, size_t len) override {
+    target_->Store(offset, src, len);
+  }
+  void Store64(uint64_t offset, uint64_t value) override { target_->Store64(offset, value); }
+  void Fill(uint64_t offset, int byte, size_t len) override { target_->Fill(offset, byte, len); }
+  void Flush(uint64_t offset, size_t len) override { target_->Flush(offset, len); }
+  void Drain() override { target_->Drain(); }
+  void StoreFlush(uint64_t offset, const void* src, size_t len) override {
+    target_->StoreFlush(offset, src, len);
+  }
+
+ private:
+  std::unique_ptr<Media> target_;
+};
+
+TEST_CASE("bad blocks: metadata on one refuses a read-write mount; data on one is said",
+          "[contain][fault]") {
+  FsImage image;
+  const Geometry g = image.fs().geometry();
+  image.Unmount();
+  const auto mount = [&](bool read_only, Media::BadRange bad, std::vector<std::string>* lines) {
+    MediaOptions media_options;
+    media_options.read_only = read_only;
+    auto media = OpenMedia(image.path(), media_options);
+    REQUIRE(media.ok());
+    MountOptions options;
+    options.read_only = read_only;
+    options.log = [lines](const std::string& line) { lines->push_back(line); };
+    return Filesystem::Mount(
+        std::make_unique<BadBlockMedia>(std::move(*media), std::vector<Media::BadRange>{bad}),
+        options);
+  };
+  std::vector<std::string> lines;
+  // An inode table block of group 0.
+  const Media::BadRange meta{g.BlockOffset(g.InodeTableBlock(0)) + 4096, 512};
+  auto fs = mount(false, meta, &lines);
+  REQUIRE_FALSE(fs.ok());
+  CHECK(fs.error().code == EIO);
+  CHECK(fs.error().message.find("metadata lies on a known bad block") != std::string::npos);
+  REQUIRE(lines.size() == 1);
+  CHECK(lines[0].find("1 known bad block range(s), 512 bytes") != std::string::npos);
+  lines.clear();
+  {
+    auto ro = mount(true, meta, &lines);
+    CHECK(ro.ok());
+    CHECK(lines.size() == 1);
+  }
+  lines.clear();
+  // A data block: mounts read-write, and says so.
+  const Media::BadRange data{g.BlockOffset(g.FirstDataBlock(0) + 100), 4096};
+  auto rw = mount(false, data, &lines);
+  REQUIRE(rw.ok());
+  CHECK_FALSE((*rw)->read_only());
+  REQUIRE(lines.size() == 1);
+  CHECK(lines[0].find("reads of data on them fail with EIO") != std::string::npos);
+  REQUIRE((*rw)->Unmount().ok());
+}
+
 }  // namespace
 }  // namespace nvfs::test

@@ -2,6 +2,8 @@
 // interrupted transaction from a snapshot of the media taken mid-operation.
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
+
 #include <cstring>
 #include <vector>
 
@@ -179,6 +181,53 @@ TEST_CASE("large allocations start on a 2 MiB boundary unless they continue a ru
   REQUIRE(next.ok());
   CHECK(next->first == small->first + small->count);
   REQUIRE(tx.Commit().ok());
+}
+
+// Issue 12.6: once a page of the namespace is lost (a media error outside
+// every recovery point, Media::LostPages), a store of any transaction may
+// have gone to memory that keeps nothing: no commit goes through, but the
+// one that records the error, and the journal says so once.
+TEST_CASE("no transaction commits after a page was lost, but the error record",
+          "[journal][fault]") {
+  FsFixture fs;
+  const uint64_t at = DataOffset(fs, 0);
+  {
+    Tx tx(fs.journal(), "before");
+    tx.Store64(at, 7);
+    REQUIRE(tx.Commit().ok());
+  }
+  int told = 0;
+  fs.journal().set_loss_listener([&](const Error& e) {
+    ++told;
+    CHECK(e.code == EIO);
+  });
+  // Cut the image under the mapping: the last page is gone, and a load of
+  // it outside any recovery point loses it.
+  const uint64_t last = fs.media().size() - 4096;
+  REQUIRE(truncate(fs.path().c_str(), static_cast<off_t>(last)) == 0);
+  CHECK(Read64(fs, last) == ~uint64_t{0});
+  REQUIRE(fs.media().LostPages() == 1);
+  {
+    Tx tx(fs.journal(), "after");
+    tx.Store64(at, 8);
+    CHECK(tx.Commit().code() == EIO);
+  }
+  CHECK(Read64(fs, at) == 7);  // undone
+  {
+    Tx tx(fs.journal(), "again");
+    tx.Store64(at, 9);
+    CHECK(tx.Commit().code() == EIO);
+  }
+  CHECK(told == 1);
+  {
+    Tx tx(fs.journal(), "errors");
+    tx.CommitAfterMediaLoss();
+    tx.Store64(at, 10);
+    CHECK(tx.Commit().ok());
+  }
+  CHECK(Read64(fs, at) == 10);
+  fs.journal().set_loss_listener(nullptr);
+  REQUIRE(truncate(fs.path().c_str(), static_cast<off_t>(fs.media().size())) == 0);
 }
 
 }  // namespace

@@ -6,12 +6,14 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <catch2/catch.hpp>
@@ -482,6 +484,97 @@ TEST_CASE("Media::Back: a sparse image is backed in chunks, remembered; a full o
     CHECK((*media)->Backed(0, 4 * kMiB));
     CHECK((*media)->bad_ranges().empty());  // a tmpfs file has no bad block list
   }
+}
+
+
+// Issue 12.6: a load or store that faults in the mapping (here: past the
+// end of an image file cut short under it, a SIGBUS as a poisoned pmem page
+// gives) fails the innermost recovery point; outside every point the page
+// is replaced by one that reads as all ones and counts as lost.
+TEST_CASE("Media errors: a fault fails its recovery point; outside one the page is lost",
+          "[media][fault]") {
+  TempPath image("cut");
+  MakeFile(image.path(), 1 * kMiB, 'a');
+  auto opened = OpenMedia(image.path(), MediaOptions{});
+  REQUIRE(opened.ok());
+  Media& m = **opened;
+  REQUIRE(truncate(image.path().c_str(), 256 * 1024) == 0);
+  const auto load = [&](uint64_t offset) {
+    return *reinterpret_cast<const volatile uint64_t*>(m.base() + offset);
+  };
+  const uint64_t errors_before = MediaErrorCount();
+
+  CHECK(load(4096) == 0x6161616161616161);  // before the cut: untouched
+  uint64_t seen = 0;
+  CHECK_FALSE(RunFaultGuarded([&] { seen = load(512 * 1024); }));
+  CHECK(MediaErrorCount() == errors_before + 1);
+  CHECK(LastMediaErrorOffset() == 512 * 1024);
+  CHECK(m.LostPages() == 0);  // a point took it: nothing replaced
+  CHECK_FALSE(m.Intact());    // the file is shorter than the mapping
+
+  // Outside every point: the page reads as ones from then on, and a store
+  // into it goes nowhere else.
+  CHECK(load(768 * 1024 + 8) == ~uint64_t{0});
+  CHECK(m.LostPages() == 1);
+  CHECK(MediaErrorCount() == errors_before + 2);
+  m.Store64(900 * 1024, 42);  // a store into another lost page
+  CHECK(m.LostPages() == 2);
+  CHECK(load(900 * 1024) == 42);
+  CHECK(load(900 * 1024 + 8) == ~uint64_t{0});
+  // A point around a page already replaced does not fault any more; a
+  // point around one still missing still does.
+  CHECK(RunFaultGuarded([&] { seen = load(768 * 1024); }));
+  CHECK(seen == ~uint64_t{0});
+  CHECK_FALSE(RunFaultGuarded([&] { seen = load(512 * 1024 + 64); }));
+  // The recovery points nest: the inner one takes the fault, the outer
+  // goes on.
+  bool inner = true;
+  CHECK(RunFaultGuarded([&] { inner = RunFaultGuarded([&] { seen = load(600 * 1024); }); }));
+  CHECK_FALSE(inner);
+  CHECK(load(4096) == 0x6161616161616161);  // the surviving part is intact
+}
+
+// Issue 14.3: an opener that finds the namespace locked by a holder that
+// is shutting down (EndService) waits for it; one held by a live holder is
+// refused at once.
+TEST_CASE("OpenMedia: waits for a holder that is releasing the namespace, not for a live one",
+          "[media][lock]") {
+  TempPath image("release");
+  MakeFile(image.path(), 1 * kMiB);
+  MediaOptions options;
+  options.release_wait_ms = 5000;
+  auto holder = OpenMedia(image.path(), options);
+  REQUIRE(holder.ok());
+  const auto started = std::chrono::steady_clock::now();
+  auto refused = OpenMedia(image.path(), options);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.error().code == EBUSY);
+  CHECK(refused.error().message.find("in use") != std::string::npos);
+  CHECK(std::chrono::steady_clock::now() - started < std::chrono::seconds(1));  // at once
+  MediaOptions reader = options;
+  reader.read_only = true;
+  CHECK(OpenMedia(image.path(), reader).error().code == EBUSY);
+
+  (*holder)->EndService();
+  std::thread releaser([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    holder->reset();  // closes: the lock goes
+  });
+  const auto waited_from = std::chrono::steady_clock::now();
+  auto next = OpenMedia(image.path(), options);
+  const auto waited = std::chrono::steady_clock::now() - waited_from;
+  releaser.join();
+  INFO((next.ok() ? std::string("ok") : next.error().message));
+  REQUIRE(next.ok());
+  CHECK(waited >= std::chrono::milliseconds(250));
+
+  // A holder that announced its end but does not let go: the wait is bounded.
+  (*next)->EndService();
+  options.release_wait_ms = 200;
+  auto stuck = OpenMedia(image.path(), options);
+  REQUIRE_FALSE(stuck.ok());
+  CHECK(stuck.error().code == EBUSY);
+  CHECK(stuck.error().message.find("still in use") != std::string::npos);
 }
 
 }  // namespace

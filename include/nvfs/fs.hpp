@@ -142,6 +142,10 @@ struct StatFs {
   uint32_t block_size = 0;
   uint64_t blocks = 0;
   uint64_t blocks_free = 0;
+  // What one file can be given of blocks_free: the free blocks less the
+  // pointer blocks that mapping all of them would take (statfs's f_bavail,
+  // so that an allocation of what df says is available succeeds).
+  uint64_t blocks_avail = 0;
   uint64_t inodes = 0;
   uint64_t inodes_free = 0;
   uint32_t name_max = 0;
@@ -220,6 +224,11 @@ class Filesystem {
   Filesystem(const Filesystem&) = delete;
   Filesystem& operator=(const Filesystem&) = delete;
 
+  // The caller's service ends (the daemon's session with the kernel is
+  // over; Unmount follows): a mount of this namespace that starts from now
+  // on waits for this process to let go of it instead of failing with "in
+  // use" (Media::EndService). Thread-safe; idempotent.
+  void EndService();
   // Writes exact counters and marks the filesystem clean. Nothing may run
   // concurrently; no call may follow but the destructor.
   Status Unmount();

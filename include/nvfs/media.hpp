@@ -39,6 +39,9 @@ struct MediaOptions {
   // Take an advisory lock on the namespace: exclusive for writers, shared for
   // readers, so a mounted nvfs, mkfs and fsck never run on one namespace at once.
   bool lock = true;
+  // With `lock`: how long an opener waits for a holder that is releasing
+  // the namespace (Media::EndService) before failing with EBUSY.
+  uint32_t release_wait_ms = 10000;
   // Refuse namespaces smaller than this many bytes (the message names it).
   uint64_t min_size = 0;
   // Regular files only: create the file if it is missing and extend it to this
@@ -106,7 +109,14 @@ class Media {
   // False when the namespace can no longer serve every mapped byte: an image
   // file cut shorter than the mapping under us (every load or store past its
   // end is a SIGBUS). Checked before work that must not fault (unmount).
+  // Also false once a page was lost (LostPages).
   virtual bool Intact() const { return true; }
+  // Pages of the mapping lost to media errors met outside every recovery
+  // point (doc/integrity.md, "Media errors"): each was replaced by memory
+  // that reads as all ones and keeps no store. Once it is non-zero, no
+  // transaction commits (Tx::Commit fails with EIO) but the one recording
+  // the error, and the namespace is not Intact.
+  virtual uint64_t LostPages() const { return 0; }
   // Known bad ranges (namespace offsets and lengths) that libpmem2 reported
   // at open (pmem2_badblock_*: a DAX device or a file on fsdax); empty where
   // it has none or cannot tell (a file on tmpfs).
@@ -116,6 +126,12 @@ class Media {
   };
   const std::vector<BadRange>& bad_ranges() const { return bad_ranges_; }
   static constexpr uint64_t kBackChunk = 2u << 20;
+
+  // The holder begins to shut down: an opener that finds the namespace
+  // locked by it waits (MediaOptions::release_wait_ms) instead of failing
+  // with EBUSY
+  // (OpenMedia). The lock itself is held until the media is destroyed.
+  virtual void EndService() {}
 
   // Bytes stored since the media was opened (all kinds of store).
   uint64_t bytes_stored() const { return bytes_stored_.load(std::memory_order_relaxed); }
@@ -142,7 +158,9 @@ class Media {
 // pmem page; a backing file cut short) raises SIGBUS. The media layer's
 // handler (installed by OpenMedia) turns it into a failed call of the
 // innermost RunFaultGuarded on the faulting thread, if the address lies in
-// a mapping; any other SIGBUS kills the process as before.
+// a mapping. A fault in a mapping outside every recovery point replaces the
+// page (LostPages) and the instruction goes on; any other SIGBUS kills the
+// process as before.
 struct FaultPoint {
   sigjmp_buf env;
   FaultPoint* prev;
@@ -168,7 +186,12 @@ template <class F>
   // not left blocked by the jump.
   if (sigsetjmp(point.env, 0) != 0) return false;  // the handler popped `point`
   media_detail::fault_point = &point;
+  // The handler reads fault_point on this thread: without the fences the
+  // compiler may move the stores across f's loads of the mapping (or drop
+  // both, if f is inlined and calls nothing).
+  std::atomic_signal_fence(std::memory_order_seq_cst);
   f();
+  std::atomic_signal_fence(std::memory_order_seq_cst);
   media_detail::fault_point = point.prev;
   return true;
 }

@@ -420,7 +420,9 @@ int main(int argc, char** argv) {
     loop = fuse_session_loop_mt(se, config);
     fuse_loop_cfg_destroy(config);
   }
-  // Every worker has returned: nothing runs in the core any more.
+  // Every worker has returned: nothing runs in the core any more. A mount
+  // of the namespace from now on waits for this process to exit.
+  fs->EndService();
   fuse_session_unmount(se);
   fuse_remove_signal_handlers(se);
   session.reset();

@@ -33,6 +33,7 @@ void DamageRecorder::Damaged(const Error& error) {
 // One transaction on the dynamic superblock: errors = 1 and its checksum.
 void DamageRecorder::Record() {
   Tx tx(FsOps::Jnl(fs_), "errors");
+  tx.CommitAfterMediaLoss();
   std::lock_guard lock(FsOps::OrphanMu(fs_));
   FsOps::UpdateDynamic(fs_, tx, [](format::SuperDynamic& d) { d.errors = 1; });
   Status st = tx.Commit();

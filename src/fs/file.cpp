@@ -327,7 +327,7 @@ static Result<size_t> ToResult(int64_t n) {
 
 // Says once per error (the first 16; then every 1024th) which request met
 // a media error, on stderr (the daemon's log).
-[[gnu::cold]] static void ReportMediaError(const char* what, uint64_t ino) {
+void FsOps::ReportMediaError(const char* what, uint64_t ino) {
   const uint64_t n = MediaErrorCount();
   if (n <= 16 || n % 1024 == 0) {
     std::fprintf(stderr, "nvfs: media error (SIGBUS at namespace offset %" PRIu64 ", %" PRIu64
@@ -336,7 +336,7 @@ static Result<size_t> ToResult(int64_t n) {
   }
 }
 
-void Filesystem::ReportReadFault(FileHandle file) { ReportMediaError("read", file->inode->ino); }
+void Filesystem::ReportReadFault(FileHandle file) { FsOps::ReportMediaError("read", file->inode->ino); }
 
 Result<size_t> Filesystem::Read(FileHandle file, uint64_t offset, void* buf, size_t len) {
   BufferSink sink{static_cast<std::byte*>(buf)};
@@ -472,7 +472,7 @@ static Result<size_t> WriteCore(Filesystem& fs, FileHandle file, uint64_t offset
     // Safe to abandon: StoreTo takes no lock and owns nothing; the inode
     // lock and the Tx are ours, out here, and end through normal returns.
     if (!RunFaultGuarded([&] { src.StoreTo(media, g.BlockOffset(phys) + in_block, n); })) {
-      ReportMediaError("write", ci->ino);
+      FsOps::ReportMediaError("write", ci->ino);
       failure = Error(EIO);
       failed = true;
       break;
@@ -514,7 +514,8 @@ Status Filesystem::Fsync(FileHandle file) {
 // write of zeros would: flushed now, drained by the caller's commit; durable,
 // not atomic. Holes already read as zeros. REQUIRES: inode lock held
 // exclusively (and a MappingChange, so lock-free readers retry).
-static Status ZeroMapped(Filesystem& fs, const Inode& inode, uint64_t from, uint64_t to) {
+static Status ZeroMapped(Filesystem& fs, uint64_t ino, const Inode& inode, uint64_t from,
+                         uint64_t to) {
   const Geometry& g = FsOps::Geo(fs);
   const uint32_t shift = g.block_shift();
   const uint64_t mask = g.block_size() - 1;
@@ -529,9 +530,15 @@ static Status ZeroMapped(Filesystem& fs, const Inode& inode, uint64_t from, uint
           MakeError(EIO, "a block pointer names no data block; run fsck.nvfs"));
     }
     const uint64_t n = std::min((run << shift) - in_block, to - from);
-    if (phys != 0) {
-      media.Fill(g.BlockOffset(phys) + in_block, 0, n);
-      media.Flush(g.BlockOffset(phys) + in_block, n);
+    // File data: a media error fails the request (a recovery point, as a
+    // write's copy), so a lost data page is never replaced by the handler
+    // and keeps failing every read of it.
+    if (phys != 0 && !RunFaultGuarded([&] {
+          media.Fill(g.BlockOffset(phys) + in_block, 0, n);
+          media.Flush(g.BlockOffset(phys) + in_block, n);
+        })) {
+      FsOps::ReportMediaError("zeroing", ino);
+      return Error(EIO);
     }
     from += n;
   }
@@ -578,11 +585,11 @@ Status Filesystem::Fallocate(FileHandle file, int mode, uint64_t offset, uint64_
     // cost a record as large as the range, which with large blocks does not
     // fit a journal slot, so such a punch failed with ENOSPC.
     if (first_full >= end_full) {
-      NVFS_TRY(ZeroMapped(*this, inode, offset, zero_end));
+      NVFS_TRY(ZeroMapped(*this, ci->ino, inode, offset, zero_end));
     } else {
-      NVFS_TRY(ZeroMapped(*this, inode, offset, first_full << shift));
+      NVFS_TRY(ZeroMapped(*this, ci->ino, inode, offset, first_full << shift));
       if ((end_full << shift) < zero_end) {
-        NVFS_TRY(ZeroMapped(*this, inode, end_full << shift, zero_end));
+        NVFS_TRY(ZeroMapped(*this, ci->ino, inode, end_full << shift, zero_end));
       }
       for (;;) {
         Result<bool> done = bmap_->Punch(*tx, inode, first_full, end_full - first_full);
@@ -606,7 +613,7 @@ Status Filesystem::Fallocate(FileHandle file, int mode, uint64_t offset, uint64_
   // ZERO_RANGE: first the mapped bytes of the range inside the file are
   // zeroed in place (ZeroMapped; drained by the commit below); mapped bytes
   // past the end need nothing, as above.
-  if (zero_range) NVFS_TRY(ZeroMapped(*this, inode, offset, std::min(end, inode.size)));
+  if (zero_range) NVFS_TRY(ZeroMapped(*this, ci->ino, inode, offset, std::min(end, inode.size)));
   uint64_t index = offset >> shift;
   const uint64_t end_index = (end + bs - 1) >> shift;
   while (index < end_index) {

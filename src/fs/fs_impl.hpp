@@ -122,6 +122,10 @@ struct FsOps {
   // A file's map is damaged (Bmap::kCorrupt, seen under the inode lock or
   // confirmed by the read's sequence check): reports it, returns EIO.
   static Error BadMap(Filesystem& fs, uint64_t ino);
+  // A media error (SIGBUS) met under a recovery point by `what` on inode
+  // `ino`: says so on stderr (the first 16, then every 1024th); the caller
+  // fails the request with EIO.
+  [[gnu::cold]] static void ReportMediaError(const char* what, uint64_t ino);
   static Journal& Jnl(Filesystem& fs) { return *fs.journal_; }
   static Allocator& Alloc(Filesystem& fs) { return *fs.alloc_; }
   static Bmap& BmapOf(Filesystem& fs) { return *fs.bmap_; }

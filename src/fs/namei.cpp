@@ -424,7 +424,15 @@ Result<std::string> Filesystem::Readlink(uint64_t ino) {
   const uint64_t block = bmap_->Lookup(inode, 0, 1, &run);
   if (block == Bmap::kCorrupt) return FsOps::BadMap(*this, ino);
   if (block == 0) return Error(EIO);
-  return std::string(reinterpret_cast<const char*>(ctx_->Block(block)), inode.size);
+  // A data block: copied under a recovery point (a lost page fails the
+  // request, and stays lost for the next one; see ZeroMapped).
+  char target[format::kSymlinkMax];
+  const size_t len = inode.size;
+  if (!RunFaultGuarded([&] { std::memcpy(target, ctx_->Block(block), len); })) {
+    FsOps::ReportMediaError("readlink", ino);
+    return Error(EIO);
+  }
+  return std::string(target, len);
 }
 
 // Cookies: 0 starts with ".", 1 with "..", and c >= 2 resumes at entries of

@@ -115,9 +115,24 @@ Status Filesystem::MountInternal(const MountOptions& options) {
     return MakeError(EUCLEAN, "root directory is damaged; run fsck.nvfs");
   }
 
-  // Known bad blocks (a DAX namespace): data on them fails as media errors
-  // (EIO for the request); metadata on them would fail whole operations
-  // half-way, so a read-write mount is refused.
+  // Known bad blocks (a DAX namespace): said at mount in one line; data on
+  // them fails as media errors (EIO for the request); metadata on them
+  // would fail whole operations half-way, so a read-write mount is refused.
+  if (!media_->bad_ranges().empty()) {
+    uint64_t bytes = 0;
+    for (const Media::BadRange& bad : media_->bad_ranges()) bytes += bad.length;
+    char line[256];
+    std::snprintf(line, sizeof line,
+                  "nvfs: %s: %zu known bad block range(s), %" PRIu64 " bytes from offset %" PRIu64
+                  "; reads of data on them fail with EIO",
+                  media_->path().c_str(), media_->bad_ranges().size(), bytes,
+                  media_->bad_ranges().front().offset);
+    if (options.log) {
+      options.log(line);
+    } else {
+      std::fprintf(stderr, "%s\n", line);
+    }
+  }
   for (const Media::BadRange& bad : media_->bad_ranges()) {
     if (read_only_) break;
     const auto hits = [&](uint64_t from, uint64_t len) {
@@ -158,6 +173,7 @@ Status Filesystem::MountInternal(const MountOptions& options) {
   alloc_->Load();
   journal_->set_sink(alloc_.get());
   damage_ = std::make_unique<DamageRecorder>(*this, media_->path(), options);
+  journal_->set_loss_listener([recorder = damage_.get()](const Error& e) { recorder->Damaged(e); });
   ctx_ = std::make_unique<FsContext>(
       FsContext{*media_, g, *alloc_, *journal_, hash_key_, damage_.get()});
   bmap_ = std::make_unique<Bmap>(*ctx_);
@@ -193,26 +209,33 @@ Status Filesystem::MountInternal(const MountOptions& options) {
   return Status::Ok();
 }
 
+void Filesystem::EndService() { media_->EndService(); }
+
 // Clean unmount: exact counters in every group descriptor and in the dynamic
 // superblock, then state = clean, each batch in a transaction so a crash
 // here leaves either the old or the new descriptors, never a torn one.
 Status Filesystem::Unmount() {
   if (!mounted_) return Status::Ok();
   mounted_ = false;
+  EndService();
   cache_->set_reclaim_unlinked(false);
   // The errors flag first, if damage is being recorded; a filesystem turned
   // read-only by damage then writes nothing more (its state stays mounted,
   // as after a crash).
   damage_->Flush();
-  if (read_only_) return Status::Ok();
   if (!media_->Intact()) {
-    // A backing file cut short under the mount: the descriptors and the
-    // superblock may lie in the lost part, and a store there is a SIGBUS.
+    // A backing file cut short under the mount, or pages lost to media
+    // errors: the descriptors and the superblock may lie in the lost part.
     // Nothing is written; the state stays "mounted", so fsck.nvfs runs.
-    return MakeError(EIO, "the namespace was cut shorter than its mapping while mounted "
-                     "(%" PRIu64 " media errors met); not marked clean: run fsck.nvfs",
+    // (Said also of a read-only mount, which writes nothing anyway: the
+    // namespace lost bytes, and its owner must know.)
+    return MakeError(EIO, "%s while mounted (%" PRIu64 " media errors met); not marked clean: "
+                     "run fsck.nvfs",
+                     media_->LostPages() != 0 ? "pages of the namespace were lost"
+                                              : "the namespace was cut shorter than its mapping",
                      MediaErrorCount());
   }
+  if (read_only_) return Status::Ok();
   // Blocks freed while mounted and still waiting for their grace period
   // count as free in the group descriptors: nothing reads them any more.
   alloc_->ReleaseDeferred(/*wait=*/true);
@@ -263,6 +286,18 @@ Result<StatFs> Filesystem::GetStatFs() {
     const uint64_t backed_free = backed > used ? backed - used : 0;
     st.blocks_free = std::min(st.blocks_free, (host >> shift) + backed_free);
   }
+  // Mapping n data blocks in one file takes at most ceil(n / P) pointer
+  // blocks at the lowest level, ceil(n / P^2) above, ... (P pointers a
+  // block), and the root of each tree it reaches (depths 1 to 5, below):
+  // a bound, as the direct pointers need none.
+  const uint64_t per_block = geometry_->block_size() / sizeof(uint64_t);
+  uint64_t overhead = 0;
+  for (uint64_t level = st.blocks_free; level > 1;) {
+    level = (level + per_block - 1) / per_block;
+    overhead += level;
+  }
+  if (st.blocks_free > 0) overhead += 5;
+  st.blocks_avail = st.blocks_free > overhead ? st.blocks_free - overhead : 0;
   st.inodes = geometry_->inode_count();
   st.inodes_free = alloc_->free_inodes();
   st.name_max = format::kNameMax;
@@ -286,7 +321,7 @@ Status FsOps::CheckIno(const Filesystem& fs, uint64_t ino) {
   const std::byte* bitmap = fs.media_->base() + g.BlockOffset(g.InodeBitmapBlock(group));
   if (!TestBitShared(bitmap, ino % g.inodes_per_group())) return Error(ESTALE);
   if (InodeTypeOf(InodeAt(fs, ino).mode) == InodeType::kInvalid) {
-    return MakeError(EUCLEAN, "inode %" PRIu64 " has an invalid mode", ino);
+    return fs.ctx_->Damaged(MakeError(EUCLEAN, "inode %" PRIu64 " has an invalid mode", ino));
   }
   return Status::Ok();
 }
@@ -470,7 +505,13 @@ Status FsOps::Resize(Filesystem& fs, uint64_t ino, uint64_t new_size, Tx* first_
           fs.bmap_->Lookup(inode, index, ((new_size - 1) >> shift) - index + 1, &run);
       if (phys == Bmap::kCorrupt) return BadMap(fs, ino);
       const uint64_t run_end = std::min(new_size, (index + run) << shift);
-      if (phys != 0) tx.FillFresh(g.BlockOffset(phys) + (pos & mask), 0, run_end - pos);
+      // File data, under a recovery point (ZeroMapped says why).
+      if (phys != 0 && !RunFaultGuarded([&] {
+            tx.FillFresh(g.BlockOffset(phys) + (pos & mask), 0, run_end - pos);
+          })) {
+        ReportMediaError("zeroing", ino);
+        return Error(EIO);
+      }
       pos = run_end;
     }
     if (new_size != old_size) tx.Set(inode.size, new_size);

@@ -89,7 +89,7 @@ void OpStatfs(fuse_req_t req, fuse_ino_t /*ino*/) {
     sv.f_frsize = s->block_size;
     sv.f_blocks = s->blocks;
     sv.f_bfree = s->blocks_free;
-    sv.f_bavail = s->blocks_free;  // no blocks reserved for root
+    sv.f_bavail = s->blocks_avail;  // none reserved for root; less the pointer blocks
     sv.f_files = s->inodes;
     sv.f_ffree = s->inodes_free;
     sv.f_favail = s->inodes_free;

@@ -421,6 +421,17 @@ Status Tx::Commit() {
     return MakeError(ENOSPC, "operation too large for one journal slot");
   }
   Media& media = journal_.media_;
+  if (!after_loss_ && media.LostPages() != 0) [[unlikely]] {
+    // Undoes what it can read back: records in a lost page read as ones
+    // and fail ValidRecord, so Abort stops before them.
+    Abort();
+    Error error = MakeError(EIO, "a page of the namespace was lost to a media error; "
+                            "changes are refused");
+    if (journal_.loss_listener_ && !journal_.loss_told_.exchange(true)) {
+      journal_.loss_listener_(error);
+    }
+    return error;
+  }
   FlushDirty();
   media.Drain();
   if (!frees_.empty()) {

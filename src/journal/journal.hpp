@@ -3,6 +3,7 @@
 // argument; this header gives the contracts).
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -87,9 +88,17 @@ class Tx {
   // aborts and fails.
   bool ok() const { return ok_; }
 
-  // Makes everything durable (section 3, step 4). Fails (after aborting) only
-  // when the slot overflowed. A no-op on a transaction already finished.
+  // Makes everything durable (section 3, step 4). Fails (after aborting)
+  // when the slot overflowed, and with EIO once a page of the namespace was
+  // lost to a media error (Media::LostPages: a store of this or any
+  // transaction may have gone to memory that keeps nothing), unless
+  // CommitAfterMediaLoss was called. A no-op on a transaction already
+  // finished.
   Status Commit();
+  // For the one transaction that records the error: commits whatever
+  // pages were lost (its own stores are to the superblock; if that page is
+  // lost too, nothing is kept, and the mount is not marked clean anyway).
+  void CommitAfterMediaLoss() { after_loss_ = true; }
   // Undoes everything stored through this Tx (section 3, step 5).
   void Abort();
 
@@ -111,6 +120,7 @@ class Tx {
   uint32_t used_ = 0;  // bytes of records after the slot header
   bool ok_ = true;
   bool open_ = true;
+  bool after_loss_ = false;
   std::vector<Extent> dirty_;  // byte ranges stored since begin
   struct Allocation {
     BitmapKind kind;
@@ -154,6 +164,11 @@ class Journal {
   Status CheckSlotHeaders() const;
 
   void set_sink(AllocationSink* sink) { sink_ = sink; }
+  // Told once, by the first commit refused after a page was lost (Commit);
+  // the filesystem records the error. Set before the journal is used.
+  void set_loss_listener(std::function<void(const Error&)> listener) {
+    loss_listener_ = std::move(listener);
+  }
   Media& media() const { return media_; }
   const Geometry& geometry() const { return geometry_; }
 
@@ -169,6 +184,8 @@ class Journal {
   Media& media_;
   const Geometry geometry_;
   AllocationSink* sink_ = nullptr;
+  std::function<void(const Error&)> loss_listener_;
+  std::atomic<bool> loss_told_{false};
 
   std::mutex mu_;
   std::condition_variable slot_freed_;

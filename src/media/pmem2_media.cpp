@@ -3,6 +3,7 @@
 #include <libpmem2.h>
 #include <signal.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -10,6 +11,7 @@
 #include <linux/falloc.h>
 
 #include <algorithm>
+#include <chrono>
 #include <atomic>
 #include <cinttypes>
 #include <cstdio>
@@ -17,6 +19,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <thread>
 
 #include "nvfs/media.hpp"
 
@@ -53,29 +56,73 @@ constexpr int kMaxMappings = 64;
 struct MappingSlot {
   std::atomic<uintptr_t> base{0};
   std::atomic<uint64_t> size{0};
+  std::atomic<uint64_t> lost{0};  // pages replaced by SubstituteLostPage
 };
 MappingSlot mappings[kMaxMappings];
 std::mutex mappings_mu;
 std::atomic<uint64_t> media_errors{0};
 std::atomic<uint64_t> last_error_offset{UINT64_MAX};
 
-// Async-signal-safe: atomics, siglongjmp, sigaction.
+// A fault outside every recovery point (metadata: a directory block, an
+// inode table page, a bitmap, a pointer block, the journal, met by code that
+// holds locks and a transaction and so cannot be jumped out of). The page
+// (or, where the mapping cannot be split there, the 2 MiB around it) is
+// replaced by private anonymous memory filled with all ones, and the
+// faulting instruction runs again on it: a load reads ones, which every
+// on-media object rejects (no data block is numbered ~0, no checksum or
+// magic matches, an all-ones bitmap word is "in use"), so the operation
+// fails as on damage; a store lands in the substitute and is lost. The
+// loss is counted on the mapping (Media::LostPages), which stops every
+// later commit and makes the namespace not Intact. Async-signal-safe: mmap
+// and plain stores. False if the kernel refused (the process then dies).
+bool SubstituteLostPage(MappingSlot& m, uintptr_t base, uintptr_t addr) {
+  const uint64_t size = m.size.load(std::memory_order_relaxed);
+  for (uintptr_t unit : {uintptr_t{4096}, uintptr_t{2} << 20}) {
+    const uintptr_t page = addr & ~(unit - 1);
+    if (page < base || page + unit > base + size) continue;
+    void* p = mmap(reinterpret_cast<void*>(page), unit, PROT_READ | PROT_WRITE,
+                   MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) continue;
+    auto* words = static_cast<uint64_t*>(p);
+    for (size_t i = 0; i < unit / sizeof(uint64_t); ++i) {
+      __atomic_store_n(&words[i], ~uint64_t{0}, __ATOMIC_RELAXED);
+    }
+    m.lost.fetch_add(unit / 4096, std::memory_order_release);
+    return true;
+  }
+  return false;
+}
+
+// Async-signal-safe: atomics, siglongjmp, mmap, sigaction.
 void OnSigbus(int sig, siginfo_t* info, void*) {
   const auto addr = reinterpret_cast<uintptr_t>(info->si_addr);
   FaultPoint* point = media_detail::fault_point;
-  for (const MappingSlot& m : mappings) {
+  for (MappingSlot& m : mappings) {
     const uintptr_t base = m.base.load(std::memory_order_acquire);
     if (base == 0 || addr < base || addr - base >= m.size.load(std::memory_order_relaxed)) continue;
-    if (point == nullptr) break;
     media_errors.fetch_add(1, std::memory_order_relaxed);
     last_error_offset.store(addr - base, std::memory_order_relaxed);
+    if (point == nullptr) {
+      if (SubstituteLostPage(m, base, addr)) return;
+      break;
+    }
     media_detail::fault_point = point->prev;
     siglongjmp(point->env, 1);
   }
-  // Not ours, or outside every recovery point: die of it as before.
+  // Not ours, or a page that could not be replaced: die of it as before.
   struct sigaction dfl {};
   dfl.sa_handler = SIG_DFL;
   sigaction(sig, &dfl, nullptr);
+}
+
+// The pages lost in the mapping at `base`.
+uint64_t LostPagesOf(const std::byte* base) {
+  for (const MappingSlot& m : mappings) {
+    if (m.base.load(std::memory_order_acquire) == reinterpret_cast<uintptr_t>(base)) {
+      return m.lost.load(std::memory_order_acquire);
+    }
+  }
+  return 0;
 }
 
 void RegisterMapping(const std::byte* base, uint64_t size) {
@@ -92,6 +139,7 @@ void RegisterMapping(const std::byte* base, uint64_t size) {
   for (MappingSlot& m : mappings) {
     if (m.base.load(std::memory_order_relaxed) != 0) continue;
     m.size.store(size, std::memory_order_relaxed);
+    m.lost.store(0, std::memory_order_relaxed);
     m.base.store(reinterpret_cast<uintptr_t>(base), std::memory_order_release);
     return;
   }
@@ -159,10 +207,13 @@ class Pmem2Media final : public Media {
     return true;
   }
   bool Intact() const override {
+    if (LostPages() != 0) return false;
     struct stat st;
     if (!is_file_ || fstat(fd_, &st) != 0) return true;
     return static_cast<uint64_t>(st.st_size) >= size_;
   }
+  uint64_t LostPages() const override { return LostPagesOf(base_); }
+  void EndService() override;
   uint64_t BackedBytes() const override {
     if (backed_whole_) return size_;
     return std::min<uint64_t>(size_, backed_chunks_.load(std::memory_order_relaxed) * kBackChunk);
@@ -173,6 +224,9 @@ class Pmem2Media final : public Media {
   // Marks the chunks wholly inside a data extent of the file (SEEK_DATA /
   // SEEK_HOLE) as backed; everything if the file has no hole.
   void ScanBacking(const struct stat& st);
+  // Takes the lock (above Lock's definition). REQUIRES: fd_ and path_ set.
+  Status Lock(bool shared, uint32_t wait_ms);
+  bool serving_ = false;  // the serving mark is held
   // Fills bad_ranges_ from libpmem2's bad block list (none where it cannot
   // tell: no error, since a file on tmpfs has no such list).
   void ReadBadBlocks();
@@ -257,13 +311,8 @@ Result<std::unique_ptr<Media>> Pmem2Media::Open(const std::string& path,
     return MakeError(ENODEV, "%s: not a regular file or a DAX character device", p);
   }
   if (options.lock) {
-    const int op = (options.read_only ? LOCK_SH : LOCK_EX) | LOCK_NB;
-    if (flock(media->fd_, op) != 0) {
-      if (errno == EWOULDBLOCK) {
-        return MakeError(EBUSY, "%s: in use (mounted by nvfs, or mkfs/fsck running on it)", p);
-      }
-      return MakeError(errno, "%s: cannot lock: %s", p, std::strerror(errno));
-    }
+    Status locked = media->Lock(options.read_only, options.release_wait_ms);
+    if (!locked.ok()) return locked.error();
   }
   if (S_ISREG(st.st_mode) && options.grow_to > static_cast<uint64_t>(st.st_size)) {
     if (ftruncate(media->fd_, static_cast<off_t>(options.grow_to)) != 0) {
@@ -329,6 +378,58 @@ Result<std::unique_ptr<Media>> Pmem2Media::Open(const std::string& path,
   media->ReadBadBlocks();
   RegisterMapping(media->base_, media->size_);
   return std::unique_ptr<Media>(std::move(media));
+}
+
+// The lock (MediaOptions::lock) is two: flock, exclusive for writers and
+// shared for readers, held until the descriptor closes; and beside it the
+// "serving" mark, an open-file-description lock (F_OFD_SETLK, write or
+// read) on byte 0, which EndService drops as soon as the holder begins to
+// shut down. An opener that finds the flock taken looks at the mark: held,
+// the namespace is in use (EBUSY at once); not held, its holder is on its
+// way out (a daemon between the unmount and its exit), and the opener
+// waits for it (MediaOptions::release_wait_ms), saying so once on stderr.
+Status Pmem2Media::Lock(bool shared, uint32_t wait_ms) {
+  const char* p = path_.c_str();
+  const int op = (shared ? LOCK_SH : LOCK_EX) | LOCK_NB;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms);
+  bool said = false;
+  while (flock(fd_, op) != 0) {
+    if (errno == EINTR) continue;
+    if (errno != EWOULDBLOCK) return MakeError(errno, "%s: cannot lock: %s", p, std::strerror(errno));
+    struct flock probe {};
+    probe.l_type = shared ? F_RDLCK : F_WRLCK;
+    probe.l_whence = SEEK_SET;
+    probe.l_len = 1;
+    const bool serving = fcntl(fd_, F_OFD_GETLK, &probe) != 0 || probe.l_type != F_UNLCK;
+    if (serving) {
+      return MakeError(EBUSY, "%s: in use (mounted by nvfs, or mkfs/fsck running on it)", p);
+    }
+    if (std::chrono::steady_clock::now() >= deadline) {
+      return MakeError(EBUSY, "%s: still in use %.1f s later (the process that was releasing "
+                       "it has not)", p, wait_ms / 1000.0);
+    }
+    if (!said) {
+      std::fprintf(stderr, "nvfs: %s: waiting for the nvfs process that is releasing it\n", p);
+      said = true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  struct flock mark {};
+  mark.l_type = shared ? F_RDLCK : F_WRLCK;
+  mark.l_whence = SEEK_SET;
+  mark.l_len = 1;
+  serving_ = fcntl(fd_, F_OFD_SETLK, &mark) == 0;  // else: openers wait, then fail
+  return Status::Ok();
+}
+
+void Pmem2Media::EndService() {
+  if (!serving_) return;
+  struct flock mark {};
+  mark.l_type = F_UNLCK;
+  mark.l_whence = SEEK_SET;
+  mark.l_len = 1;
+  (void)fcntl(fd_, F_OFD_SETLK, &mark);
+  serving_ = false;
 }
 
 void Pmem2Media::ScanBacking(const struct stat& st) {
