@@ -898,55 +898,96 @@ TEST_CASE("mount: a file past 4 GiB", "[mount]") {
   CHECK(FsckImage(m.image()).exit_code == 0);
 }
 
-TEST_CASE("mount: mmap reads and writes with cache=page", "[mount]") {
+// Shared mappings in both cache modes. With cache=none every open is
+// FOPEN_DIRECT_IO, and the kernel allows MAP_SHARED only because INIT agreed
+// FUSE_DIRECT_IO_ALLOW_MMAP (before, ENODEV); it then keeps the mapping's
+// pages coherent with direct I/O: a direct read writes dirty pages back
+// first, a direct write drops the pages it overwrites.
+TEST_CASE("mount: mmap reads and writes in both cache modes", "[mount]") {
   NVFS_REQUIRE_FUSE();
+  const std::string options = GENERATE(as<std::string>{}, "", "cache=page");
+  INFO("options: " << options);
   MountedFs m;
   const std::string data = Pattern(256 * kKiB, 4);
+  std::string expected = data;
+  m.Start(options);
+  WriteFile(m.path("f"), data);
   {
-    m.Start("cache=page");
-    WriteFile(m.path("f"), data);
     Fd fd(m.path("f"), O_RDWR);
     REQUIRE(fd.ok());
     void* p = mmap(nullptr, data.size(), PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+    INFO("mmap: " << std::strerror(errno));
     REQUIRE(p != MAP_FAILED);
     char* bytes = static_cast<char*>(p);
     CHECK(std::memcmp(bytes, data.data(), data.size()) == 0);
+    // Stores through the mapping, msync: the daemon has them (pread).
     std::memcpy(bytes + 5000, "written through mmap", 20);
     std::memset(bytes + 200 * kKiB, 'M', 10000);
     REQUIRE(msync(p, data.size(), MS_SYNC) == 0);
-    // A write() shows through the mapping.
-    REQUIRE(pwrite(fd.get(), "via write", 9, 100) == 9);
-    CHECK(std::memcmp(bytes + 100, "via write", 9) == 0);
-    REQUIRE(munmap(p, data.size()) == 0);
-    std::string expected = data;
     expected.replace(5000, 20, "written through mmap");
     expected.replace(200 * kKiB, 10000, std::string(10000, 'M'));
+    char back[20];
+    REQUIRE(pread(fd.get(), back, sizeof back, 5000) == 20);
+    CHECK(std::memcmp(back, "written through mmap", 20) == 0);
+    // A store not yet synced still reaches a read (cache=none: the direct
+    // read writes the dirty page back first).
+    std::memcpy(bytes + 70000, "unsynced", 8);
+    expected.replace(70000, 8, "unsynced");
+    REQUIRE(pread(fd.get(), back, 8, 70000) == 8);
+    CHECK(std::memcmp(back, "unsynced", 8) == 0);
+    // A write() shows through the mapping.
+    REQUIRE(pwrite(fd.get(), "via write", 9, 100) == 9);
     expected.replace(100, 9, "via write");
-    CHECK(ReadAll(m.path("f")) == expected);
-    fd.Close();
-    CHECK(m.Stop() == 0);
-    // The daemon got every byte: a fresh mount without the page cache agrees.
-    m.Start();
+    CHECK(std::memcmp(bytes + 100, "via write", 9) == 0);
+    REQUIRE(munmap(p, data.size()) == 0);
     CHECK(ReadAll(m.path("f")) == expected);
   }
   {
-    // cache=none: a shared mapping of a direct-I/O file is refused (ENODEV,
-    // libfuse 3.14; README); a private one works.
+    // Pages written back through an O_APPEND handle land where they were
+    // mapped, not at the end of the file (FUSE_WRITE_CACHE, kAtOffset).
+    Fd fd(m.path("f"), O_RDWR | O_APPEND);
+    REQUIRE(fd.ok());
+    void* p = mmap(nullptr, 8192, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+    REQUIRE(p != MAP_FAILED);
+    std::memcpy(static_cast<char*>(p) + 10, "append-handle", 13);
+    REQUIRE(msync(p, 8192, MS_SYNC) == 0);
+    REQUIRE(munmap(p, 8192) == 0);
+    expected.replace(10, 13, "append-handle");
+    CHECK(Stat(m.path("f")).st_size == static_cast<off_t>(data.size()));
+    CHECK(ReadAll(m.path("f")) == expected);
+    // The handle still appends.
+    REQUIRE(write(fd.get(), "tail", 4) == 4);
+    expected += "tail";
+    CHECK(ReadAll(m.path("f")) == expected);
+  }
+  {
+    // No msync: munmap writes a shared writable mapping's dirty pages back
+    // (fs/fuse/file.c, fuse_vma_close, without FUSE_WRITEBACK_CACHE).
     Fd fd(m.path("f"), O_RDWR);
     REQUIRE(fd.ok());
-    void* p = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
-    if (p != MAP_FAILED) {
-      WARN("shared mmap with cache=none works here (newer libfuse?)");
-      munmap(p, 4096);
-    } else {
-      CHECK(errno == ENODEV);
-    }
-    p = mmap(nullptr, 8192, PROT_READ, MAP_PRIVATE, fd.get(), 0);
+    void* p = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 4096);
     REQUIRE(p != MAP_FAILED);
-    CHECK(std::memcmp(static_cast<char*>(p) + 5000, "written through mmap", 20) == 0);
-    munmap(p, 8192);
+    std::memcpy(p, "no msync", 8);
+    expected.replace(4096, 8, "no msync");
+    REQUIRE(munmap(p, 4096) == 0);
   }
   CHECK(m.Stop() == 0);
+  // The daemon got every byte: a fresh mount agrees, in the other mode too.
+  m.Start(options.empty() ? "cache=page" : "");
+  CHECK(ReadAll(m.path("f")) == expected);
+  {
+    // A private mapping sees the file and keeps its stores to itself.
+    Fd fd(m.path("f"), O_RDONLY);
+    REQUIRE(fd.ok());
+    void* p = mmap(nullptr, 8192, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd.get(), 0);
+    REQUIRE(p != MAP_FAILED);
+    CHECK(std::memcmp(static_cast<char*>(p) + 5000, "written through mmap", 20) == 0);
+    std::memcpy(p, "private", 7);
+    munmap(p, 8192);
+  }
+  CHECK(ReadAll(m.path("f")) == expected);
+  CHECK(m.Stop() == 0);
+  CHECK(FsckImage(m.image()).exit_code == 0);
 }
 
 // The mount's read-ahead, as the kernel sees it, or -1 if unreadable.

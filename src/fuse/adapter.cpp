@@ -2,8 +2,7 @@
 // callbacks live in namei.cpp, attr.cpp, file.cpp and dir.cpp (ops.hpp).
 #include "fuse/adapter.hpp"
 
-#include <linux/fuse.h>
-
+#include "fuse/kernel_abi.hpp"
 #include "fuse/ops.hpp"
 #include "nvfs/format.hpp"
 
@@ -71,11 +70,13 @@ void OpInit(void* userdata, fuse_conn_info* conn) {
   // drops privileges itself on its page-cache path, and still marks direct
   // writes.
   conn->want &= ~FUSE_CAP_HANDLE_KILLPRIV;
-  FuseAdapter::Protocol& protocol = adapter.protocol();
-  if (protocol.kernel_flags & FUSE_HANDLE_KILLPRIV_V2) {
-    protocol.killpriv_v2 = true;
-    protocol.extra_flags |= FUSE_HANDLE_KILLPRIV_V2;
-  }
+  // The flags libfuse 3.14 cannot ask for (transport.hpp, which sends each
+  // only if the kernel offered it).
+  uint64_t& extra = adapter.protocol().extra_flags;
+  extra |= FUSE_HANDLE_KILLPRIV_V2;
+  // Shared mmap of direct-I/O files (cache=none; adapter.hpp). Harmless
+  // with cache=page, whose files are not FOPEN_DIRECT_IO.
+  extra |= FUSE_DIRECT_IO_ALLOW_MMAP;
   conn->time_gran = 1;  // nanosecond timestamps
 }
 

@@ -41,9 +41,12 @@
 // Caching (-o cache=):
 //   none  FUSE direct I/O (fi->direct_io): every read and write reaches the
 //         daemon, nothing is copied through the kernel's page cache — the
-//         DAX-like default. A shared writable mmap of a direct-I/O file fails
-//         with ENODEV on libfuse 3.14 (it cannot ask for
-//         FUSE_DIRECT_IO_ALLOW_MMAP); use cache=page for that.
+//         DAX-like default. Shared mmap works where the kernel offers
+//         FUSE_DIRECT_IO_ALLOW_MMAP (6.6+; asked for by OpInit through the
+//         transport, as libfuse 3.14 cannot): the mapping's pages are
+//         cached and written back as FUSE_WRITE with FUSE_WRITE_CACHE,
+//         through a writable handle of the inode, kept coherent with
+//         direct reads and writes by the kernel. Elsewhere ENODEV.
 //   page  the kernel's page cache (fi->keep_cache), write-through: write()
 //         still reaches the core before it returns, so it stays durable on
 //         return. FUSE_CAP_WRITEBACK_CACHE is never asked for: it would let
@@ -116,11 +119,10 @@ class FuseAdapter {
   // read-only after.
   struct Protocol {
     uint64_t kernel_flags = 0;  // the kernel's offer: flags | flags2 << 32
-    uint64_t extra_flags = 0;   // added to libfuse's INIT reply, same layout
+    uint64_t extra_flags = 0;   // OpInit's wishes beyond libfuse, same layout
+    uint64_t agreed_flags = 0;  // what the INIT reply carried, same layout
     uint64_t init_unique = 0;   // the INIT request, until its reply is sent
-    // FUSE_HANDLE_KILLPRIV_V2 agreed: the kernel marks writes, truncates
-    // and O_TRUNC opens whose caller may not keep privileges.
-    bool killpriv_v2 = false;
+    bool agreed(uint64_t flag) const { return (agreed_flags & flag) == flag; }
   };
   Protocol& protocol() { return protocol_; }
   const Protocol& protocol() const { return protocol_; }

@@ -17,8 +17,9 @@ namespace {
 // positions O_APPEND writes itself (under the inode lock, at its i_size),
 // and writes back mmap'ed pages through whichever writable handle it picks,
 // possibly an O_APPEND one: the core must then write at the offset it is
-// given. With direct I/O no page is ever written back, and the core appends
-// atomically.
+// given. With direct I/O the core appends atomically; the only pages written
+// back are a shared mapping's (FUSE_DIRECT_IO_ALLOW_MMAP), marked
+// FUSE_WRITE_CACHE, and those land at their offset (WriteFlags).
 int CoreOpenFlags(const FuseAdapter& adapter, int flags) {
   if (adapter.options().cache == CacheMode::kPage) flags &= ~O_APPEND;
   return flags;
@@ -214,8 +215,14 @@ void OpRead(fuse_req_t req, fuse_ino_t /*ino*/, size_t size, off_t off, fuse_fil
 // A write by a caller without CAP_FSETID drops the file's privileges
 // (adapter.hpp), in the core, before any byte lands. The kernel marks such
 // writes (FUSE_WRITE_KILL_SUIDGID: every direct write, and with
-// KILLPRIV_V2 cached ones too); the transport reads the mark.
-static unsigned WriteFlags() { return RequestKillsPrivs() ? kKillSuidgid : 0u; }
+// KILLPRIV_V2 cached ones too); the transport reads the mark. A write-back
+// of a shared mapping's pages (FUSE_WRITE_CACHE) carries no such mark (a
+// store through a mapping keeps set-user-ID, as on ext4, whose page_mkwrite
+// drops nothing either) and lands at its own offset, also through an
+// O_APPEND handle (cache=none keeps O_APPEND in the core, see CoreOpenFlags).
+static unsigned WriteFlags() {
+  return (RequestKillsPrivs() ? kKillSuidgid : 0u) | (RequestWritesBack() ? kAtOffset : 0u);
+}
 
 void OpWrite(fuse_req_t req, fuse_ino_t /*ino*/, const char* buf, size_t size, off_t off,
              fuse_file_info* fi) {
