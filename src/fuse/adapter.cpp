@@ -21,6 +21,12 @@ const char* ReadPathName(ReadPath path) {
 
 const char* CacheModeName(CacheMode mode) { return mode == CacheMode::kNone ? "none" : "page"; }
 
+void FuseAdapter::ForgetCachedAttr(fuse_ino_t ino) const {
+  // A negative offset: attributes only. An error (ENOENT: the kernel no
+  // longer has the inode) leaves nothing cached to forget.
+  if (se_ != nullptr) (void)fuse_lowlevel_notify_inval_inode(se_, ino, -1, 0);
+}
+
 void FuseAdapter::TrackOpen(FileHandle file) {
   std::lock_guard lock(open_mu_);
   open_.insert(file);
