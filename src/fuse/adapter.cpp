@@ -64,6 +64,8 @@ void OpInit(void* userdata, fuse_conn_info* conn) {
   want(FUSE_CAP_PARALLEL_DIROPS);  // lookups and readdir take shared locks only
   want(FUSE_CAP_READDIRPLUS);
   want(FUSE_CAP_READDIRPLUS_AUTO);
+  want(FUSE_CAP_NO_OPENDIR_SUPPORT);  // dir.cpp: no OPENDIR/RELEASEDIR trips
+  adapter.protocol().no_opendir = conn->want & FUSE_CAP_NO_OPENDIR_SUPPORT;
   // Splice would hand write_buf a pipe and move reads through one: extra
   // copies for a daemon whose data already sits in memory.
   conn->want &= ~(FUSE_CAP_SPLICE_READ | FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE);

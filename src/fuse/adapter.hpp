@@ -156,6 +156,9 @@ class FuseAdapter {
     uint64_t extra_flags = 0;   // OpInit's wishes beyond libfuse, same layout
     uint64_t agreed_flags = 0;  // what the INIT reply carried, same layout
     uint64_t init_unique = 0;   // the INIT request, until its reply is sent
+    // FUSE_CAP_NO_OPENDIR_SUPPORT agreed (through libfuse): OPENDIR may
+    // fail with ENOSYS, and the kernel stops sending it (dir.cpp).
+    bool no_opendir = false;
     bool agreed(uint64_t flag) const { return (agreed_flags & flag) == flag; }
   };
   Protocol& protocol() { return protocol_; }
