@@ -1404,7 +1404,7 @@ std::string SeenAt(const std::string& path) {
 // (adapter.hpp): after every kind of change through the mount, what stat
 // shows from the kernel's caches (warm: every path was stat'ed before the
 // change) must equal what a fresh mount, with nothing cached, shows — the
-// core's truth. Each step is one kind of change; after it, every path is
+// core's truth; so must the directories' listings. Each step is one kind of change; after it, every path is
 // compared, and the fresh mount's stats warm the caches for the next step.
 TEST_CASE("mount: the kernel's cached attributes stay true after every kind of change",
           "[mount]") {
@@ -1417,9 +1417,22 @@ TEST_CASE("mount: the kernel's cached attributes stay true after every kind of c
   REQUIRE(chmod(m.dir().c_str(), 0777) == 0);
   const std::vector<std::string> paths = {
       "", "d", "e", "d/f", "d/g", "d/sub", "e/f", "e/h", "e/h2", "e/s", "e/dd", "e/dd/f", "e/x"};
+  // Listings too (the kernel caches them: FOPEN_CACHE_DIR), read with
+  // readdir(3) as ls would.
+  const std::vector<std::string> dirs = {"", "d", "e", "e/dd"};
   const auto snapshot = [&] {
     std::map<std::string, std::string> seen;
     for (const std::string& p : paths) seen[p] = SeenAt(m.path(p));
+    for (const std::string& p : dirs) {
+      std::string names = "listing:";
+      if (DIR* d = opendir(m.path(p).c_str())) {
+        std::set<std::string> sorted;
+        while (dirent* e = readdir(d)) sorted.insert(e->d_name);
+        closedir(d);
+        for (const std::string& n : sorted) names += " " + n;
+      }
+      seen["ls " + p] = names;
+    }
     return seen;
   };
   REQUIRE(mkdir(m.path("d").c_str(), 0755) == 0);
@@ -1529,9 +1542,9 @@ TEST_CASE("mount: the kernel's cached attributes stay true after every kind of c
     REQUIRE(m.Stop() == 0);
     m.Start(options);
     const std::map<std::string, std::string> fresh = snapshot();
-    for (const std::string& p : paths) {
+    for (const auto& [p, seen] : cached) {
       INFO("path: /" << p);
-      CHECK(cached.at(p) == fresh.at(p));
+      CHECK(seen == fresh.at(p));
     }
   }
   // An unlinked file still open: its link count, ctime and size as the

@@ -64,7 +64,12 @@ void OpInit(void* userdata, fuse_conn_info* conn) {
   want(FUSE_CAP_PARALLEL_DIROPS);  // lookups and readdir take shared locks only
   want(FUSE_CAP_READDIRPLUS);
   want(FUSE_CAP_READDIRPLUS_AUTO);
-  want(FUSE_CAP_NO_OPENDIR_SUPPORT);  // dir.cpp: no OPENDIR/RELEASEDIR trips
+  // Listings cached by the kernel, and no OPENDIR/RELEASEDIR trips (dir.cpp),
+  // only where names are cached too: a cached listing spares READDIRPLUS,
+  // which revalidates a directory's names a hundred a request, so with
+  // short entry timeouts every expired name would cost a LOOKUP of its own.
+  adapter.protocol().cache_listings = adapter.options().entry_timeout >= kCacheListingsFrom;
+  if (adapter.protocol().cache_listings) want(FUSE_CAP_NO_OPENDIR_SUPPORT);
   adapter.protocol().no_opendir = conn->want & FUSE_CAP_NO_OPENDIR_SUPPORT;
   // Splice would hand write_buf a pipe and move reads through one: extra
   // copies for a daemon whose data already sits in memory.

@@ -75,7 +75,10 @@
 // adapter then tells the kernel to forget the inode's attributes
 // (fuse_lowlevel_notify_inval_inode, attributes only) before it replies.
 // Negative lookups are cached as long: a name appears only by the kernel's
-// own create, link, rename or mknod, which replace the negative entry.
+// own create, link, rename or mknod, which replace the negative entry. So are
+// directory listings (FOPEN_CACHE_DIR, dir.cpp), which the kernel drops when
+// it changes the directory's entries; with entry timeouts shorter than
+// kCacheListingsFrom (entry_timeout=, for measurements) they are not.
 // tests/test_mount.cpp ("the kernel's cached attributes ...") checks each
 // kind of change against a fresh mount's view.
 #pragma once
@@ -112,6 +115,8 @@ const char* CacheModeName(CacheMode mode);
 // own maximum. Below 2^63 ns, which the kernel's conversion of the reply's
 // seconds must not exceed.
 inline constexpr double kCacheForever = 1e9;
+// Directory listings are cached from this entry timeout on (adapter.cpp).
+inline constexpr double kCacheListingsFrom = 60;
 
 struct AdapterOptions {
   ReadPath read_path = ReadPath::kMap;
@@ -156,8 +161,12 @@ class FuseAdapter {
     uint64_t extra_flags = 0;   // OpInit's wishes beyond libfuse, same layout
     uint64_t agreed_flags = 0;  // what the INIT reply carried, same layout
     uint64_t init_unique = 0;   // the INIT request, until its reply is sent
-    // FUSE_CAP_NO_OPENDIR_SUPPORT agreed (through libfuse): OPENDIR may
-    // fail with ENOSYS, and the kernel stops sending it (dir.cpp).
+    // The kernel caches directory listings (dir.cpp; entry timeouts of at
+    // least kCacheListingsFrom).
+    bool cache_listings = false;
+    // FUSE_CAP_NO_OPENDIR_SUPPORT agreed (through libfuse, with
+    // cache_listings): OPENDIR may fail with ENOSYS, and the kernel stops
+    // sending it (dir.cpp).
     bool no_opendir = false;
     bool agreed(uint64_t flag) const { return (agreed_flags & flag) == flag; }
   };
