@@ -2356,6 +2356,10 @@ TEST_CASE("mount: refusals fail with one line and mount nothing", "[mount]") {
   // Options: an unknown nvfs value, and one libfuse does not know.
   CHECK(RunDaemonExpectingFailure({"-o", "cache=bogus", m.image(), m.dir()}, m.dir()).exit_code ==
         1);
+  for (const char* timeout : {"attr_timeout=-2", "entry_timeout=1e10", "attr_timeout=x"}) {
+    INFO(timeout);
+    CHECK(RunDaemonExpectingFailure({"-o", timeout, m.image(), m.dir()}, m.dir()).exit_code == 1);
+  }
   const DaemonResult unknown = RunDaemonExpectingFailure({"-o", "bogus", m.image(), m.dir()},
                                                          m.dir());
   CHECK(unknown.exit_code == 1);
