@@ -898,55 +898,96 @@ TEST_CASE("mount: a file past 4 GiB", "[mount]") {
   CHECK(FsckImage(m.image()).exit_code == 0);
 }
 
-TEST_CASE("mount: mmap reads and writes with cache=page", "[mount]") {
+// Shared mappings in both cache modes. With cache=none every open is
+// FOPEN_DIRECT_IO, and the kernel allows MAP_SHARED only because INIT agreed
+// FUSE_DIRECT_IO_ALLOW_MMAP (before, ENODEV); it then keeps the mapping's
+// pages coherent with direct I/O: a direct read writes dirty pages back
+// first, a direct write drops the pages it overwrites.
+TEST_CASE("mount: mmap reads and writes in both cache modes", "[mount]") {
   NVFS_REQUIRE_FUSE();
+  const std::string options = GENERATE(as<std::string>{}, "", "cache=page");
+  INFO("options: " << options);
   MountedFs m;
   const std::string data = Pattern(256 * kKiB, 4);
+  std::string expected = data;
+  m.Start(options);
+  WriteFile(m.path("f"), data);
   {
-    m.Start("cache=page");
-    WriteFile(m.path("f"), data);
     Fd fd(m.path("f"), O_RDWR);
     REQUIRE(fd.ok());
     void* p = mmap(nullptr, data.size(), PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+    INFO("mmap: " << std::strerror(errno));
     REQUIRE(p != MAP_FAILED);
     char* bytes = static_cast<char*>(p);
     CHECK(std::memcmp(bytes, data.data(), data.size()) == 0);
+    // Stores through the mapping, msync: the daemon has them (pread).
     std::memcpy(bytes + 5000, "written through mmap", 20);
     std::memset(bytes + 200 * kKiB, 'M', 10000);
     REQUIRE(msync(p, data.size(), MS_SYNC) == 0);
-    // A write() shows through the mapping.
-    REQUIRE(pwrite(fd.get(), "via write", 9, 100) == 9);
-    CHECK(std::memcmp(bytes + 100, "via write", 9) == 0);
-    REQUIRE(munmap(p, data.size()) == 0);
-    std::string expected = data;
     expected.replace(5000, 20, "written through mmap");
     expected.replace(200 * kKiB, 10000, std::string(10000, 'M'));
+    char back[20];
+    REQUIRE(pread(fd.get(), back, sizeof back, 5000) == 20);
+    CHECK(std::memcmp(back, "written through mmap", 20) == 0);
+    // A store not yet synced still reaches a read (cache=none: the direct
+    // read writes the dirty page back first).
+    std::memcpy(bytes + 70000, "unsynced", 8);
+    expected.replace(70000, 8, "unsynced");
+    REQUIRE(pread(fd.get(), back, 8, 70000) == 8);
+    CHECK(std::memcmp(back, "unsynced", 8) == 0);
+    // A write() shows through the mapping.
+    REQUIRE(pwrite(fd.get(), "via write", 9, 100) == 9);
     expected.replace(100, 9, "via write");
-    CHECK(ReadAll(m.path("f")) == expected);
-    fd.Close();
-    CHECK(m.Stop() == 0);
-    // The daemon got every byte: a fresh mount without the page cache agrees.
-    m.Start();
+    CHECK(std::memcmp(bytes + 100, "via write", 9) == 0);
+    REQUIRE(munmap(p, data.size()) == 0);
     CHECK(ReadAll(m.path("f")) == expected);
   }
   {
-    // cache=none: a shared mapping of a direct-I/O file is refused (ENODEV,
-    // libfuse 3.14; README); a private one works.
+    // Pages written back through an O_APPEND handle land where they were
+    // mapped, not at the end of the file (FUSE_WRITE_CACHE, kAtOffset).
+    Fd fd(m.path("f"), O_RDWR | O_APPEND);
+    REQUIRE(fd.ok());
+    void* p = mmap(nullptr, 8192, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+    REQUIRE(p != MAP_FAILED);
+    std::memcpy(static_cast<char*>(p) + 10, "append-handle", 13);
+    REQUIRE(msync(p, 8192, MS_SYNC) == 0);
+    REQUIRE(munmap(p, 8192) == 0);
+    expected.replace(10, 13, "append-handle");
+    CHECK(Stat(m.path("f")).st_size == static_cast<off_t>(data.size()));
+    CHECK(ReadAll(m.path("f")) == expected);
+    // The handle still appends.
+    REQUIRE(write(fd.get(), "tail", 4) == 4);
+    expected += "tail";
+    CHECK(ReadAll(m.path("f")) == expected);
+  }
+  {
+    // No msync: munmap writes a shared writable mapping's dirty pages back
+    // (fs/fuse/file.c, fuse_vma_close, without FUSE_WRITEBACK_CACHE).
     Fd fd(m.path("f"), O_RDWR);
     REQUIRE(fd.ok());
-    void* p = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
-    if (p != MAP_FAILED) {
-      WARN("shared mmap with cache=none works here (newer libfuse?)");
-      munmap(p, 4096);
-    } else {
-      CHECK(errno == ENODEV);
-    }
-    p = mmap(nullptr, 8192, PROT_READ, MAP_PRIVATE, fd.get(), 0);
+    void* p = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 4096);
     REQUIRE(p != MAP_FAILED);
-    CHECK(std::memcmp(static_cast<char*>(p) + 5000, "written through mmap", 20) == 0);
-    munmap(p, 8192);
+    std::memcpy(p, "no msync", 8);
+    expected.replace(4096, 8, "no msync");
+    REQUIRE(munmap(p, 4096) == 0);
   }
   CHECK(m.Stop() == 0);
+  // The daemon got every byte: a fresh mount agrees, in the other mode too.
+  m.Start(options.empty() ? "cache=page" : "");
+  CHECK(ReadAll(m.path("f")) == expected);
+  {
+    // A private mapping sees the file and keeps its stores to itself.
+    Fd fd(m.path("f"), O_RDONLY);
+    REQUIRE(fd.ok());
+    void* p = mmap(nullptr, 8192, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd.get(), 0);
+    REQUIRE(p != MAP_FAILED);
+    CHECK(std::memcmp(static_cast<char*>(p) + 5000, "written through mmap", 20) == 0);
+    std::memcpy(p, "private", 7);
+    munmap(p, 8192);
+  }
+  CHECK(ReadAll(m.path("f")) == expected);
+  CHECK(m.Stop() == 0);
+  CHECK(FsckImage(m.image()).exit_code == 0);
 }
 
 // The mount's read-ahead, as the kernel sees it, or -1 if unreadable.
@@ -1341,6 +1382,246 @@ TEST_CASE("mount: timestamps follow POSIX", "[mount]") {
   REQUIRE(unlink(m.path("e/g").c_str()) == 0);
   CHECK(t14 <= Stat(m.path("e")).st_mtim);
   CHECK(t14 <= Stat(m.path("e")).st_ctim);
+  CHECK(m.Stop() == 0);
+}
+
+// What lstat(2) shows of a path, but st_dev (a remount changes it), as one
+// line; "absent" for a name that is not there.
+std::string SeenAt(const std::string& path) {
+  struct stat st {};
+  if (lstat(path.c_str(), &st) != 0) return errno == ENOENT ? "absent" : std::strerror(errno);
+  char line[400];
+  std::snprintf(line, sizeof line,
+                "ino %llu mode %o nlink %llu uid %u gid %u size %lld blocks %lld "
+                "atime %lld.%09ld mtime %lld.%09ld ctime %lld.%09ld",
+                static_cast<unsigned long long>(st.st_ino), st.st_mode,
+                static_cast<unsigned long long>(st.st_nlink), st.st_uid, st.st_gid,
+                static_cast<long long>(st.st_size), static_cast<long long>(st.st_blocks),
+                static_cast<long long>(st.st_atim.tv_sec), st.st_atim.tv_nsec,
+                static_cast<long long>(st.st_mtim.tv_sec), st.st_mtim.tv_nsec,
+                static_cast<long long>(st.st_ctim.tv_sec), st.st_ctim.tv_nsec);
+  return line;
+}
+
+// The kernel keeps entries and attributes as long as the mount
+// (adapter.hpp): after every kind of change through the mount, what stat
+// shows from the kernel's caches (warm: every path was stat'ed before the
+// change) must equal what a fresh mount, with nothing cached, shows — the
+// core's truth; so must the directories' listings. Each step is one kind of change; after it, every path is
+// compared, and the fresh mount's stats warm the caches for the next step.
+TEST_CASE("mount: the kernel's cached attributes stay true after every kind of change",
+          "[mount]") {
+  NVFS_REQUIRE_FUSE();
+  const std::string options = GENERATE(as<std::string>{}, "allow_other",
+                                        "allow_other,cache=page");
+  INFO("options: " << options);
+  MountedFs m;
+  m.Start(options);
+  REQUIRE(chmod(m.dir().c_str(), 0777) == 0);
+  const std::vector<std::string> paths = {
+      "", "d", "e", "d/f", "d/g", "d/sub", "e/f", "e/h", "e/h2", "e/s", "e/dd", "e/dd/f", "e/x"};
+  // Listings too (the kernel caches them: FOPEN_CACHE_DIR), read with
+  // readdir(3) as ls would.
+  const std::vector<std::string> dirs = {"", "d", "e", "e/dd"};
+  const auto snapshot = [&] {
+    std::map<std::string, std::string> seen;
+    for (const std::string& p : paths) seen[p] = SeenAt(m.path(p));
+    for (const std::string& p : dirs) {
+      std::string names = "listing:";
+      if (DIR* d = opendir(m.path(p).c_str())) {
+        std::set<std::string> sorted;
+        while (dirent* e = readdir(d)) sorted.insert(e->d_name);
+        closedir(d);
+        for (const std::string& n : sorted) names += " " + n;
+      }
+      seen["ls " + p] = names;
+    }
+    return seen;
+  };
+  REQUIRE(mkdir(m.path("d").c_str(), 0755) == 0);
+  REQUIRE(mkdir(m.path("e").c_str(), 0755) == 0);
+  WriteFile(m.path("e/h"), "victim");
+  REQUIRE(link(m.path("e/h").c_str(), m.path("e/h2").c_str()) == 0);
+  snapshot();  // every path in the kernel's caches
+  const auto with_fd = [&](const std::string& path, int flags, auto&& body) {
+    Fd fd(m.path(path), flags);
+    INFO(path << ": " << std::strerror(fd.error()));
+    REQUIRE(fd.ok());
+    body(fd.get());
+  };
+  const std::vector<std::pair<std::string, std::function<void()>>> steps = {
+      {"create d/f", [&] { WriteFile(m.path("d/f"), ""); }},
+      {"write", [&] {
+         with_fd("d/f", O_WRONLY, [](int fd) {
+           REQUIRE(write(fd, std::string(10000, 'w').data(), 10000) == 10000);
+         });
+       }},
+      {"O_APPEND write", [&] {
+         with_fd("d/f", O_WRONLY | O_APPEND,
+                 [](int fd) { REQUIRE(write(fd, "appended", 8) == 8); });
+       }},
+      {"pwrite past the end", [&] {
+         with_fd("d/f", O_WRONLY, [](int fd) { REQUIRE(pwrite(fd, "far", 3, 1 << 20) == 3); });
+       }},
+      {"read (atime stays)", [&] { ReadAll(m.path("d/f")); }},
+      {"truncate", [&] { REQUIRE(truncate(m.path("d/f").c_str(), 5000) == 0); }},
+      {"ftruncate", [&] {
+         with_fd("d/f", O_WRONLY, [](int fd) { REQUIRE(ftruncate(fd, 20000) == 0); });
+       }},
+      {"fallocate", [&] {
+         with_fd("d/f", O_WRONLY, [](int fd) { REQUIRE(fallocate(fd, 0, 0, 256 << 10) == 0); });
+       }},
+      {"punch", [&] {
+         with_fd("d/f", O_WRONLY, [](int fd) {
+           REQUIRE(fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, 65536) == 0);
+         });
+       }},
+      {"chmod", [&] { REQUIRE(chmod(m.path("d/f").c_str(), 0600) == 0); }},
+      {"chown", [&] { REQUIRE(chown(m.path("d/f").c_str(), 42, 43) == 0); }},
+      {"utimensat", [&] {
+         const timespec times[2] = {{1000, 5}, {2000, 7}};
+         REQUIRE(utimensat(AT_FDCWD, m.path("d/f").c_str(), times, 0) == 0);
+       }},
+      {"setxattr", [&] { REQUIRE(setxattr(m.path("d/f").c_str(), "user.a", "1", 1, 0) == 0); }},
+      {"removexattr", [&] { REQUIRE(removexattr(m.path("d/f").c_str(), "user.a") == 0); }},
+      {"link", [&] { REQUIRE(link(m.path("d/f").c_str(), m.path("d/g").c_str()) == 0); }},
+      {"unlink of one link", [&] { REQUIRE(unlink(m.path("d/g").c_str()) == 0); }},
+      {"mkdir", [&] { REQUIRE(mkdir(m.path("d/sub").c_str(), 0755) == 0); }},
+      {"rmdir", [&] { REQUIRE(rmdir(m.path("d/sub").c_str()) == 0); }},
+      {"rename across directories", [&] {
+         REQUIRE(rename(m.path("d/f").c_str(), m.path("e/f").c_str()) == 0);
+       }},
+      {"rename over a target with another link", [&] {
+         REQUIRE(rename(m.path("e/f").c_str(), m.path("e/h").c_str()) == 0);
+       }},
+      {"RENAME_EXCHANGE", [&] {
+         REQUIRE(RenameAt2(m.path("e/h").c_str(), m.path("e/h2").c_str(), RENAME_EXCHANGE) == 0);
+       }},
+      {"symlink", [&] { REQUIRE(symlink("h", m.path("e/s").c_str()) == 0); }},
+      {"O_TRUNC open", [&] {
+         with_fd("e/h2", O_WRONLY | O_TRUNC, [](int fd) { REQUIRE(write(fd, "new", 3) == 3); });
+       }},
+      {"mmap store, msync", [&] {
+         with_fd("e/h", O_RDWR, [](int fd) {
+           void* p = mmap(nullptr, 4, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+           REQUIRE(p != MAP_FAILED);
+           std::memcpy(p, "MMAP", 4);
+           REQUIRE(msync(p, 4, MS_SYNC) == 0);
+           REQUIRE(munmap(p, 4) == 0);
+         });
+       }},
+      {"mmap store, munmap", [&] {
+         with_fd("e/h", O_RDWR, [](int fd) {
+           void* p = mmap(nullptr, 4, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+           REQUIRE(p != MAP_FAILED);
+           std::memcpy(p, "mmap", 4);
+           REQUIRE(munmap(p, 4) == 0);
+         });
+       }},
+      {"rename of a directory into another", [&] {
+         REQUIRE(mkdir(m.path("d/sub").c_str(), 0755) == 0);
+         WriteFile(m.path("d/sub/f"), "in sub");
+         REQUIRE(rename(m.path("d/sub").c_str(), m.path("e/dd").c_str()) == 0);
+       }},
+      {"a write by an unprivileged caller drops set-user-ID", [&] {
+         WriteFile(m.path("e/x"), "suid");
+         REQUIRE(chmod(m.path("e/x").c_str(), 06777) == 0);
+         REQUIRE(SeenAt(m.path("e/x")).find("mode 106777") != std::string::npos);
+         const int failed = RunInChild([&]() -> int {
+           if (!BecomeNobody()) return 100;
+           const int fd = open(m.path("e/x").c_str(), O_WRONLY);
+           const int rc = fd >= 0 && pwrite(fd, "S", 1, 0) == 1 ? 0 : 1;
+           if (fd >= 0) close(fd);
+           return rc;
+         });
+         REQUIRE(failed == 0);
+       }},
+      {"unlink", [&] { REQUIRE(unlink(m.path("e/s").c_str()) == 0); }},
+  };
+  for (const auto& [name, change] : steps) {
+    INFO("after: " << name);
+    change();
+    const std::map<std::string, std::string> cached = snapshot();
+    REQUIRE(m.Stop() == 0);
+    m.Start(options);
+    const std::map<std::string, std::string> fresh = snapshot();
+    for (const auto& [p, seen] : cached) {
+      INFO("path: /" << p);
+      CHECK(seen == fresh.at(p));
+    }
+  }
+  // An unlinked file still open: its link count, ctime and size as the
+  // core has them (fstat asks the daemon once the kernel dropped them).
+  {
+    Fd fd(m.path("e/h2"), O_RDWR);
+    REQUIRE(fd.ok());
+    struct stat before {};
+    REQUIRE(fstat(fd.get(), &before) == 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    const timespec t0 = Now();
+    REQUIRE(unlink(m.path("e/h2").c_str()) == 0);
+    struct stat st {};
+    REQUIRE(fstat(fd.get(), &st) == 0);
+    CHECK(st.st_nlink == before.st_nlink - 1);
+    CHECK(t0 <= st.st_ctim);
+    REQUIRE(pwrite(fd.get(), "grown", 5, 100000) == 5);
+    REQUIRE(fstat(fd.get(), &st) == 0);
+    CHECK(st.st_size == 100005);
+    CHECK(t0 <= st.st_mtim);
+  }
+  CHECK(m.Stop() == 0);
+  const FsckResult fsck = FsckImage(m.image());
+  INFO(fsck.output);
+  CHECK(fsck.exit_code == 0);
+}
+
+// The mode the kernel caches is what exec(2) reads for set-user-ID
+// (bprm_fill_uid), and a write only makes the kernel drop a file's size and
+// times: when the core clears set-user-ID on a write by an unprivileged
+// caller, the daemon must make the kernel forget the mode too, or the next
+// exec of the file runs with its owner's uid.
+TEST_CASE("mount: exec after a write that cleared set-user-ID runs without it", "[mount]") {
+  NVFS_REQUIRE_FUSE();
+  if (geteuid() != 0) {
+    NVFS_SKIP("needs root (a root-owned set-user-ID program)");
+  }
+  const std::string options = GENERATE(as<std::string>{}, "allow_other,suid",
+                                        "allow_other,suid,cache=page");
+  INFO("options: " << options);
+  MountedFs m;
+  m.Start(options);
+  REQUIRE(chmod(m.dir().c_str(), 0777) == 0);
+  const std::string id = m.path("id");
+  WriteFile(id, ReadAll("/usr/bin/id"), 0755);
+  REQUIRE(chmod(id.c_str(), 04777) == 0);
+  REQUIRE((Stat(id).st_mode & 07777) == 04777);  // cached by the kernel now
+  const std::string out = "/tmp/nvfs-exec-" + std::to_string(getpid());
+  const auto euid_of_exec = [&] {
+    unlink(out.c_str());
+    const int status = RunInChild([&]() -> int {
+      const int fd = open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (fd < 0 || dup2(fd, 1) < 0 || !BecomeNobody()) return 100;
+      execl(id.c_str(), "id", "-u", static_cast<char*>(nullptr));
+      return 101;
+    });
+    std::string euid = status == 0 ? ReadAll(out) : "status " + std::to_string(status);
+    unlink(out.c_str());
+    return euid;
+  };
+  CHECK(euid_of_exec() == "0\n");  // set-user-ID root: the mount honours it
+  // A write by nobody: the same byte again, so the program still runs.
+  const std::string first = ReadAll(id).substr(0, 1);
+  const int failed = RunInChild([&]() -> int {
+    if (!BecomeNobody()) return 100;
+    const int fd = open(id.c_str(), O_WRONLY);
+    const int rc = fd >= 0 && pwrite(fd, first.data(), 1, 0) == 1 ? 0 : 1;
+    if (fd >= 0) close(fd);
+    return rc;
+  });
+  REQUIRE(failed == 0);
+  // No stat in between: only the daemon's word makes the kernel look again.
+  CHECK(euid_of_exec() == "65534\n");
+  CHECK((Stat(id).st_mode & 07777) == 0777);
   CHECK(m.Stop() == 0);
 }
 
@@ -2078,6 +2359,10 @@ TEST_CASE("mount: refusals fail with one line and mount nothing", "[mount]") {
   // Options: an unknown nvfs value, and one libfuse does not know.
   CHECK(RunDaemonExpectingFailure({"-o", "cache=bogus", m.image(), m.dir()}, m.dir()).exit_code ==
         1);
+  for (const char* timeout : {"attr_timeout=-2", "entry_timeout=1e10", "attr_timeout=x"}) {
+    INFO(timeout);
+    CHECK(RunDaemonExpectingFailure({"-o", timeout, m.image(), m.dir()}, m.dir()).exit_code == 1);
+  }
   const DaemonResult unknown = RunDaemonExpectingFailure({"-o", "bogus", m.image(), m.dir()},
                                                          m.dir());
   CHECK(unknown.exit_code == 1);

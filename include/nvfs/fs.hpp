@@ -127,6 +127,10 @@ enum IoFlags : unsigned {
   // with O_TRUNC, a fallocate by an unprivileged caller): clear set-user-ID
   // and group-executable set-group-ID.
   kKillSuidgid = 1u << 0,
+  // Write at the offset given even on an O_APPEND handle: pages of a shared
+  // mapping written back (FUSE_WRITE_CACHE), which belong where they were
+  // mapped, whichever handle carries them.
+  kAtOffset = 1u << 1,
 };
 
 struct SetAttrRequest {
@@ -323,7 +327,8 @@ class Filesystem {
     return n;
   }
 
-  // Writes at `offset` (O_APPEND handles: at the end). Durable on return.
+  // Writes at `offset` (O_APPEND handles: at the end, unless kAtOffset).
+  // Durable on return.
   Result<size_t> Write(FileHandle file, uint64_t offset, const void* buf, size_t len,
                        unsigned io_flags = 0);
   Result<size_t> WriteIter(FileHandle file, uint64_t offset, const iovec* iov, int iovcnt,

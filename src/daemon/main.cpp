@@ -54,9 +54,9 @@ constexpr const char* kUsage =
     "  read_path=read|iter|map  the core read path behind FUSE reads: one copy,\n"
     "                           a copy into 4 KiB segments, or none (the reply\n"
     "                           points into the mapping); default map\n"
-    "  cache=none|page          none: FUSE direct I/O, no page cache (default;\n"
-    "                           shared mmap fails with ENODEV); page: the kernel\n"
-    "                           page cache, write-through (mmap works)\n"
+    "  cache=none|page          none: FUSE direct I/O, no page cache but for\n"
+    "                           shared mappings (default); page: the kernel\n"
+    "                           page cache, write-through\n"
     "  threads=N                at most N worker threads (default 10)\n"
     "  read_ahead_kb=N          with cache=page, the kernel's read-ahead for the\n"
     "                           mount (default 1024; needs root, else the\n"
@@ -64,6 +64,10 @@ constexpr const char* kUsage =
     "  extent_map_runs=N        the most runs a file's DRAM extent map holds\n"
     "                           (about 20 bytes each; default 65536; 0: none,\n"
     "                           every read walks the block map)\n"
+    "  entry_timeout=S          how long the kernel may trust a name it looked\n"
+    "  attr_timeout=S           up, and an inode's attributes (default: as long\n"
+    "                           as the mount; the daemon tells the kernel of\n"
+    "                           every change it cannot know; for measurements)\n"
     "  ro                       mount read-only\n"
     "  errors=remount-ro        on damage found on the media (a block pointer\n"
     "                           naming no data block, a damaged directory or\n"
@@ -98,6 +102,8 @@ struct CommandLine {
   unsigned threads = 0;
   int read_ahead_kb = -1;  // -1: not given
   long long extent_map_runs = -1;  // -1: not given
+  double entry_timeout = -1;  // -1: not given
+  double attr_timeout = -1;
   bool foreground = false;
   bool debug = false;
   bool single_thread = false;
@@ -123,6 +129,8 @@ const fuse_opt kOptions[] = {
     NVFS_OPT("threads=%u", threads),
     NVFS_OPT("read_ahead_kb=%d", read_ahead_kb),
     NVFS_OPT("extent_map_runs=%lld", extent_map_runs),
+    NVFS_OPT("entry_timeout=%lf", entry_timeout),
+    NVFS_OPT("attr_timeout=%lf", attr_timeout),
     FUSE_OPT_KEY("-f", kKeyForeground),
     FUSE_OPT_KEY("-d", kKeyDebug),
     FUSE_OPT_KEY("debug", kKeyDebug),
@@ -318,6 +326,14 @@ int main(int argc, char** argv) {
   if (cl.extent_map_runs < -1 || cl.extent_map_runs > (1 << 24)) {
     return UsageError("extent_map_runs must be between 0 and 16777216");
   }
+  for (double* timeout : {&cl.entry_timeout, &cl.attr_timeout}) {
+    if (*timeout == -1) continue;
+    if (!(*timeout >= 0 && *timeout <= nvfs::kCacheForever)) {
+      return UsageError("entry_timeout and attr_timeout must be between 0 and 1e9 seconds");
+    }
+  }
+  if (cl.entry_timeout != -1) adapter_options.entry_timeout = cl.entry_timeout;
+  if (cl.attr_timeout != -1) adapter_options.attr_timeout = cl.attr_timeout;
   const std::string device = Absolute(cl.positional[0]);
   const std::string mountpoint = Absolute(cl.positional[1]);
   struct stat st;
@@ -345,6 +361,7 @@ int main(int argc, char** argv) {
   fuse_session* se =
       fuse_session_new(&args, &nvfs::FuseAdapter::Ops(), sizeof(fuse_lowlevel_ops), &adapter);
   if (se == nullptr) return 1;  // libfuse said why (an unknown option)
+  adapter.set_session(se);
   std::unique_ptr<fuse_session, void (*)(fuse_session*)> session(se, fuse_session_destroy);
 
   nvfs::MountOptions mount_options;

@@ -409,7 +409,7 @@ static Result<size_t> WriteCore(Filesystem& fs, FileHandle file, uint64_t offset
   const Inode& inode = *ci->media;
   if (S_ISDIR(inode.mode)) return Error(EISDIR);
   if (!S_ISREG(inode.mode)) return Error(EINVAL);
-  if (file->flags & O_APPEND) offset = inode.size;
+  if ((file->flags & O_APPEND) && !(io_flags & kAtOffset)) offset = inode.size;
   const Geometry& g = FsOps::Geo(fs);
   const uint32_t shift = g.block_shift();
   const uint64_t mask = g.block_size() - 1;

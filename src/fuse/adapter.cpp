@@ -2,8 +2,7 @@
 // callbacks live in namei.cpp, attr.cpp, file.cpp and dir.cpp (ops.hpp).
 #include "fuse/adapter.hpp"
 
-#include <linux/fuse.h>
-
+#include "fuse/kernel_abi.hpp"
 #include "fuse/ops.hpp"
 #include "nvfs/format.hpp"
 
@@ -21,6 +20,12 @@ const char* ReadPathName(ReadPath path) {
 }
 
 const char* CacheModeName(CacheMode mode) { return mode == CacheMode::kNone ? "none" : "page"; }
+
+void FuseAdapter::ForgetCachedAttr(fuse_ino_t ino) const {
+  // A negative offset: attributes only. An error (ENOENT: the kernel no
+  // longer has the inode) leaves nothing cached to forget.
+  if (se_ != nullptr) (void)fuse_lowlevel_notify_inval_inode(se_, ino, -1, 0);
+}
 
 void FuseAdapter::TrackOpen(FileHandle file) {
   std::lock_guard lock(open_mu_);
@@ -59,6 +64,13 @@ void OpInit(void* userdata, fuse_conn_info* conn) {
   want(FUSE_CAP_PARALLEL_DIROPS);  // lookups and readdir take shared locks only
   want(FUSE_CAP_READDIRPLUS);
   want(FUSE_CAP_READDIRPLUS_AUTO);
+  // Listings cached by the kernel, and no OPENDIR/RELEASEDIR trips (dir.cpp),
+  // only where names are cached too: a cached listing spares READDIRPLUS,
+  // which revalidates a directory's names a hundred a request, so with
+  // short entry timeouts every expired name would cost a LOOKUP of its own.
+  adapter.protocol().cache_listings = adapter.options().entry_timeout >= kCacheListingsFrom;
+  if (adapter.protocol().cache_listings) want(FUSE_CAP_NO_OPENDIR_SUPPORT);
+  adapter.protocol().no_opendir = conn->want & FUSE_CAP_NO_OPENDIR_SUPPORT;
   // Splice would hand write_buf a pipe and move reads through one: extra
   // copies for a daemon whose data already sits in memory.
   conn->want &= ~(FUSE_CAP_SPLICE_READ | FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE);
@@ -71,11 +83,13 @@ void OpInit(void* userdata, fuse_conn_info* conn) {
   // drops privileges itself on its page-cache path, and still marks direct
   // writes.
   conn->want &= ~FUSE_CAP_HANDLE_KILLPRIV;
-  FuseAdapter::Protocol& protocol = adapter.protocol();
-  if (protocol.kernel_flags & FUSE_HANDLE_KILLPRIV_V2) {
-    protocol.killpriv_v2 = true;
-    protocol.extra_flags |= FUSE_HANDLE_KILLPRIV_V2;
-  }
+  // The flags libfuse 3.14 cannot ask for (transport.hpp, which sends each
+  // only if the kernel offered it).
+  uint64_t& extra = adapter.protocol().extra_flags;
+  extra |= FUSE_HANDLE_KILLPRIV_V2;
+  // Shared mmap of direct-I/O files (cache=none; adapter.hpp). Harmless
+  // with cache=page, whose files are not FOPEN_DIRECT_IO.
+  extra |= FUSE_DIRECT_IO_ALLOW_MMAP;
   conn->time_gran = 1;  // nanosecond timestamps
 }
 

@@ -41,19 +41,46 @@
 // Caching (-o cache=):
 //   none  FUSE direct I/O (fi->direct_io): every read and write reaches the
 //         daemon, nothing is copied through the kernel's page cache — the
-//         DAX-like default. A shared writable mmap of a direct-I/O file fails
-//         with ENODEV on libfuse 3.14 (it cannot ask for
-//         FUSE_DIRECT_IO_ALLOW_MMAP); use cache=page for that.
+//         DAX-like default. Shared mmap works where the kernel offers
+//         FUSE_DIRECT_IO_ALLOW_MMAP (6.6+; asked for by OpInit through the
+//         transport, as libfuse 3.14 cannot): the mapping's pages are
+//         cached and written back as FUSE_WRITE with FUSE_WRITE_CACHE,
+//         through a writable handle of the inode, kept coherent with
+//         direct reads and writes by the kernel. Elsewhere ENODEV.
 //   page  the kernel's page cache (fi->keep_cache), write-through: write()
 //         still reaches the core before it returns, so it stays durable on
 //         return. FUSE_CAP_WRITEBACK_CACHE is never asked for: it would let
 //         write() return with the data only in the kernel, which breaks the
 //         durability contract and loses data on kill -9 of the daemon.
-// Entry and attribute timeouts are 1 s in both modes. The kernel is the only
-// client of the namespace (the namespace is locked while mounted), and it
-// invalidates what its own requests change, so a timeout only bounds how
-// long the kernel trusts what it already asked; with cache=page it lets warm
-// reads run without a GETATTR each. Negative lookups are cached as long.
+// Entry and attribute timeouts (kCacheForever, in both modes): the kernel
+// keeps what it was told for as long as the mount lives. The daemon holds
+// the namespace's lock, so nothing but the kernel's own requests changes
+// it, and what those change the kernel learns or forgets by itself:
+//   - replies carry the attributes of what they changed (SETATTR, LINK,
+//     MKNOD, MKDIR, SYMLINK, CREATE, READDIRPLUS entries);
+//   - it drops the attributes of a directory whose entries it changed
+//     (fs/fuse/dir.c, fuse_dir_changed: size, nlink, mtime, ctime) and of
+//     an inode it unlinked, renamed or set an xattr on (fuse_update_ctime,
+//     fuse_entry_unlinked, which also drops nlink), of a file it wrote
+//     (fuse_write_update_attr: size, mtime, ctime, blocks, on direct and
+//     cached writes), fallocated, opened with O_TRUNC, or whose mmap'ed
+//     pages it wrote back (fuse_writepage_end, without writeback cache);
+//   - the kernel keeps no times of its own (S_NOCMTIME without writeback
+//     cache) and nvfs changes no atime on read (noatime semantics).
+// The one change the kernel cannot foresee is the core dropping
+// set-user-ID/set-group-ID on a write or fallocate by a caller without
+// CAP_FSETID: the kernel drops only size and times after a write, and keeps
+// the mode it has for permission checks and exec (fuse_permission refreshes
+// the mode only once it expires, bprm_fill_uid reads i_mode as cached). The
+// adapter then tells the kernel to forget the inode's attributes
+// (fuse_lowlevel_notify_inval_inode, attributes only) before it replies.
+// Negative lookups are cached as long: a name appears only by the kernel's
+// own create, link, rename or mknod, which replace the negative entry. So are
+// directory listings (FOPEN_CACHE_DIR, dir.cpp), which the kernel drops when
+// it changes the directory's entries; with entry timeouts shorter than
+// kCacheListingsFrom (entry_timeout=, for measurements) they are not.
+// tests/test_mount.cpp ("the kernel's cached attributes ...") checks each
+// kind of change against a fresh mount's view.
 #pragma once
 
 #ifndef FUSE_USE_VERSION
@@ -84,11 +111,18 @@ enum class CacheMode {
 const char* ReadPathName(ReadPath path);
 const char* CacheModeName(CacheMode mode);
 
+// Longer than any mount lives (about 31 years): the kernel caps it to its
+// own maximum. Below 2^63 ns, which the kernel's conversion of the reply's
+// seconds must not exceed.
+inline constexpr double kCacheForever = 1e9;
+// Directory listings are cached from this entry timeout on (adapter.cpp).
+inline constexpr double kCacheListingsFrom = 60;
+
 struct AdapterOptions {
   ReadPath read_path = ReadPath::kMap;
   CacheMode cache = CacheMode::kNone;
-  double entry_timeout = 1.0;  // seconds; see above
-  double attr_timeout = 1.0;
+  double entry_timeout = kCacheForever;  // seconds; see above
+  double attr_timeout = kCacheForever;
 };
 
 // Largest FUSE_WRITE (and, through max_pages, FUSE_READ) the adapter asks
@@ -106,6 +140,14 @@ class FuseAdapter {
   // session loop.
   void set_filesystem(Filesystem* fs) { fs_ = fs; }
   Filesystem& fs() const { return *fs_; }
+  // The session notifications go to. REQUIRES: set before it is mounted.
+  void set_session(fuse_session* se) { se_ = se; }
+
+  // Makes the kernel forget the attributes it caches for `ino` (not its
+  // pages), for a change it cannot know of (above). Safe inside a request
+  // that holds the inode's locks in the kernel: an attributes-only
+  // invalidation takes none of them.
+  void ForgetCachedAttr(fuse_ino_t ino) const;
   const AdapterOptions& options() const { return options_; }
 
   // The operations table; pass `this` as the session's userdata.
@@ -116,11 +158,17 @@ class FuseAdapter {
   // read-only after.
   struct Protocol {
     uint64_t kernel_flags = 0;  // the kernel's offer: flags | flags2 << 32
-    uint64_t extra_flags = 0;   // added to libfuse's INIT reply, same layout
+    uint64_t extra_flags = 0;   // OpInit's wishes beyond libfuse, same layout
+    uint64_t agreed_flags = 0;  // what the INIT reply carried, same layout
     uint64_t init_unique = 0;   // the INIT request, until its reply is sent
-    // FUSE_HANDLE_KILLPRIV_V2 agreed: the kernel marks writes, truncates
-    // and O_TRUNC opens whose caller may not keep privileges.
-    bool killpriv_v2 = false;
+    // The kernel caches directory listings (dir.cpp; entry timeouts of at
+    // least kCacheListingsFrom).
+    bool cache_listings = false;
+    // FUSE_CAP_NO_OPENDIR_SUPPORT agreed (through libfuse, with
+    // cache_listings): OPENDIR may fail with ENOSYS, and the kernel stops
+    // sending it (dir.cpp).
+    bool no_opendir = false;
+    bool agreed(uint64_t flag) const { return (agreed_flags & flag) == flag; }
   };
   Protocol& protocol() { return protocol_; }
   const Protocol& protocol() const { return protocol_; }
@@ -139,6 +187,7 @@ class FuseAdapter {
   // Both set before the session mounts and constant while it runs, so the
   // worker threads read them without a lock.
   Filesystem* fs_ = nullptr;
+  fuse_session* se_ = nullptr;
   const AdapterOptions options_;
   Protocol protocol_;
 

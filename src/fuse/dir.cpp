@@ -9,9 +9,24 @@
 
 namespace nvfs::fuse_ops {
 
+// Directory streams need no state: the core's cookies resume anywhere. So
+// where the kernel allows it (FUSE_NO_OPENDIR_SUPPORT, 5.1+) the first
+// OPENDIR fails with ENOSYS, and the kernel then opens and releases
+// directories without asking; either way, with names cached as long as the
+// mount (Protocol::cache_listings), it caches the listings too
+// (FOPEN_KEEP_CACHE | FOPEN_CACHE_DIR, which that ENOSYS implies): only the
+// kernel changes a directory, and it drops a listing when it changes its
+// entries (fs/fuse/dir.c, fuse_dir_changed bumps the i_version the cache
+// is checked against).
 void OpOpendir(fuse_req_t req, fuse_ino_t /*ino*/, fuse_file_info* fi) {
-  // Directory streams need no state: the core's cookies resume anywhere.
+  const FuseAdapter::Protocol& protocol = AdapterOf(req).protocol();
+  if (protocol.no_opendir) {
+    fuse_reply_err(req, ENOSYS);
+    return;
+  }
   fi->fh = 0;
+  fi->keep_cache = protocol.cache_listings;
+  fi->cache_readdir = protocol.cache_listings;
   fuse_reply_open(req, fi);
 }
 

@@ -17,8 +17,9 @@ namespace {
 // positions O_APPEND writes itself (under the inode lock, at its i_size),
 // and writes back mmap'ed pages through whichever writable handle it picks,
 // possibly an O_APPEND one: the core must then write at the offset it is
-// given. With direct I/O no page is ever written back, and the core appends
-// atomically.
+// given. With direct I/O the core appends atomically; the only pages written
+// back are a shared mapping's (FUSE_DIRECT_IO_ALLOW_MMAP), marked
+// FUSE_WRITE_CACHE, and those land at their offset (WriteFlags).
 int CoreOpenFlags(const FuseAdapter& adapter, int flags) {
   if (adapter.options().cache == CacheMode::kPage) flags &= ~O_APPEND;
   return flags;
@@ -41,6 +42,18 @@ void SetOpenReply(FuseAdapter& adapter, fuse_file_info* fi, FileHandle file) {
     fi->keep_cache = 1;  // only the kernel changes the file: its cached pages stay valid
   }
   fi->noflush = 1;  // flush has nothing to do: spare close(2) a round trip
+}
+
+// True if a change of `file` by the caller of the request being served will
+// clear set-user-ID or group-executable set-group-ID (the kernel marked it:
+// the caller lacks CAP_FSETID), which the kernel keeps cached across it
+// (adapter.hpp, "Entry and attribute timeouts"). Asked only of marked
+// requests, before the change.
+bool DropsCachedPrivs(Filesystem& fs, FileHandle file, bool marked) {
+  if (!marked) return false;
+  const Result<Attr> attr = fs.GetAttr(fs.HandleIno(file));
+  if (!attr.ok()) return false;
+  return (attr->mode & S_ISUID) || (attr->mode & (S_ISGID | S_IXGRP)) == (S_ISGID | S_IXGRP);
 }
 
 // A bufvec of one memory buffer (FUSE_BUFVEC_INIT is a C compound literal).
@@ -214,15 +227,25 @@ void OpRead(fuse_req_t req, fuse_ino_t /*ino*/, size_t size, off_t off, fuse_fil
 // A write by a caller without CAP_FSETID drops the file's privileges
 // (adapter.hpp), in the core, before any byte lands. The kernel marks such
 // writes (FUSE_WRITE_KILL_SUIDGID: every direct write, and with
-// KILLPRIV_V2 cached ones too); the transport reads the mark.
-static unsigned WriteFlags() { return RequestKillsPrivs() ? kKillSuidgid : 0u; }
+// KILLPRIV_V2 cached ones too); the transport reads the mark. A write-back
+// of a shared mapping's pages (FUSE_WRITE_CACHE) carries no such mark (a
+// store through a mapping keeps set-user-ID, as on ext4, whose page_mkwrite
+// drops nothing either) and lands at its own offset, also through an
+// O_APPEND handle (cache=none keeps O_APPEND in the core, see CoreOpenFlags).
+static unsigned WriteFlags() {
+  return (RequestKillsPrivs() ? kKillSuidgid : 0u) | (RequestWritesBack() ? kAtOffset : 0u);
+}
 
-void OpWrite(fuse_req_t req, fuse_ino_t /*ino*/, const char* buf, size_t size, off_t off,
+void OpWrite(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, off_t off,
              fuse_file_info* fi) {
   Guarded(req, [&] {
-    Filesystem& fs = AdapterOf(req).fs();
+    FuseAdapter& adapter = AdapterOf(req);
+    Filesystem& fs = adapter.fs();
+    const bool drops = DropsCachedPrivs(fs, HandleOf(fi), RequestKillsPrivs());
     Result<size_t> n =
         fs.Write(HandleOf(fi), static_cast<uint64_t>(off), buf, size, WriteFlags());
+    // Even a failed write may have dropped them (the core does so first).
+    if (drops) adapter.ForgetCachedAttr(ino);
     if (!n.ok()) {
       fuse_reply_err(req, n.code());
       return;
@@ -234,10 +257,11 @@ void OpWrite(fuse_req_t req, fuse_ino_t /*ino*/, const char* buf, size_t size, o
 // With splice off, libfuse hands write_buf the request's own memory: those
 // buffers go to WriteIter as they are, with no copy in the daemon. A buffer
 // that is a file descriptor (splice) is copied into the thread's buffer.
-void OpWriteBuf(fuse_req_t req, fuse_ino_t /*ino*/, fuse_bufvec* bufv, off_t off,
+void OpWriteBuf(fuse_req_t req, fuse_ino_t ino, fuse_bufvec* bufv, off_t off,
                 fuse_file_info* fi) {
   Guarded(req, [&] {
-    Filesystem& fs = AdapterOf(req).fs();
+    FuseAdapter& adapter = AdapterOf(req);
+    Filesystem& fs = adapter.fs();
     const FileHandle file = HandleOf(fi);
     const uint64_t offset = static_cast<uint64_t>(off);
     ThreadBuffers& tb = LocalBuffers();
@@ -258,6 +282,7 @@ void OpWriteBuf(fuse_req_t req, fuse_ino_t /*ino*/, fuse_bufvec* bufv, off_t off
     }
     Result<size_t> n = size_t{0};
     const unsigned flags = WriteFlags();
+    const bool drops = DropsCachedPrivs(fs, file, RequestKillsPrivs());
     if (!from_fd) {
       n = fs.WriteIter(file, offset, iov.data(), static_cast<int>(iov.size()), flags);
     } else {
@@ -270,6 +295,8 @@ void OpWriteBuf(fuse_req_t req, fuse_ino_t /*ino*/, fuse_bufvec* bufv, off_t off
       }
       n = fs.Write(file, offset, tb.data(), static_cast<size_t>(got), flags);
     }
+    // Even a failed write may have dropped them (the core does so first).
+    if (drops) adapter.ForgetCachedAttr(ino);
     if (!n.ok()) {
       fuse_reply_err(req, n.code());
       return;
@@ -278,19 +305,24 @@ void OpWriteBuf(fuse_req_t req, fuse_ino_t /*ino*/, fuse_bufvec* bufv, off_t off
   });
 }
 
-void OpFallocate(fuse_req_t req, fuse_ino_t /*ino*/, int mode, off_t offset, off_t length,
+void OpFallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset, off_t length,
                  fuse_file_info* fi) {
   Guarded(req, [&] {
     if (offset < 0 || length <= 0) {
       fuse_reply_err(req, EINVAL);
       return;
     }
+    FuseAdapter& adapter = AdapterOf(req);
+    Filesystem& fs = adapter.fs();
     // The kernel marks no fallocate (it neither drops privileges itself nor
     // says whether the caller has CAP_FSETID): root stands for it.
-    const unsigned flags = fuse_req_ctx(req)->uid != 0 ? kKillSuidgid : 0u;
-    ReplyStatus(req, AdapterOf(req).fs().Fallocate(HandleOf(fi), mode,
-                                                   static_cast<uint64_t>(offset),
-                                                   static_cast<uint64_t>(length), flags));
+    const bool unprivileged = fuse_req_ctx(req)->uid != 0;
+    const bool drops = DropsCachedPrivs(fs, HandleOf(fi), unprivileged);
+    const Status st = fs.Fallocate(HandleOf(fi), mode, static_cast<uint64_t>(offset),
+                                   static_cast<uint64_t>(length),
+                                   unprivileged ? kKillSuidgid : 0u);
+    if (drops) adapter.ForgetCachedAttr(ino);
+    ReplyStatus(req, st);
   });
 }
 

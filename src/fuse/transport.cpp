@@ -1,7 +1,6 @@
 // The transport below libfuse (transport.hpp).
 #include "fuse/transport.hpp"
 
-#include <linux/fuse.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -10,13 +9,16 @@
 #include <cstddef>
 #include <cstring>
 
+#include "fuse/kernel_abi.hpp"
+
 namespace nvfs {
 
 namespace {
 
-// The mark of the request this thread read last (libfuse serves a request
+// The marks of the request this thread read last (libfuse serves a request
 // on the thread that read it).
 thread_local bool request_kills_privs = false;
+thread_local bool request_writes_back = false;
 
 // A request header followed by at least `Arg`, as the kernel sent it.
 template <class Arg>
@@ -29,6 +31,7 @@ bool ReadArg(const void* buf, size_t len, Arg* arg) {
 ssize_t TransportRead(int fd, void* buf, size_t buf_len, void* userdata) {
   const ssize_t n = read(fd, buf, buf_len);
   request_kills_privs = false;
+  request_writes_back = false;
   if (n < static_cast<ssize_t>(sizeof(fuse_in_header))) return n;
   const size_t len = static_cast<size_t>(n);
   fuse_in_header header;
@@ -36,7 +39,10 @@ ssize_t TransportRead(int fd, void* buf, size_t buf_len, void* userdata) {
   switch (header.opcode) {
     case FUSE_WRITE: {
       fuse_write_in arg;
-      request_kills_privs = ReadArg(buf, len, &arg) && (arg.write_flags & FUSE_WRITE_KILL_SUIDGID);
+      if (ReadArg(buf, len, &arg)) {
+        request_kills_privs = arg.write_flags & FUSE_WRITE_KILL_SUIDGID;
+        request_writes_back = arg.write_flags & FUSE_WRITE_CACHE;
+      }
       break;
     }
     case FUSE_OPEN: {
@@ -67,7 +73,13 @@ ssize_t TransportRead(int fd, void* buf, size_t buf_len, void* userdata) {
 }
 
 // The INIT reply libfuse built: header, then fuse_init_out. Adds the flags
-// OpInit agreed to that libfuse has no name for.
+// OpInit asked for that libfuse has no name for, each only if the kernel
+// offered it; bits 32-63 go in flags2, which the kernel reads only with
+// FUSE_INIT_EXT in flags (libfuse 3.14 sets it when it answers an extended
+// INIT, but not necessarily: it is set here whenever flags2 is used). A
+// reply too short for flags2 (a kernel older than 7.23 gets libfuse's
+// short reply) carries none of them. What was sent is kept in
+// Protocol::agreed_flags.
 ssize_t TransportWritev(int fd, iovec* iov, int count, void* userdata) {
   FuseAdapter::Protocol& p = static_cast<FuseAdapter*>(userdata)->protocol();
   if (p.init_unique != 0 && count == 2 && iov[0].iov_len == sizeof(fuse_out_header) &&
@@ -76,14 +88,22 @@ ssize_t TransportWritev(int fd, iovec* iov, int count, void* userdata) {
     std::memcpy(&header, iov[0].iov_base, sizeof header);
     if (header.unique == p.init_unique) {
       p.init_unique = 0;
-      if (header.error == 0 && p.extra_flags != 0) {
-        fuse_init_out out{};
-        const size_t out_len = std::min(sizeof out, iov[1].iov_len);
-        std::memcpy(&out, iov[1].iov_base, out_len);
-        out.flags |= static_cast<uint32_t>(p.extra_flags);
-        if (out_len >= offsetof(fuse_init_out, flags2) + sizeof out.flags2) {
-          out.flags2 |= static_cast<uint32_t>(p.extra_flags >> 32);
+      fuse_init_out out{};
+      const size_t out_len = std::min(sizeof out, iov[1].iov_len);
+      std::memcpy(&out, iov[1].iov_base, out_len);
+      uint64_t extra = p.extra_flags & p.kernel_flags;
+      const bool has_flags2 = out_len >= offsetof(fuse_init_out, flags2) + sizeof out.flags2;
+      if (!has_flags2) extra &= 0xffffffffull;
+      if (header.error == 0 && extra != 0) {
+        out.flags |= static_cast<uint32_t>(extra);
+        if ((extra >> 32) != 0) {
+          out.flags |= FUSE_INIT_EXT;
+          out.flags2 |= static_cast<uint32_t>(extra >> 32);
         }
+      }
+      p.agreed_flags = out.flags;
+      if (has_flags2 && (out.flags & FUSE_INIT_EXT)) p.agreed_flags |= uint64_t{out.flags2} << 32;
+      if (header.error == 0 && extra != 0) {
         iovec amended[2] = {iov[0], {&out, out_len}};
         return writev(fd, amended, 2);
       }
@@ -102,5 +122,7 @@ int InstallTransport(fuse_session* se) {
 }
 
 bool RequestKillsPrivs() { return request_kills_privs; }
+
+bool RequestWritesBack() { return request_writes_back; }
 
 }  // namespace nvfs

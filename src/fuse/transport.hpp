@@ -5,15 +5,26 @@
 //
 //   INIT   the one place where the daemon negotiates beyond libfuse. The
 //          kernel's offer is read from the INIT request as it arrives
-//          (FuseAdapter::protocol().kernel_flags, seen by OpInit), and
-//          libfuse's reply is amended as it leaves with what OpInit agreed
-//          to that libfuse cannot ask for: FUSE_HANDLE_KILLPRIV_V2 (kernel
-//          5.11+: the kernel marks the requests whose caller lacks
-//          CAP_FSETID, and the daemon drops the privileges).
+//          (FuseAdapter::protocol().kernel_flags: flags, and flags2 as bits
+//          32-63 when the request carries FUSE_INIT_EXT), OpInit puts what
+//          it wants beyond libfuse in protocol().extra_flags (same layout),
+//          and libfuse's reply is amended as it leaves: every wanted bit the
+//          kernel offered, bits 32-63 into flags2 with FUSE_INIT_EXT set in
+//          flags (the kernel ignores flags2 without it). What the reply
+//          carried is protocol().agreed_flags. Asked for today:
+//            FUSE_HANDLE_KILLPRIV_V2 (bit 28, kernel 5.11+): the kernel
+//              marks the requests whose caller lacks CAP_FSETID, and the
+//              daemon drops the privileges;
+//            FUSE_DIRECT_IO_ALLOW_MMAP (bit 36, kernel 6.6+): shared mmap
+//              of cache=none (FOPEN_DIRECT_IO) files.
+//          The bits libfuse 3.14's <linux/fuse.h> lacks are in
+//          kernel_abi.hpp. A new bit is one line in OpInit (adapter.cpp).
 //   each   the marks themselves, which libfuse 3.14 drops: WRITE's
 //   request FUSE_WRITE_KILL_SUIDGID (the kernel sets it on every direct
 //          write by a caller without CAP_FSETID, and with KILLPRIV_V2 on
-//          cached ones too) and OPEN's FUSE_OPEN_KILL_SUIDGID (O_TRUNC).
+//          cached ones too) and FUSE_WRITE_CACHE (a page written back
+//          from the page cache: a shared mapping's, or cache=page's), and
+//          OPEN's FUSE_OPEN_KILL_SUIDGID (O_TRUNC).
 //          Read from the request as it arrives and kept for the thread that
 //          serves it: libfuse's loops receive and process a request on one
 //          thread. (SETATTR's FATTR_KILL_SUIDGID reaches the setattr
@@ -34,5 +45,12 @@ int InstallTransport(fuse_session* se);
 // mark that its caller may not keep set-user-ID, set-group-ID or file
 // capabilities (FUSE_WRITE_KILL_SUIDGID, FUSE_OPEN_KILL_SUIDGID).
 bool RequestKillsPrivs();
+
+// True if the request the calling thread is serving is a FUSE_WRITE of the
+// kernel's page cache (FUSE_WRITE_CACHE): a write-back of dirty pages,
+// through whichever writable handle of the inode the kernel picked (maybe
+// an O_APPEND one, or one other than the mapping's). Its offset is the
+// pages' own, never the end of the file.
+bool RequestWritesBack();
 
 }  // namespace nvfs

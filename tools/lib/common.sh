@@ -9,7 +9,7 @@ NVFS_PACKAGES=(
   meson ninja-build pkg-config g++ python3
   libfuse3-dev fuse3 libpmem2-dev libboost-dev catch2
   e2fsprogs util-linux
-  git rsync make gcc attr  # tests/mount_tools.sh: ordinary tools on a mount
+  git rsync make gcc attr sqlite3  # tests/mount_tools.sh: ordinary tools on a mount
 )
 
 nvfs_install_deps() {
