@@ -5,6 +5,7 @@
 #include <linux/fuse.h>
 
 #include "fuse/ops.hpp"
+#include "fuse/uring_abi.hpp"
 #include "nvfs/format.hpp"
 
 namespace nvfs {
@@ -75,6 +76,11 @@ void OpInit(void* userdata, fuse_conn_info* conn) {
   if (protocol.kernel_flags & FUSE_HANDLE_KILLPRIV_V2) {
     protocol.killpriv_v2 = true;
     protocol.extra_flags |= FUSE_HANDLE_KILLPRIV_V2;
+  }
+  // FUSE over io_uring (uring.hpp): the rings register after this reply.
+  if (adapter.options().io_uring && (protocol.kernel_flags & uring_abi::kFuseOverIoUring)) {
+    protocol.io_uring = true;
+    protocol.extra_flags |= uring_abi::kFuseOverIoUring;
   }
   conn->time_gran = 1;  // nanosecond timestamps
 }

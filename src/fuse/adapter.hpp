@@ -89,6 +89,9 @@ struct AdapterOptions {
   CacheMode cache = CacheMode::kNone;
   double entry_timeout = 1.0;  // seconds; see above
   double attr_timeout = 1.0;
+  // Ask for FUSE over io_uring when the kernel offers it (-o io_uring=auto
+  // or on; uring.hpp).
+  bool io_uring = true;
 };
 
 // Largest FUSE_WRITE (and, through max_pages, FUSE_READ) the adapter asks
@@ -121,6 +124,9 @@ class FuseAdapter {
     // FUSE_HANDLE_KILLPRIV_V2 agreed: the kernel marks writes, truncates
     // and O_TRUNC opens whose caller may not keep privileges.
     bool killpriv_v2 = false;
+    // FUSE_OVER_IO_URING agreed: requests come through the rings
+    // (uring.hpp) once they are registered.
+    bool io_uring = false;
   };
   Protocol& protocol() { return protocol_; }
   const Protocol& protocol() const { return protocol_; }

@@ -35,4 +35,9 @@ int InstallTransport(fuse_session* se);
 // capabilities (FUSE_WRITE_KILL_SUIDGID, FUSE_OPEN_KILL_SUIDGID).
 bool RequestKillsPrivs();
 
+// What the transport notes of each request as it arrives (the marks above,
+// INIT's offer), for a request of `n` bytes in `buf` that did not come
+// through the session's read (a ring entry, uring.hpp). Returns `n`.
+ssize_t ObserveRequest(const void* buf, ssize_t n, void* userdata);
+
 }  // namespace nvfs
