@@ -279,15 +279,14 @@ int UringTransport::Queue::Setup() {
   r = io_uring_submit(&ring);
   if (r < 0) return r;
   // A REGISTER the kernel refuses completes at once; one it takes stays
-  // pending until a request comes.
+  // pending until a request comes, and one may come at once (the last
+  // queue to register makes the ring ready, and requests held back for it
+  // go out): such a completion stays for Run to serve.
   io_uring_cqe* cqe = nullptr;
-  while (io_uring_peek_cqe(&ring, &cqe) == 0) {
+  if (io_uring_peek_cqe(&ring, &cqe) == 0 && cqe->res < 0) {
     const int res = cqe->res;
     io_uring_cqe_seen(&ring, cqe);
-    if (res < 0) return res;
-    // res >= 0: a request already (served by Run), which cannot come before
-    // every queue registered; nothing else completes this early.
-    break;
+    return res;
   }
   return 0;
 }
