@@ -11,8 +11,9 @@
 #               and a dead mount that fusermount3 -u removes; the namespace
 #               mounts again and unmounts consistent (fsck.nvfs -n);
 #   suite       the C++ mount suite (NVFS_TEST_MOUNT, its arguments after
-#               --) and the tool tests, with NVFS_IO_URING=on: every mount
-#               they make is served over io_uring, or refuses to start.
+#               "suite"), the tool, fault and (with NVFS_STRESS) stress
+#               tests, with NVFS_IO_URING=on: every mount they make is
+#               served over io_uring, or refuses to start.
 # Run by meson (suite mount) with NVFS_MKFS, NVFS_DAEMON, NVFS_FSCK,
 # NVFS_TEST_MOUNT set, or by hand:
 #   NVFS_DAEMON=build/nvfs NVFS_MKFS=build/mkfs.nvfs NVFS_FSCK=build/fsck.nvfs \
@@ -176,6 +177,12 @@ suite() {
   bash "$here/mount_tools.sh"
   echo "== mount_tools.sh cache=page over io_uring"
   bash "$here/mount_tools.sh" cache=page
+  echo "== mount_faults.sh over io_uring"
+  bash "$here/mount_faults.sh"
+  if [ -n "${NVFS_STRESS:-}" ]; then
+    echo "== mount_stress.sh over io_uring"
+    bash "$here/mount_stress.sh"
+  fi
   unset NVFS_IO_URING
   echo "ok suite"
 }
