@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <mutex>
@@ -24,6 +25,7 @@
 #include "fuse/adapter.hpp"
 #include "fuse/transport.hpp"
 #include "fuse/uring_abi.hpp"
+#include "nvfs/media.hpp"
 
 namespace nvfs {
 
@@ -173,11 +175,14 @@ UringTransport::~UringTransport() { Stop(); }
 unsigned UringTransport::queues() const { return nr_queues_; }
 
 int UringTransport::Start() {
-  // The ring threads take no signals: the /dev/fuse loop's threads do
-  // (libfuse's handlers end the session), and an io_uring wait is never
-  // interrupted halfway.
+  // The ring threads take no asynchronous signals: the /dev/fuse loop's
+  // threads do (libfuse's handlers end the session), and an io_uring wait
+  // is never interrupted halfway. The synchronous ones stay open: SIGBUS is
+  // how a media error in the mapping reaches the media layer's handler
+  // (media.hpp, RunFaultGuarded), and a fault of a blocked one kills.
   sigset_t all, old;
   sigfillset(&all);
+  for (int sig : {SIGBUS, SIGSEGV, SIGFPE, SIGILL, SIGTRAP, SIGSYS}) sigdelset(&all, sig);
   pthread_sigmask(SIG_BLOCK, &all, &old);
   int status = 0;
   unsigned created = 0;
@@ -384,8 +389,24 @@ bool TakeRingReply(const iovec* iov, int count, ssize_t* written) {
       len = 0;
       break;
     }
-    std::memmove(e->payload + len, iov[i].iov_base, iov[i].iov_len);
     len += iov[i].iov_len;
+  }
+  // The map read path's runs point into the mapping: a media error there
+  // (a poisoned page, the backing file cut short) faults this copy, where
+  // over /dev/fuse the kernel's copy fails the writev with EFAULT. Either
+  // way the reader gets EIO and the daemon lives.
+  char* const payload = e->payload;
+  const bool copied = len == 0 || RunFaultGuarded([&] {
+    size_t at = 0;
+    for (int i = 1; i < count; ++i) {
+      std::memmove(payload + at, iov[i].iov_base, iov[i].iov_len);
+      at += iov[i].iov_len;
+    }
+  });
+  if (!copied) {
+    std::fprintf(stderr, "nvfs: media error while copying a read reply into the io_uring entry: EIO\n");
+    out.error = -EIO;
+    len = 0;
   }
   out.len = static_cast<uint32_t>(sizeof out + len);
   std::memcpy(e->header->in_out, &out, sizeof out);
