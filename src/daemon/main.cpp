@@ -64,6 +64,7 @@ constexpr const char* kUsage =
     "                           offers it, else /dev/fuse (auto, the default;\n"
     "                           NVFS_IO_URING in the environment changes it);\n"
     "                           on: io_uring or no mount; off: /dev/fuse.\n"
+    "                           With -s, auto means off\n"
     "                           The kernel offers it while\n"
     "                           /sys/module/fuse/parameters/enable_uring is Y\n"
     "  read_ahead_kb=N          with cache=page, the kernel's read-ahead for the\n"
@@ -364,6 +365,9 @@ int main(int argc, char** argv) {
   // What the kernel cannot tell before INIT: whether it lets FUSE use
   // io_uring at all, and whether this process can set one up. io_uring=on
   // refuses here, before anything is mounted.
+  // -s asks for one serving thread, which io_uring's thread per queue is
+  // not: auto then stays on /dev/fuse (on still means io_uring).
+  if (uring_mode == nvfs::UringMode::kAuto && cl.single_thread) uring_mode = nvfs::UringMode::kOff;
   if (uring_mode != nvfs::UringMode::kOff) {
     const std::string why = nvfs::UringUnavailable();
     if (!why.empty()) {

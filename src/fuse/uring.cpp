@@ -19,6 +19,7 @@
 #include <cstring>
 #include <fstream>
 #include <mutex>
+#include <string>
 #include <condition_variable>
 #include <thread>
 
@@ -94,6 +95,30 @@ bool TellKernelNoRing(int fd) {
   return refused;
 }
 
+// The kernel's number of queues: num_possible_cpus() (dev_uring.c,
+// fuse_uring_create), which may exceed the CPUs online or present on a VM
+// that can hot-plug more. The ring is ready only once every one of them
+// has an entry, so the count must be the kernel's.
+unsigned PossibleCpus() {
+  std::ifstream in("/sys/devices/system/cpu/possible");
+  std::string list;
+  unsigned count = 0;
+  if (in >> list) {
+    size_t at = 0;
+    while (at < list.size()) {
+      const size_t comma = std::min(list.find(',', at), list.size());
+      const std::string range = list.substr(at, comma - at);
+      const size_t dash = range.find('-');
+      const unsigned lo = static_cast<unsigned>(std::stoul(range.substr(0, dash)));
+      const unsigned hi =
+          dash == std::string::npos ? lo : static_cast<unsigned>(std::stoul(range.substr(dash + 1)));
+      count += hi - lo + 1;
+      at = comma + 1;
+    }
+  }
+  return count != 0 ? count : static_cast<unsigned>(std::max(1, get_nprocs_conf()));
+}
+
 }  // namespace
 
 struct Entry {
@@ -161,7 +186,7 @@ std::string UringUnavailable() {
 }
 
 UringTransport::UringTransport(fuse_session* se, void* userdata) : se_(se) {
-  nr_queues_ = static_cast<unsigned>(std::max(1, get_nprocs_conf()));  // the kernel's possible CPUs
+  nr_queues_ = PossibleCpus();
   queues_ = std::make_unique<Queue[]>(nr_queues_);
   for (unsigned q = 0; q < nr_queues_; ++q) {
     queues_[q].qid = q;
