@@ -138,6 +138,17 @@ teardown() {
   cp "$image.ref" "$mnt/data"
   cmp "$image.ref" "$mnt/data" || fail "read back over io_uring differs"
   rm -f "$image.ref"
+  # The rings served it: 4 KiB direct reads wake the queue threads once each.
+  local t before=0 after=0
+  for t in /proc/"$daemon_pid"/task/*; do
+    [[ "$(cat "$t/comm")" == nvfs-ring-* ]] && before=$((before + $(cut -d' ' -f3 "$t/schedstat")))
+  done
+  dd if="$mnt/data" of=/dev/null bs=4k count=1000 iflag=direct status=none
+  for t in /proc/"$daemon_pid"/task/*; do
+    [[ "$(cat "$t/comm")" == nvfs-ring-* ]] && after=$((after + $(cut -d' ' -f3 "$t/schedstat")))
+  done
+  echo "ring threads: $((after - before)) wake-ups for 1000 reads"
+  [ $((after - before)) -ge 900 ] || fail "the ring threads did not serve the reads"
   # SIGTERM under load: a clean exit, nothing left mounted.
   start_readers
   kill -TERM "$daemon_pid"
