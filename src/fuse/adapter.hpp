@@ -90,8 +90,10 @@ struct AdapterOptions {
   double entry_timeout = 1.0;  // seconds; see above
   double attr_timeout = 1.0;
   // Ask for FUSE over io_uring when the kernel offers it (-o io_uring=auto
-  // or on; uring.hpp).
-  bool io_uring = true;
+  // or on; uring.hpp). REQUIRES if set: once INIT agreed to it
+  // (Protocol::io_uring), the caller starts a UringTransport, since the
+  // kernel holds every request back until the rings are registered.
+  bool io_uring = false;
 };
 
 // Largest FUSE_WRITE (and, through max_pages, FUSE_READ) the adapter asks
