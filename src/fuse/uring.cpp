@@ -128,6 +128,7 @@ struct Entry {
   iovec iov[2]{};           // what REGISTER hands the kernel
   uint64_t commit_id = 0;
   uint64_t unique = 0;      // the request being served
+  uint32_t last_cmd = uring_abi::kCmdRegister;  // the entry's command in flight
   bool replied = false;
 };
 
@@ -158,6 +159,8 @@ struct UringTransport::Queue {
   }
   void Serve(Entry& e);
   void Commit(Entry& e);
+  void Resubmit(Entry& e);
+  io_uring_sqe* NextSqe();
 };
 
 namespace {
@@ -327,7 +330,12 @@ void UringTransport::Queue::Run() {
   if (s != 0) return;
   while (!stop.load(std::memory_order_relaxed)) {
     const int r = io_uring_submit_and_wait(&ring, 1);
-    if (r < 0 && r != -EINTR) break;
+    if (r < 0 && r != -EINTR && r != -EAGAIN && r != -EBUSY) {
+      // Nothing the protocol expects. The thread stays: a queue without a
+      // thread would leave its CPU's callers waiting until the unmount.
+      std::fprintf(stderr, "nvfs: io_uring queue %u: io_uring_enter: %s\n", qid, std::strerror(-r));
+      usleep(1000);
+    }
     unsigned head;
     unsigned seen = 0;
     io_uring_cqe* cqe;
@@ -342,6 +350,8 @@ void UringTransport::Queue::Run() {
       if (cqe->res == 0) {
         Serve(e);
         Commit(e);
+      } else if (cqe->res == -EAGAIN || cqe->res == -EINTR) {
+        Resubmit(e);  // the kernel did not take the command: again
       }
       // Otherwise the entry is gone: -ENOTCONN/-ECONNABORTED when the
       // connection ends (unmount, abort), -ENOTCONN for a cancel. Nothing
@@ -391,14 +401,30 @@ void UringTransport::Queue::Serve(Entry& e) {
   }
 }
 
-void UringTransport::Queue::Commit(Entry& e) {
+io_uring_sqe* UringTransport::Queue::NextSqe() {
   io_uring_sqe* sqe = io_uring_get_sqe(&ring);
   if (sqe == nullptr) {  // one SQE per entry: cannot happen; flush and retry
     io_uring_submit(&ring);
     sqe = io_uring_get_sqe(&ring);
-    if (sqe == nullptr) return;  // the kernel ends the request with the connection
   }
+  return sqe;  // null: the kernel ends the request with the connection
+}
+
+void UringTransport::Queue::Commit(Entry& e) {
+  io_uring_sqe* sqe = NextSqe();
+  if (sqe == nullptr) return;
+  e.last_cmd = uring_abi::kCmdCommitAndFetch;
   PrepareCommand(sqe, uring_abi::kCmdCommitAndFetch, qid, e.commit_id, &e);
+}
+
+void UringTransport::Queue::Resubmit(Entry& e) {
+  io_uring_sqe* sqe = NextSqe();
+  if (sqe == nullptr) return;
+  PrepareCommand(sqe, e.last_cmd, qid, e.last_cmd == uring_abi::kCmdRegister ? 0 : e.commit_id, &e);
+  if (e.last_cmd == uring_abi::kCmdRegister) {
+    sqe->addr = reinterpret_cast<uint64_t>(e.iov);
+    sqe->len = 2;
+  }
 }
 
 bool TakeRingReply(const iovec* iov, int count, ssize_t* written) {
