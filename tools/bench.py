@@ -3,7 +3,11 @@
 otherwise pick. Called by tools/bench.sh (which installs and builds first).
 
 Targets, each holding the same data file:
-  nvfs-<read_path>-<cache>  nvfs mounted with read_path=map|read|iter, cache=none|page
+  nvfs-<read_path>-<cache>  nvfs mounted with read_path=map|read|iter, cache=none|page,
+                            over /dev/fuse (io_uring=off)
+  nvfs-map-none-uring       nvfs read_path=map, cache=none over FUSE's io_uring
+                            transport (io_uring=on): the bench turns the kernel's
+                            enable_uring switch on for its run and restores it
   fuse2fs, fuse2fs-dio      ext4 through FUSE on an image under /dev/shm (-o direct_io)
   ext4-loop                 ext4 on a loop device over a /dev/shm file
   tmpfs                     /dev/shm itself
@@ -16,6 +20,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -68,7 +73,8 @@ class Target:
             bindir = self.opts.get("bindir", BUILD)
             run([os.path.join(bindir, "mkfs.nvfs"), "-q", "-f", "-s", img_size, self.image])
             run([os.path.join(bindir, "nvfs"), self.image, self.dir, "-o",
-                 f"read_path={self.opts['read_path']},cache={self.opts['cache']}"])
+                 f"read_path={self.opts['read_path']},cache={self.opts['cache']},"
+                 f"io_uring={self.opts.get('io_uring', 'off')}"])
         elif self.kind in ("fuse2fs",):
             run(["truncate", "-s", img_size, self.image])
             run(["mkfs.ext4", "-q", "-F", self.image])
@@ -107,6 +113,11 @@ WORKLOADS = [
     ("rand-4k", 4 * KIB, "rand", 1, False),
     ("rand-1m", MIB, "rand", 1, False),
     ("rand-4k-2t", 4 * KIB, "rand", 2, False),
+    ("seq-4k-2t", 4 * KIB, "seq", 2, False),
+    # One caller pinned per CPU (nvfs-pread -C), 1 and 2 threads: the
+    # placement FUSE over io_uring's per-CPU queues serve best.
+    ("rand-4k-pin", 4 * KIB, "rand", 1, False),
+    ("rand-4k-2t-pin", 4 * KIB, "rand", 2, False),
     ("seq-1m-2t", MIB, "seq", 2, False),
     ("seq-1m-cold", MIB, "seq", 1, True),
     ("floor", 4 * KIB, "same", 1, False),
@@ -131,6 +142,8 @@ def pread_once(target, wl, size, quick):
            "-P", pattern, "-t", str(threads), "-p", paths, "-T", target.name]
     # Cold: one pass over the file; warm: time-based, as fio runs.
     cmd += ["-N", str(size // bs)] if cold else ["-D", str(DURATION[quick])]
+    if name.endswith("-pin"):
+        cmd.append("-C")
     cmd.append(target.data)
     out = run(cmd).stdout.strip().splitlines()
     rec = json.loads(out[-1])
@@ -139,7 +152,7 @@ def pread_once(target, wl, size, quick):
 
 def fio_once(target, wl, size, quick):
     name, bs, pattern, threads, cold = wl
-    if name == "floor":
+    if name == "floor" or name.endswith("-pin"):
         return None
     if cold:
         drop_caches()
@@ -232,6 +245,20 @@ def check_targets(med, engine, fio_disagreement):
                 add(f"{t}: {two} / {one} (tmpfs scales {peer:.2f}x)", mine, ">=", 1.7)
             elif peer is not None:
                 rows.append((f"{t}: {two} / {one} (tmpfs {peer:.2f}x: peer does not scale)", mine, None, 1.7))
+    # The transports side by side (issue 13, item 5): the same target over
+    # FUSE's io_uring and over /dev/fuse, each with its own round-trip floor.
+    u = "nvfs-map-none-uring"
+    if med.get((u, "seq-4k")):
+        rows.append((f"{u}: getxattr floor ns (/dev/fuse: {ns(d, 'floor') or 0:.0f})",
+                     ns(u, "floor"), None, 0))
+        rows.append((f"{u}: floor / /dev/fuse floor", ratio(ns(u, "floor"), ns(d, "floor")), None, 0.65))
+        add(f"{u}: seq 4K ns / /dev/fuse", ratio(ns(u, "seq-4k"), ns(d, "seq-4k")), "<=", 0.65)
+        add(f"{u}: rand 4K ns / /dev/fuse", ratio(ns(u, "rand-4k"), ns(d, "rand-4k")), "<=", 0.65)
+        add(f"{u}: seq 1M x /dev/fuse", ratio(gb(u, "seq-1m"), gb(d, "seq-1m")), ">=", 0.9)
+        for one, two in (("seq-4k", "seq-4k-2t"), ("rand-4k", "rand-4k-2t"),
+                         ("rand-4k-pin", "rand-4k-2t-pin")):
+            add(f"{u}: {two} / {one}", ratio(gb(u, two), gb(u, one)), ">=", 1.7)
+            rows.append((f"{d}: {two} / {one} (/dev/fuse)", ratio(gb(d, two), gb(d, one)), None, 1.7))
     add("nvfs-pread vs fio, reads >= 5 us, rows that resolve 10%", fio_disagreement, "<=", 0.10)
 
     print("\ntargets (this run's medians):")
@@ -269,6 +296,8 @@ def main():
     for cache in ("none", "page"):
         for path in ("map", "read", "iter"):
             targets.append(Target(f"nvfs-{path}-{cache}", "nvfs", read_path=path, cache=cache))
+    targets.append(Target("nvfs-map-none-uring", "nvfs", read_path="map", cache="none",
+                          io_uring="on"))
     if args.targets:
         wanted = set(args.targets.split(","))
         targets = [t for t in targets if t.name in wanted]
@@ -276,6 +305,20 @@ def main():
         bindir = os.path.abspath(args.baseline)
         targets += [Target("base-" + t.name, "nvfs", bindir=bindir, **t.opts)
                     for t in list(targets) if t.kind == "nvfs"]
+
+    # FUSE over io_uring needs the kernel's switch, which is global: on for
+    # this run, the old value back on every exit (finally below, and SIGTERM
+    # is made an exception so that finally runs).
+    knob = "/sys/module/fuse/parameters/enable_uring"
+    knob_old = None
+    if any(t.opts.get("io_uring") == "on" for t in targets):
+        if not os.path.exists(knob):
+            print(f"no {knob}: the io_uring target is left out", file=sys.stderr)
+            targets = [t for t in targets if t.opts.get("io_uring") != "on"]
+        else:
+            with open(knob) as f:
+                knob_old = f.read().strip()
+            signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
 
     os.makedirs(WORK, exist_ok=True)
     os.makedirs(MNT, exist_ok=True)
@@ -290,6 +333,9 @@ def main():
         wanted = set(args.workloads.split(","))
         workloads = [wl for wl in WORKLOADS if wl[0] in wanted]
     try:
+        if knob_old is not None:
+            with open(knob, "w") as f:
+                f.write("Y\n")
         for t in targets:
             print(f"setting up {t.name}", file=sys.stderr)
             t.setup(args.size, source)
@@ -310,6 +356,9 @@ def main():
     finally:
         for t in targets:
             t.teardown()
+        if knob_old is not None:
+            with open(knob, "w") as f:
+                f.write(knob_old + "\n")
         if os.path.exists(source):
             os.unlink(source)
 
@@ -403,10 +452,11 @@ def main():
                       f"({' '.join(f'{p:.3f}' for p in pairs)}; "
                       f"{med[(t.name, wl[0])]['ns']:.0f} vs {med[('base-' + t.name, wl[0])]['ns']:.0f} ns)")
 
+    # Without the engine figures their targets read n/a; the others stand.
+    engine = {} if args.no_engine else engine_figures(args.quick)
+    check_targets(med, engine, worst)
     if args.no_engine:
         return
-    engine = engine_figures(args.quick)
-    check_targets(med, engine, worst)
 
     if shutil.which("gnuplot"):
         dat = os.path.join(WORK, "chart.dat")

@@ -10,6 +10,7 @@
 // last column is the time per request in microseconds ("us" after it): a
 // throughput of bytes never moved would read 96,000 GB/s at 1 MiB.
 #include <fcntl.h>
+#include <sched.h>
 #include <getopt.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
@@ -62,6 +63,7 @@ constexpr const char* kUsage =
     "  -t THREADS      threads (file mode; default 1)\n"
     "  -D SECONDS      file mode: run each measurement for this long instead of N ops\n"
     "  -d              O_DIRECT (file mode)\n"
+    "  -C              file mode: pin thread i to CPU i (mod the CPU count)\n"
     "  -w              engine: a second thread overwrites the file in place meanwhile\n"
     "  -A OFFSET       engine: the destination buffer starts OFFSET bytes into a\n"
     "                  page (default 0; 16 is where a large malloc puts it)\n"
@@ -80,6 +82,7 @@ struct Options {
   int threads = 1;
   double duration = 0;  // seconds per run (file mode); 0: a fixed operation count
   bool direct = false;
+  bool pin = false;  // -C: thread i on CPU i (file mode)
   bool json = false;
   bool writer = false;         // engine: a thread overwrites the file in place meanwhile
   uint64_t buffer_offset = 0;  // engine: where in a page the destination starts
@@ -385,6 +388,15 @@ int File(Options& o, const std::string& path) {
           std::atomic<bool> failed{false};
           std::atomic<uint64_t> total_ops{0};
           auto worker = [&](int t) {
+            if (o.pin) {
+              // One caller per CPU, as FUSE over io_uring serves them (a
+              // queue per CPU): without it the scheduler may stack the
+              // callers on one CPU (uring.hpp).
+              cpu_set_t cpus;
+              CPU_ZERO(&cpus);
+              CPU_SET(t % static_cast<int>(std::max(1u, std::thread::hardware_concurrency())), &cpus);
+              sched_setaffinity(0, sizeof cpus, &cpus);
+            }
             // Each thread opens the file itself, as separate readers (and
             // fio's jobs) do.
             struct ThreadFd {
@@ -497,7 +509,7 @@ int main(int argc, char** argv) {
     if (!v || *v == 0) Die(std::string("invalid size: ") + text);
     return *v;
   };
-  while ((opt = getopt_long(argc, argv, "n:N:r:b:P:p:s:t:D:dwA:XT:jh", kLong, nullptr)) != -1) {
+  while ((opt = getopt_long(argc, argv, "n:N:r:b:P:p:s:t:D:dCwA:XT:jh", kLong, nullptr)) != -1) {
     switch (opt) {
       case 'n': o.seed_ops = size_arg(optarg); break;
       case 'N': o.matrix_ops = size_arg(optarg); break;
@@ -511,6 +523,7 @@ int main(int argc, char** argv) {
       case 's': o.file_size = size_arg(optarg); break;
       case 't': o.threads = static_cast<int>(size_arg(optarg)); break;
       case 'd': o.direct = true; break;
+      case 'C': o.pin = true; break;
       case 'w': o.writer = true; break;
       case 'X': o.no_extent_maps = true; break;
       case 'A':

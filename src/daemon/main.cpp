@@ -34,6 +34,7 @@
 
 #include "fuse/adapter.hpp"
 #include "fuse/transport.hpp"
+#include "fuse/uring.hpp"
 #include "nvfs/fs.hpp"
 
 namespace {
@@ -58,6 +59,14 @@ constexpr const char* kUsage =
     "                           shared mappings (default); page: the kernel\n"
     "                           page cache, write-through\n"
     "  threads=N                at most N worker threads (default 10)\n"
+    "  io_uring=auto|on|off     the transport: FUSE over io_uring (one queue\n"
+    "                           per CPU, a pinned thread each) when the kernel\n"
+    "                           offers it, else /dev/fuse (auto, the default;\n"
+    "                           NVFS_IO_URING in the environment changes it);\n"
+    "                           on: io_uring or no mount; off: /dev/fuse.\n"
+    "                           With -s, auto means off\n"
+    "                           The kernel offers it while\n"
+    "                           /sys/module/fuse/parameters/enable_uring is Y\n"
     "  read_ahead_kb=N          with cache=page, the kernel's read-ahead for the\n"
     "                           mount (default 1024; needs root, else the\n"
     "                           kernel's 128 is kept)\n"
@@ -99,6 +108,7 @@ struct CommandLine {
   char* read_path = nullptr;  // set by fuse_opt_parse (malloc'ed)
   char* cache = nullptr;
   char* errors = nullptr;
+  char* io_uring = nullptr;
   unsigned threads = 0;
   int read_ahead_kb = -1;  // -1: not given
   long long extent_map_runs = -1;  // -1: not given
@@ -118,6 +128,7 @@ struct CommandLine {
     std::free(read_path);
     std::free(cache);
     std::free(errors);
+    std::free(io_uring);
   }
 };
 
@@ -126,6 +137,7 @@ const fuse_opt kOptions[] = {
     NVFS_OPT("read_path=%s", read_path),
     NVFS_OPT("cache=%s", cache),
     NVFS_OPT("errors=%s", errors),
+    NVFS_OPT("io_uring=%s", io_uring),
     NVFS_OPT("threads=%u", threads),
     NVFS_OPT("read_ahead_kb=%d", read_ahead_kb),
     NVFS_OPT("extent_map_runs=%lld", extent_map_runs),
@@ -311,6 +323,26 @@ int main(int argc, char** argv) {
       return UsageError("cache must be none or page");
     }
   }
+  // The transport (fuse/uring.hpp). The environment's NVFS_IO_URING is the
+  // default, so that a test suite can run every mount over either.
+  nvfs::UringMode uring_mode = nvfs::UringMode::kAuto;
+  {
+    const char* env = std::getenv("NVFS_IO_URING");
+    const char* given = cl.io_uring != nullptr ? cl.io_uring : env;
+    if (given != nullptr && *given != '\0') {
+      const std::string v = given;
+      if (v == "auto") {
+        uring_mode = nvfs::UringMode::kAuto;
+      } else if (v == "on") {
+        uring_mode = nvfs::UringMode::kOn;
+      } else if (v == "off") {
+        uring_mode = nvfs::UringMode::kOff;
+      } else {
+        return UsageError(cl.io_uring != nullptr ? "io_uring must be auto, on or off"
+                                                 : "NVFS_IO_URING must be auto, on or off");
+      }
+    }
+  }
   nvfs::ErrorBehavior errors = nvfs::ErrorBehavior::kRemountReadOnly;
   if (cl.errors != nullptr) {
     const std::string v = cl.errors;
@@ -345,6 +377,24 @@ int main(int argc, char** argv) {
     Say("%s: not a directory", mountpoint.c_str());
     return 1;
   }
+
+  // What the kernel cannot tell before INIT: whether it lets FUSE use
+  // io_uring at all, and whether this process can set one up. io_uring=on
+  // refuses here, before anything is mounted.
+  // -s asks for one serving thread, which io_uring's thread per queue is
+  // not: auto then stays on /dev/fuse (on still means io_uring).
+  if (uring_mode == nvfs::UringMode::kAuto && cl.single_thread) uring_mode = nvfs::UringMode::kOff;
+  if (uring_mode != nvfs::UringMode::kOff) {
+    const std::string why = nvfs::UringUnavailable();
+    if (!why.empty()) {
+      if (uring_mode == nvfs::UringMode::kOn) {
+        Say("io_uring=on: %s", why.c_str());
+        return 1;
+      }
+      uring_mode = nvfs::UringMode::kOff;
+    }
+  }
+  adapter_options.io_uring = uring_mode != nvfs::UringMode::kOff;
 
   // The core checks no permissions: the kernel must. fsname and subtype make
   // /proc/mounts read "DEVICE MOUNTPOINT fuse.nvfs".
@@ -410,6 +460,14 @@ int main(int argc, char** argv) {
     (void)UnmountCore(std::move(fs), device);
     return 1;
   }
+  const bool use_ring = adapter.protocol().io_uring;
+  if (uring_mode == nvfs::UringMode::kOn && !use_ring) {
+    Say("io_uring=on: the kernel did not offer FUSE over io_uring in INIT");
+    fuse_session_unmount(se);
+    fuse_remove_signal_handlers(se);
+    (void)UnmountCore(std::move(fs), device);
+    return 1;
+  }
   if (adapter_options.cache == nvfs::CacheMode::kPage) {
     SetReadAhead(mountpoint, cl.read_ahead_kb >= 0 ? cl.read_ahead_kb : 1024,
                  cl.read_ahead_kb >= 0);
@@ -424,6 +482,37 @@ int main(int argc, char** argv) {
   }
   g_detached = !cl.foreground;
 
+  // The rings start here, after the fork (threads do not survive one) and
+  // after INIT's reply (the kernel takes no REGISTER before it); the kernel
+  // holds requests back until they are registered.
+  std::unique_ptr<nvfs::UringTransport> ring;
+  const char* transport = "/dev/fuse";
+  if (use_ring) {
+    ring = std::make_unique<nvfs::UringTransport>(se, &adapter);
+    const int r = ring->Start();
+    if (r != 0) {
+      ring.reset();
+      if (uring_mode == nvfs::UringMode::kOn) {
+        Say("io_uring=on: cannot start the rings: %s", std::strerror(-r));
+        fuse_session_unmount(se);
+        fuse_remove_signal_handlers(se);
+        (void)UnmountCore(std::move(fs), device);
+        return 1;
+      }
+      Say("%s: cannot start the io_uring queues (%s): serving over /dev/fuse",
+          mountpoint.c_str(), std::strerror(-r));
+    } else {
+      transport = "io_uring";
+    }
+  }
+  if (ring != nullptr) {
+    Say("%s: mounted on %s, transport io_uring (%u queues of %u entries, one pinned thread "
+        "each; /dev/fuse for FORGET, INTERRUPT, notifications)",
+        device.c_str(), mountpoint.c_str(), ring->queues(), nvfs::UringTransport::kQueueDepth);
+  } else {
+    Say("%s: mounted on %s, transport %s", device.c_str(), mountpoint.c_str(), transport);
+  }
+
   int loop;
   fuse_loop_config* config = cl.single_thread ? nullptr : fuse_loop_cfg_create();
   if (config == nullptr) {
@@ -437,6 +526,7 @@ int main(int argc, char** argv) {
     loop = fuse_session_loop_mt(se, config);
     fuse_loop_cfg_destroy(config);
   }
+  if (ring != nullptr) ring->Stop();
   // Every worker has returned: nothing runs in the core any more. A mount
   // of the namespace from now on waits for this process to exit.
   fs->EndService();

@@ -4,6 +4,7 @@
 
 #include "fuse/kernel_abi.hpp"
 #include "fuse/ops.hpp"
+#include "fuse/uring_abi.hpp"
 #include "nvfs/format.hpp"
 
 namespace nvfs {
@@ -90,6 +91,12 @@ void OpInit(void* userdata, fuse_conn_info* conn) {
   // Shared mmap of direct-I/O files (cache=none; adapter.hpp). Harmless
   // with cache=page, whose files are not FOPEN_DIRECT_IO.
   extra |= FUSE_DIRECT_IO_ALLOW_MMAP;
+  // FUSE over io_uring (uring.hpp): the rings register after this reply.
+  FuseAdapter::Protocol& protocol = adapter.protocol();
+  if (adapter.options().io_uring && (protocol.kernel_flags & FUSE_OVER_IO_URING)) {
+    protocol.io_uring = true;
+    extra |= FUSE_OVER_IO_URING;
+  }
   conn->time_gran = 1;  // nanosecond timestamps
 }
 

@@ -123,6 +123,11 @@ struct AdapterOptions {
   CacheMode cache = CacheMode::kNone;
   double entry_timeout = kCacheForever;  // seconds; see above
   double attr_timeout = kCacheForever;
+  // Ask for FUSE over io_uring when the kernel offers it (-o io_uring=auto
+  // or on; uring.hpp). REQUIRES if set: once INIT agreed to it
+  // (Protocol::io_uring), the caller starts a UringTransport, since the
+  // kernel holds every request back until the rings are registered.
+  bool io_uring = false;
 };
 
 // Largest FUSE_WRITE (and, through max_pages, FUSE_READ) the adapter asks
@@ -169,6 +174,9 @@ class FuseAdapter {
     // sending it (dir.cpp).
     bool no_opendir = false;
     bool agreed(uint64_t flag) const { return (agreed_flags & flag) == flag; }
+    // FUSE_OVER_IO_URING agreed: requests come through the rings
+    // (uring.hpp) once they are registered.
+    bool io_uring = false;
   };
   Protocol& protocol() { return protocol_; }
   const Protocol& protocol() const { return protocol_; }

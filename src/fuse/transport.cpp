@@ -1,6 +1,7 @@
 // The transport below libfuse (transport.hpp).
 #include "fuse/transport.hpp"
 
+#include <linux/fuse.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -10,6 +11,7 @@
 #include <cstring>
 
 #include "fuse/kernel_abi.hpp"
+#include "fuse/uring.hpp"
 
 namespace nvfs {
 
@@ -28,8 +30,9 @@ bool ReadArg(const void* buf, size_t len, Arg* arg) {
   return true;
 }
 
-ssize_t TransportRead(int fd, void* buf, size_t buf_len, void* userdata) {
-  const ssize_t n = read(fd, buf, buf_len);
+}  // namespace
+
+ssize_t ObserveRequest(const void* buf, ssize_t n, void* userdata) {
   request_kills_privs = false;
   request_writes_back = false;
   if (n < static_cast<ssize_t>(sizeof(fuse_in_header))) return n;
@@ -72,6 +75,12 @@ ssize_t TransportRead(int fd, void* buf, size_t buf_len, void* userdata) {
   return n;
 }
 
+namespace {
+
+ssize_t TransportRead(int fd, void* buf, size_t buf_len, void* userdata) {
+  return ObserveRequest(buf, read(fd, buf, buf_len), userdata);
+}
+
 // The INIT reply libfuse built: header, then fuse_init_out. Adds the flags
 // OpInit asked for that libfuse has no name for, each only if the kernel
 // offered it; bits 32-63 go in flags2, which the kernel reads only with
@@ -81,6 +90,8 @@ ssize_t TransportRead(int fd, void* buf, size_t buf_len, void* userdata) {
 // short reply) carries none of them. What was sent is kept in
 // Protocol::agreed_flags.
 ssize_t TransportWritev(int fd, iovec* iov, int count, void* userdata) {
+  ssize_t ring_written;
+  if (TakeRingReply(iov, count, &ring_written)) return ring_written;  // uring.hpp
   FuseAdapter::Protocol& p = static_cast<FuseAdapter*>(userdata)->protocol();
   if (p.init_unique != 0 && count == 2 && iov[0].iov_len == sizeof(fuse_out_header) &&
       iov[1].iov_len >= offsetof(fuse_init_out, max_write)) {

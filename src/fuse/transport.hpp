@@ -53,4 +53,9 @@ bool RequestKillsPrivs();
 // pages' own, never the end of the file.
 bool RequestWritesBack();
 
+// What the transport notes of each request as it arrives (the marks above,
+// INIT's offer), for a request of `n` bytes in `buf` that did not come
+// through the session's read (a ring entry, uring.hpp). Returns `n`.
+ssize_t ObserveRequest(const void* buf, ssize_t n, void* userdata);
+
 }  // namespace nvfs

@@ -8,6 +8,7 @@ NVFS_BUILD=${NVFS_BUILD:-$NVFS_TOP/build}
 NVFS_PACKAGES=(
   meson ninja-build pkg-config g++ python3
   libfuse3-dev fuse3 libpmem2-dev libboost-dev catch2
+  liburing-dev  # FUSE over io_uring (src/fuse/uring.cpp)
   e2fsprogs util-linux
   git rsync make gcc attr sqlite3  # tests/mount_tools.sh: ordinary tools on a mount
 )
