@@ -27,22 +27,13 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench import mounted, run  # noqa: E402  (one copy of the helpers)
+
 TOP = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.environ.get("NVFS_BUILD", os.path.join(TOP, "build"))
 WORK = os.environ.get("BENCH_WORK", "/dev/shm/nvfs-bench-meta")
 MNT = os.environ.get("BENCH_MNT", "/tmp/nvfs-bench-meta")
-
-
-def run(cmd, check=True):
-    res = subprocess.run(cmd, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    if check and res.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed ({res.returncode}): {res.stderr.strip()}")
-    return res
-
-
-def mounted(path):
-    with open("/proc/mounts") as f:
-        return any(line.split()[1] == path for line in f)
 
 
 class Target:
