@@ -45,8 +45,13 @@ void Checker::CheckInodes() {
   const std::byte* bitmap0 = Block(g.InodeBitmapBlock(0));
   const bool root_allocated =
       ((std::to_integer<unsigned>(bitmap0[format::kRootIno / 8]) >> (format::kRootIno % 8)) & 1) != 0;
+  // A root directory whose bit alone is clear is kept (the unmarked sweep
+  // checks it; pass 5 sets the bit): the bitmap is the damaged one.
+  const Inode& root_inode = InodeAt(format::kRootIno);
   const uint8_t root_kind =
-      root_allocated ? KindOfMode(InodeAt(format::kRootIno).mode) : uint8_t{kFree};
+      root_allocated || (KindOfMode(root_inode.mode) == kDirectory && root_inode.nlink != 0)
+          ? KindOfMode(root_inode.mode)
+          : uint8_t{kFree};
   if (root_kind != kDirectory) {
     const bool fix =
         !root_allocated
@@ -105,7 +110,39 @@ void Checker::CheckInodes() {
     report_.inodes_checked += CheckInodeGroup(group);
     Progress(group + 1);
   }
+  for (uint32_t group = 0; group < groups && !halted_; ++group) CheckUnmarkedInodes(group);
   if (!halted_) BuildDirList();
+}
+
+// The inodes of a group that the bitmap shows free but that hold a mode
+// (doc/integrity.md, section 9), after every marked inode has claimed its
+// blocks. Inodes are freed with mode 0, in the transaction that frees their
+// bit, so a mode here means a damaged bitmap or a damaged free inode: one
+// that looks live (a file type, links) is checked and kept like any other
+// (pass 5 sets its bit; an entry may name it); anything else has its mode
+// cleared, which the mount's cross-check requires too.
+void Checker::CheckUnmarkedInodes(uint32_t group) {
+  const Geometry& g = geometry_;
+  const uint32_t ipg = g.inodes_per_group();
+  const std::byte* bitmap = Block(g.InodeBitmapBlock(group));
+  const uint64_t first = uint64_t{group} * ipg;
+  for (uint32_t index = 0; index < ipg && !halted_; ++index) {
+    const uint64_t ino = first + index;
+    if (ino == 0 || (ino == format::kRootIno && root_made_)) continue;
+    if ((std::to_integer<unsigned>(bitmap[index / 8]) >> (index % 8)) & 1) continue;
+    const Inode& inode = InodeAt(ino);
+    if (inode.mode == 0) continue;
+    if (KindOfMode(inode.mode) != kFree && inode.nlink != 0) {
+      ++report_.inodes_checked;
+      CheckInode(ino, inode);
+      continue;
+    }
+    if (Problem(Repair::kSafe, "inode %" PRIu64 ": free in the inode bitmap but holds mode 0%o "
+                "with %u links; clearing its mode", ino, inode.mode, inode.nlink)) {
+      WriteField(ino, inode.mode, uint16_t{0});
+      Fixed();
+    }
+  }
 }
 
 // The allocated inodes of one group, in one pass over its inode table.
@@ -329,12 +366,70 @@ void Checker::BadPointer(uint64_t ino, uint64_t slot_at, uint64_t block_no, cons
 bool Checker::CheckDataPointer(uint64_t ino, uint64_t slot_at, uint64_t block_no,
                                uint64_t index) {
   const BlockFault fault = CheckBlock(block_no);
+  if (fault == BlockFault::kShared && !parallel_) {
+    // Which claim is the damaged one is not known here (the first claimant
+    // may be the inode whose pointer was damaged): the block stays with the
+    // first, and this inode gets a copy of it after pass 2 (CloneShared), so
+    // neither loses the bytes.
+    shared_.push_back({ino, slot_at, block_no, index});
+    return true;
+  }
   if (fault != BlockFault::kNone) {
     BadPointer(ino, slot_at, block_no, FaultName(fault), index);
     return false;
   }
   Claim(block_no);
   return true;
+}
+
+// A free block for a copy: neither claimed nor set in the on-media bitmap
+// (a block set there may belong to an inode pass 1 did not see), else one
+// only unclaimed; 0 if there is none.
+uint64_t Checker::FreeBlockForCopy() {
+  const Geometry& g = geometry_;
+  for (int round = 0; round < 2; ++round) {
+    for (uint64_t n = 0; n < g.block_count(); ++n) {
+      const uint64_t b = (copy_cursor_ + n) % g.block_count();
+      if (b == 0 || Claimed(b) || !g.IsDataBlock(b)) continue;
+      if (round == 0) {
+        const uint32_t group = static_cast<uint32_t>(b / g.blocks_per_group());
+        const uint64_t bit = b % g.blocks_per_group();
+        const std::byte* bitmap = Block(g.BlockBitmapBlock(group));
+        if ((std::to_integer<unsigned>(bitmap[bit / 8]) >> (bit % 8)) & 1) continue;
+      }
+      copy_cursor_ = b + 1;
+      return b;
+    }
+  }
+  return 0;
+}
+
+void Checker::CloneShared() {
+  for (const SharedPointer& s : shared_) {
+    if (halted_) return;
+    const uint64_t copy = FreeBlockForCopy();
+    if (copy == 0) {
+      if (Problem(Repair::kDecision, "inode %" PRIu64 ": block pointer %" PRIu64 " for file "
+                  "block %" PRIu64 " names a block in use by another inode, and no block is "
+                  "free for a copy; clearing it", s.ino, s.block_no, s.index)) {
+        Write64(s.slot_at, 0);
+        const Inode& inode = InodeAt(s.ino);
+        WriteField(s.ino, inode.blocks, inode.blocks - 1);
+        Fixed();
+      }
+      continue;
+    }
+    // -n: as if copied, so the free counts agree with what -y would leave.
+    Claim(copy);
+    if (Problem(Repair::kDecision, "inode %" PRIu64 ": block pointer %" PRIu64 " for file block %"
+                PRIu64 " names a block in use by another inode; giving it a copy in block %"
+                PRIu64, s.ino, s.block_no, s.index, copy)) {
+      Write(geometry_.BlockOffset(copy), Block(s.block_no), block_size_);
+      Write64(s.slot_at, copy);
+      Fixed();
+    }
+  }
+  shared_.clear();
 }
 
 // Walks the file map: returns the blocks it holds (data and pointer blocks),
