@@ -298,5 +298,68 @@ TEST_CASE("containment: fsck -y trusts a damaged inode bitmap and drops live fil
   d.RequireContained();
 }
 
+// Found again on the merged tree (session 5), with the repair rules of
+// doc/integrity.md section 9.
+
+TEST_CASE("containment: fsck -y keeps the key the root directory agrees with when the primary "
+          "superblock's hash key changed", "[fuzz][regression][containment]") {
+  // populated:309 and the other super.dir_hash_key+crc cases: the primary's
+  // key replaced, its checksum recomputed. fsck -y trusted the primary,
+  // dropped every entry as "not its name's hash" and rewrote the backup.
+  Damaged d("populated");
+  format::SuperStatic sb = d.arena.Peek<format::SuperStatic>(format::kSuperStaticOffset);
+  sb.dir_hash_key[0] ^= 0x5a;
+  sb.checksum = SuperStaticChecksum(sb);
+  d.arena.PokeValue(format::kSuperStaticOffset, sb);
+  const uint64_t small = [&] {
+    Damaged intact("populated");
+    return intact.InoOf("small");
+  }();
+  d.RequireContained();
+  CHECK(d.Fsck(RepairMode::kYes) == kFsckCorrected);
+  CHECK(d.Fsck(RepairMode::kNone) == kFsckClean);
+  CHECK(d.InoOf("small") == small);  // the entries are still there
+}
+
+TEST_CASE("containment: fsck -y keeps the backup superblock when the primary's block count "
+          "shrank", "[fuzz][regression][containment]") {
+  // orphans:330, recovery:188 (super.block_count=2047+crc): fsck -y trusted
+  // the primary and cleared every pointer past its end.
+  Damaged d("populated");
+  format::SuperStatic sb = d.arena.Peek<format::SuperStatic>(format::kSuperStaticOffset);
+  const uint64_t blocks = sb.block_count;
+  sb.block_count = blocks - 1;
+  sb.checksum = SuperStaticChecksum(sb);
+  d.arena.PokeValue(format::kSuperStaticOffset, sb);
+  d.RequireContained();
+  CHECK(d.Fsck(RepairMode::kYes) == kFsckCorrected);
+  CHECK(d.Fsck(RepairMode::kNone) == kFsckClean);
+  CHECK(d.arena.Peek<format::SuperStatic>(format::kSuperStaticOffset).block_count == blocks);
+}
+
+TEST_CASE("containment: the read-write mount refuses blocks and inodes the bitmaps show free "
+          "but files use", "[fuzz][regression][containment]") {
+  // The mount's cross-check (src/fs/cross_check.cpp): a cleared block bitmap
+  // word over /small's block, and a cleared inode bitmap word: damage found
+  // at mount, read-only; with errors=continue the units are still never
+  // handed out.
+  Damaged d("populated");
+  const uint64_t ino = d.InoOf("small");
+  const uint64_t used = d.DirectOf(ino, 0);
+  const uint64_t word_at = d.geometry.BlockOffset(d.geometry.BlockBitmapBlock(0)) + used / 64 * 8;
+  d.arena.PokeValue(word_at, uint64_t{0});
+  {
+    auto fs = Filesystem::Mount(std::make_unique<ArenaMedia>(d.arena, false), MountOptions{});
+    REQUIRE(fs.ok());
+    CHECK((*fs)->read_only());
+    REQUIRE((*fs)->Unmount().ok());
+  }
+  CHECK(d.Dynamic().errors == 1);
+  CHECK(d.Fsck(RepairMode::kYes) == kFsckCorrected);
+  CHECK(d.Fsck(RepairMode::kNone) == kFsckClean);
+  CHECK(d.MountOnce() == "");
+  CHECK(d.Dynamic().errors == 0);
+}
+
 }  // namespace
 }  // namespace nvfs::fuzz
