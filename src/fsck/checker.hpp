@@ -234,7 +234,10 @@ class Checker {
   // the same one) had claimed gets a copy of the block (doc/integrity.md,
   // section 9), or, with no free block, is cleared.
   void CloneShared();
-  uint64_t FreeBlockForCopy();
+  // bitmap_free_only: during pass 1, when claims are not all known yet.
+  uint64_t FreeBlockForCopy(bool bitmap_free_only = false);
+  bool ContinuesRun(uint64_t slot_at, uint64_t ptr) const;
+  uint64_t FirstDataSlot(uint64_t block_no, uint64_t* owner) const;
 
   // Passes 2 and 3 (fsck_dirs.cpp).
   void CheckDirectories();

@@ -11,6 +11,7 @@
 #include <cinttypes>
 #include <cstring>
 #include <ctime>
+#include <functional>
 
 #include "fsck/checker.hpp"
 #include "nvfs/cli.hpp"
@@ -385,9 +386,9 @@ bool Checker::CheckDataPointer(uint64_t ino, uint64_t slot_at, uint64_t block_no
 // A free block for a copy: neither claimed nor set in the on-media bitmap
 // (a block set there may belong to an inode pass 1 did not see), else one
 // only unclaimed; 0 if there is none.
-uint64_t Checker::FreeBlockForCopy() {
+uint64_t Checker::FreeBlockForCopy(bool bitmap_free_only) {
   const Geometry& g = geometry_;
-  for (int round = 0; round < 2; ++round) {
+  for (int round = 0; round < (bitmap_free_only ? 1 : 2); ++round) {
     for (uint64_t n = 0; n < g.block_count(); ++n) {
       const uint64_t b = (copy_cursor_ + n) % g.block_count();
       if (b == 0 || Claimed(b) || !g.IsDataBlock(b)) continue;
@@ -404,17 +405,89 @@ uint64_t Checker::FreeBlockForCopy() {
   return 0;
 }
 
+// True if the pointer at media offset slot_at (in an inode's direct array or
+// a pointer block) continues a run with a neighbouring slot: files are
+// allocated in runs, so a pointer written by the filesystem usually has a
+// neighbour one block before or after it; a stray one rarely does.
+bool Checker::ContinuesRun(uint64_t slot_at, uint64_t ptr) const {
+  const uint64_t block_no = slot_at >> block_shift_;
+  const auto* at = reinterpret_cast<const uint64_t*>(Block(block_no) + (slot_at & (block_size_ - 1)));
+  const bool in_inode = !geometry_.IsDataBlock(block_no);
+  uint64_t first = 0, last = block_size_ / 8;  // slots of the array around slot_at
+  const uint64_t index = (slot_at & (block_size_ - 1)) / 8;
+  if (in_inode) {
+    // The direct array of the inode: kDirectPointers slots from the map.
+    const uint64_t map = ((slot_at & (block_size_ - 1)) & ~uint64_t{format::kInodeSize - 1}) +
+                         offsetof(Inode, map);
+    first = map / 8;
+    last = first + format::kDirectPointers;
+  }
+  const uint64_t before = index > first ? at[-1] : 0, after = index + 1 < last ? at[1] : 0;
+  return (before != 0 && before + 1 == ptr) || (after != 0 && ptr + 1 == after);
+}
+
+// The slot of the first claimant of `block_no` among the file maps: the
+// inode-order walk pass 1 made (only valid pointers followed). 0 if none.
+uint64_t Checker::FirstDataSlot(uint64_t block_no, uint64_t* owner) const {
+  const Geometry& g = geometry_;
+  uint64_t found = 0;
+  const std::function<void(uint64_t, uint64_t, uint32_t)> walk = [&](uint64_t ino, uint64_t b,
+                                                                    uint32_t height) {
+    const auto* slots = reinterpret_cast<const uint64_t*>(Block(b));
+    for (uint64_t i = 0; i < block_size_ / 8 && found == 0; ++i) {
+      const uint64_t ptr = slots[i];
+      if (ptr == 0 || ptr >= g.block_count() || !g.IsDataBlock(ptr)) continue;
+      if (height == 1) {
+        if (ptr == block_no) {
+          found = (b << block_shift_) + 8 * i;
+          *owner = ino;
+        }
+      } else {
+        walk(ino, ptr, height - 1);
+      }
+    }
+  };
+  for (uint64_t ino = 1; ino < g.inode_count() && found == 0; ++ino) {
+    const uint8_t kind = Kind(ino);
+    if (kind != kRegular && kind != kSymlink) continue;
+    const Inode& inode = InodeAt(ino);
+    if (kind == kSymlink && inode.size <= format::kInlineSymlinkMax) continue;
+    const format::InodeFileMap& map = inode.map.file;
+    for (uint32_t i = 0; i < format::kDirectPointers && found == 0; ++i) {
+      if (map.direct[i] == block_no) {
+        found = InodeOffset(ino) + kMapOffset + 8 * i;
+        *owner = ino;
+      }
+    }
+    for (uint32_t depth = 1; depth <= format::kIndirectPointers && found == 0; ++depth) {
+      const uint64_t ptr = map.indirect[depth - 1];
+      if (ptr != 0 && ptr < g.block_count() && g.IsDataBlock(ptr)) walk(ino, ptr, depth);
+    }
+  }
+  return found;
+}
+
 void Checker::CloneShared() {
   for (const SharedPointer& s : shared_) {
     if (halted_) return;
     const uint64_t copy = FreeBlockForCopy();
     if (copy == 0) {
-      if (Problem(Repair::kDecision, "inode %" PRIu64 ": block pointer %" PRIu64 " for file "
-                  "block %" PRIu64 " names a block in use by another inode, and no block is "
-                  "free for a copy; clearing it", s.ino, s.block_no, s.index)) {
-        Write64(s.slot_at, 0);
-        const Inode& inode = InodeAt(s.ino);
-        WriteField(s.ino, inode.blocks, inode.blocks - 1);
+      // No room for a copy: one claimant keeps the block. The first claimant
+      // came first only by inode order; the claim that continues a run of
+      // its file's blocks is the one the filesystem wrote.
+      uint64_t owner = 0;
+      const uint64_t first_slot = FirstDataSlot(s.block_no, &owner);
+      const bool later_wins = first_slot != 0 && first_slot != s.slot_at && owner != s.ino &&
+                              ContinuesRun(s.slot_at, s.block_no) &&
+                              !ContinuesRun(first_slot, s.block_no);
+      const uint64_t loser = later_wins ? owner : s.ino;
+      const uint64_t loser_slot = later_wins ? first_slot : s.slot_at;
+      if (Problem(Repair::kDecision, "inode %" PRIu64 ": block pointer %" PRIu64 " names a "
+                  "block inode %" PRIu64 " also uses, and no block is free for a copy; "
+                  "clearing it", loser, s.block_no, later_wins ? s.ino : owner)) {
+        Write64(loser_slot, 0);
+        const Inode& inode = InodeAt(loser);
+        WriteField(loser, inode.blocks, inode.blocks - 1);
         Fixed();
       }
       continue;
@@ -466,22 +539,81 @@ uint64_t Checker::CheckFileMap(uint64_t ino, const Inode& inode, uint64_t* mappe
 uint64_t Checker::CheckPointerBlock(uint64_t ino, uint64_t slot_at, uint64_t block_no,
                                     uint32_t height, uint64_t base, uint64_t* mapped_end) {
   const BlockFault fault = CheckBlock(block_no);
-  if (fault != BlockFault::kNone) {
+  // A pointer block another inode claimed first (as data or as its own
+  // pointer block) is copied at once, if a block is free for it, and the
+  // copy walked as this inode's: its children are then shared, and copied
+  // in turn (CloneShared). With no free block it is cleared, as before.
+  const bool shared = fault == BlockFault::kShared && !parallel_;
+  if (fault != BlockFault::kNone && !shared) {
     BadPointer(ino, slot_at, block_no, FaultName(fault), base);
     return 0;
   }
   const uint64_t ptrs = block_size_ / 8;
   const auto* slots = reinterpret_cast<const uint64_t*>(Block(block_no));
-  uint32_t bad = 0;
+  uint64_t bad = 0, good = 0;
   for (uint64_t i = 0; i < ptrs && bad <= kMaxBadPointers; ++i) {
     const uint64_t ptr = slots[i];
-    bad += ptr != 0 && (ptr >= geometry_.block_count() || IsMetadata(ptr));
+    if (ptr == 0) continue;
+    const bool invalid = ptr >= geometry_.block_count() || IsMetadata(ptr);
+    bad += invalid;
+    good += !invalid;
   }
-  if (bad > kMaxBadPointers) {
+  // Nor is one with no more valid pointers than invalid ones (a stray
+  // pointer to a file's data, "dddd" and zeros): clearing its "pointers"
+  // would write into another file's bytes.
+  if (bad > kMaxBadPointers || (bad != 0 && bad >= good)) {
     BadPointer(ino, slot_at, block_no, "to a block that holds no block pointers", base);
     return 0;
   }
-  Claim(block_no);
+  if (shared) {
+    const uint64_t copy = FreeBlockForCopy(/*bitmap_free_only=*/true);
+    // No room for a copy: a block that reads as a pointer block whose every
+    // pointer names a block in use that no one has claimed yet is this
+    // inode's pointer block, and another inode's data pointer to it the
+    // damaged one (its pointer is cleared, this inode keeps the block).
+    uint64_t owner = 0, first_slot = 0;
+    if (copy == 0 && bad == 0 && good != 0) {
+      bool children_free = true;
+      for (uint64_t i = 0; i < ptrs && children_free; ++i) {
+        const uint64_t ptr = slots[i];
+        if (ptr == 0) continue;
+        const uint32_t group = static_cast<uint32_t>(ptr / geometry_.blocks_per_group());
+        const uint64_t bit = ptr % geometry_.blocks_per_group();
+        const std::byte* bitmap = Block(geometry_.BlockBitmapBlock(group));
+        children_free = !Claimed(ptr) &&
+                        ((std::to_integer<unsigned>(bitmap[bit / 8]) >> (bit % 8)) & 1) != 0;
+      }
+      if (children_free) first_slot = FirstDataSlot(block_no, &owner);
+    }
+    if (copy == 0 && (first_slot == 0 || owner == ino)) {
+      BadPointer(ino, slot_at, block_no, "to a block already in use, and no block is free for a "
+                 "copy", base);
+      return 0;
+    }
+    if (copy == 0) {
+      if (Problem(Repair::kDecision, "inode %" PRIu64 ": block pointer %" PRIu64 " names the "
+                  "pointer block of inode %" PRIu64 ", and no block is free for a copy; "
+                  "clearing it", owner, block_no, ino)) {
+        Write64(first_slot, 0);
+        const Inode& other = InodeAt(owner);
+        WriteField(owner, other.blocks, other.blocks - 1);
+        Fixed();
+      }
+    } else {
+      Claim(copy);  // -n: as if copied
+    }
+    if (copy != 0 && Problem(Repair::kDecision, "inode %" PRIu64 ": pointer block %" PRIu64 " for file block %"
+                PRIu64 " is in use by another inode; giving it a copy in block %" PRIu64, ino,
+                block_no, base, copy)) {
+      Write(geometry_.BlockOffset(copy), Block(block_no), block_size_);
+      Write64(slot_at, copy);
+      Fixed();
+      block_no = copy;
+      slots = reinterpret_cast<const uint64_t*>(Block(block_no));
+    }
+  } else {
+    Claim(block_no);
+  }
   uint64_t count = 1;
   // No shift overflows: a tree of this height is walked only when its range
   // starts below max_file_blocks_ (<= 2^51), and for every block size the

@@ -8,11 +8,13 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <vector>
 
 #include "arena_media.hpp"
 #include "containment.hpp"
 #include "fuzz_target.hpp"
 #include "mutator.hpp"
+#include "nvfs/crc32c.hpp"
 #include "nvfs/format.hpp"
 #include "nvfs/fs.hpp"
 #include "nvfs/fsck.hpp"
@@ -359,6 +361,49 @@ TEST_CASE("containment: the read-write mount refuses blocks and inodes the bitma
   CHECK(d.Fsck(RepairMode::kNone) == kFsckClean);
   CHECK(d.MountOnce() == "");
   CHECK(d.Dynamic().errors == 0);
+}
+
+TEST_CASE("containment: recovery refuses an undo record whose length, checksum fixed, runs "
+          "past its block", "[fuzz][regression][containment]") {
+  // recovery:1585 (journal.record.length=32769+crc+backup): the active
+  // slot's undo record made longer, its checksum recomputed over the longer
+  // payload; recovery wrote the bytes past its target over /a/b/in-b's data.
+  Damaged d("recovery");
+  const Geometry& g = d.geometry;
+  bool damaged = false;
+  uint64_t victim = 0;  // the block after the record's target
+  for (uint32_t slot = 0; slot < g.journal_slots() && !damaged; ++slot) {
+    const uint64_t at = g.JournalSlotOffset(slot);
+    const auto header = d.arena.Peek<format::JournalSlotHeader>(at);
+    if (header.state != static_cast<uint32_t>(format::JournalState::kActive)) continue;
+    for (uint64_t pos = at + sizeof header; pos + sizeof(format::JournalRecord) <= at + g.journal_slot_size();) {
+      auto r = d.arena.Peek<format::JournalRecord>(pos);
+      if (r.tx_seq != header.tx_seq) break;
+      const bool undo = r.type == static_cast<uint16_t>(format::JournalRecordType::kUndo);
+      const uint64_t room = at + g.journal_slot_size() - pos - sizeof r;
+      const uint64_t longer = g.block_size() - r.target % g.block_size() + 64;
+      const uint64_t next = r.target / g.block_size() + 1;
+      const bool in_journal =
+          next >= g.journal_block() && next < g.journal_block() + g.journal_blocks();
+      if (undo && longer <= room && !in_journal && next < g.BackupBlock()) {
+        victim = next;
+        r.length = static_cast<uint32_t>(longer);
+        r.checksum = 0;
+        uint32_t crc = Crc32c(0, &r, sizeof r);
+        r.checksum = Crc32c(crc, d.arena.data() + pos + sizeof r, longer);
+        d.arena.PokeValue(pos, r);
+        damaged = true;
+        break;
+      }
+      pos += sizeof r + (undo ? (uint64_t{r.length} + 7) / 8 * 8 : 0);
+    }
+  }
+  REQUIRE(damaged);
+  std::vector<std::byte> before(d.arena.data() + g.BlockOffset(victim),
+                                d.arena.data() + g.BlockOffset(victim + 1));
+  d.RequireContained();  // (leaves the arena as it was)
+  CHECK(d.MountOnce() == "");  // recovery: the log ends before the damaged record
+  CHECK(std::memcmp(before.data(), d.arena.data() + g.BlockOffset(victim), before.size()) == 0);
 }
 
 }  // namespace
