@@ -48,12 +48,12 @@ namespace nvfs::fuzz {
 // it only after a mutation that changed no global metadata; kReport prints
 // it loudly and passes; kOff skips the check.
 enum class ContainmentMode { kOff, kReport, kLocal, kStrict };
-// The one constant to flip (issue 12, item 4). kReport while today's code
-// lets damage spread; kStrict once branch `contain` has landed pointer
-// validation and refused frees (kLocal if only global-metadata classes are
-// left: the allocator trusting a damaged block bitmap, fsck trusting a
-// damaged inode bitmap).
-inline constexpr ContainmentMode kContainmentDefault = ContainmentMode::kReport;
+// The one constant (issue 12, item 4): kStrict since the repair rules of
+// doc/integrity.md section 9 (the mount's cross-check of the bitmaps,
+// fsck's copies of shared blocks, inodes kept whatever their bit says, the
+// superblock copy the namespace agrees with, undo records inside one
+// block); report or local remain for a change that needs time to get there.
+inline constexpr ContainmentMode kContainmentDefault = ContainmentMode::kStrict;
 // NVFS_FUZZ_CONTAINMENT=off|report|local|strict, else kContainmentDefault.
 ContainmentMode ContainmentModeFromEnv();
 const char* ModeName(ContainmentMode mode);
