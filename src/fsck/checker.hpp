@@ -216,7 +216,6 @@ class Checker {
   // Pass 1 (fsck_inodes.cpp).
   void CheckInodes();
   uint64_t CheckInodeGroup(uint32_t group);  // returns the inodes checked
-  void CheckUnmarkedInodes(uint32_t group);
   void CheckInode(uint64_t ino, const format::Inode& inode);
   void BuildDirList();
   bool ClearInode(uint64_t ino, const char* why);

@@ -46,13 +46,8 @@ void Checker::CheckInodes() {
   const std::byte* bitmap0 = Block(g.InodeBitmapBlock(0));
   const bool root_allocated =
       ((std::to_integer<unsigned>(bitmap0[format::kRootIno / 8]) >> (format::kRootIno % 8)) & 1) != 0;
-  // A root directory whose bit alone is clear is kept (the unmarked sweep
-  // checks it; pass 5 sets the bit): the bitmap is the damaged one.
-  const Inode& root_inode = InodeAt(format::kRootIno);
   const uint8_t root_kind =
-      root_allocated || (KindOfMode(root_inode.mode) == kDirectory && root_inode.nlink != 0)
-          ? KindOfMode(root_inode.mode)
-          : uint8_t{kFree};
+      root_allocated ? KindOfMode(InodeAt(format::kRootIno).mode) : uint8_t{kFree};
   if (root_kind != kDirectory) {
     const bool fix =
         !root_allocated
@@ -111,39 +106,7 @@ void Checker::CheckInodes() {
     report_.inodes_checked += CheckInodeGroup(group);
     Progress(group + 1);
   }
-  for (uint32_t group = 0; group < groups && !halted_; ++group) CheckUnmarkedInodes(group);
   if (!halted_) BuildDirList();
-}
-
-// The inodes of a group that the bitmap shows free but that hold a mode
-// (doc/integrity.md, section 9), after every marked inode has claimed its
-// blocks. Inodes are freed with mode 0, in the transaction that frees their
-// bit, so a mode here means a damaged bitmap or a damaged free inode: one
-// that looks live (a file type, links) is checked and kept like any other
-// (pass 5 sets its bit; an entry may name it); anything else has its mode
-// cleared, which the mount's cross-check requires too.
-void Checker::CheckUnmarkedInodes(uint32_t group) {
-  const Geometry& g = geometry_;
-  const uint32_t ipg = g.inodes_per_group();
-  const std::byte* bitmap = Block(g.InodeBitmapBlock(group));
-  const uint64_t first = uint64_t{group} * ipg;
-  for (uint32_t index = 0; index < ipg && !halted_; ++index) {
-    const uint64_t ino = first + index;
-    if (ino == 0 || (ino == format::kRootIno && root_made_)) continue;
-    if ((std::to_integer<unsigned>(bitmap[index / 8]) >> (index % 8)) & 1) continue;
-    const Inode& inode = InodeAt(ino);
-    if (inode.mode == 0) continue;
-    if (KindOfMode(inode.mode) != kFree && inode.nlink != 0) {
-      ++report_.inodes_checked;
-      CheckInode(ino, inode);
-      continue;
-    }
-    if (Problem(Repair::kSafe, "inode %" PRIu64 ": free in the inode bitmap but holds mode 0%o "
-                "with %u links; clearing its mode", ino, inode.mode, inode.nlink)) {
-      WriteField(ino, inode.mode, uint16_t{0});
-      Fixed();
-    }
-  }
 }
 
 // The allocated inodes of one group, in one pass over its inode table.
@@ -558,10 +521,10 @@ uint64_t Checker::CheckPointerBlock(uint64_t ino, uint64_t slot_at, uint64_t blo
     bad += invalid;
     good += !invalid;
   }
-  // Nor is one with no more valid pointers than invalid ones (a stray
-  // pointer to a file's data, "dddd" and zeros): clearing its "pointers"
-  // would write into another file's bytes.
-  if (bad > kMaxBadPointers || (bad != 0 && bad >= good)) {
+  // Nor is one with invalid pointers and no valid one (a stray pointer to
+  // a file's data, "dddd" and zeros): clearing its "pointers" would write
+  // into another file's bytes.
+  if (bad > kMaxBadPointers || (bad != 0 && good == 0)) {
     BadPointer(ino, slot_at, block_no, "to a block that holds no block pointers", base);
     return 0;
   }

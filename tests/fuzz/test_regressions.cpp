@@ -339,10 +339,10 @@ TEST_CASE("containment: fsck -y keeps the backup superblock when the primary's b
   CHECK(d.arena.Peek<format::SuperStatic>(format::kSuperStaticOffset).block_count == blocks);
 }
 
-TEST_CASE("containment: the read-write mount refuses blocks and inodes the bitmaps show free "
+TEST_CASE("containment: the read-write mount refuses blocks the block bitmap shows free "
           "but files use", "[fuzz][regression][containment]") {
   // The mount's cross-check (src/fs/cross_check.cpp): a cleared block bitmap
-  // word over /small's block, and a cleared inode bitmap word: damage found
+  // word over /small's block: damage found
   // at mount, read-only; with errors=continue the units are still never
   // handed out.
   Damaged d("populated");
