@@ -216,6 +216,7 @@ class Checker {
   // Pass 1 (fsck_inodes.cpp).
   void CheckInodes();
   uint64_t CheckInodeGroup(uint32_t group);  // returns the inodes checked
+  bool ReviveInode(uint64_t ino);            // pass 2: an entry names a bit-clear inode
   void CheckInode(uint64_t ino, const format::Inode& inode);
   void BuildDirList();
   bool ClearInode(uint64_t ino, const char* why);

@@ -343,7 +343,7 @@ class Checker::DirWalker {
         why = "lies in a leaf of another prefix";
       } else if (record.ino >= c_.geometry_.inode_count()) {
         why = "names an inode out of range";
-      } else if (c_.Kind(record.ino) == kFree) {
+      } else if (c_.Kind(record.ino) == kFree && !c_.ReviveInode(record.ino)) {
         why = "names an inode not in use";
       }
     }

@@ -109,6 +109,39 @@ void Checker::CheckInodes() {
   if (!halted_) BuildDirList();
 }
 
+// An entry names `ino`, which pass 1 did not check: its bit is clear in the
+// inode bitmap (doc/integrity.md, section 9). A free inode's bytes mean
+// nothing (mkfs does not clear the tables), so only an entry is evidence
+// that it lives, and only a well-formed inode is kept: a file type other
+// than a directory (a directory would have to join dirs_ mid-pass), links,
+// the must-be-zero fields zero, known flags and no orphan flag. It is then
+// checked like any inode; pass 5 sets its bit. Returns true if kept.
+bool Checker::ReviveInode(uint64_t ino) {
+  if (ino == 0 || (ino == format::kRootIno && root_made_)) return false;
+  const uint32_t ipg = geometry_.inodes_per_group();
+  const std::byte* bitmap = Block(geometry_.InodeBitmapBlock(static_cast<uint32_t>(ino / ipg)));
+  const uint64_t index = ino % ipg;
+  if ((std::to_integer<unsigned>(bitmap[index / 8]) >> (index % 8)) & 1) return false;
+  const Inode& inode = InodeAt(ino);
+  const uint8_t kind = KindOfMode(inode.mode);
+  if (kind == kFree || kind == kDirectory || inode.nlink == 0 || inode.reserved0 != 0 ||
+      inode.reserved1 != 0 || (inode.flags & ~format::kInodeFlagsKnown) != 0 ||
+      (inode.flags & format::kInodeFlagOrphan) != 0) {
+    return false;
+  }
+  if (parallel_) {
+    trouble_.store(true, std::memory_order_relaxed);  // decided on one thread
+    return false;
+  }
+  if (Problem(Repair::kSafe, "inode %" PRIu64 " is free in the inode bitmap but well-formed and "
+              "named by an entry; keeping it", ino)) {
+    Fixed();  // the bit is set by pass 5
+  }
+  ++report_.inodes_checked;
+  CheckInode(ino, inode);
+  return Kind(ino) != kFree;
+}
+
 // The allocated inodes of one group, in one pass over its inode table.
 uint64_t Checker::CheckInodeGroup(uint32_t group) {
   const Geometry& g = geometry_;

@@ -50,12 +50,11 @@ namespace nvfs::fuzz {
 enum class ContainmentMode { kOff, kReport, kLocal, kStrict };
 // The one constant (issue 12, item 4): kLocal since the repair rules of
 // doc/integrity.md section 9 (the mount's cross-check of the block bitmap,
-// fsck's copies of shared blocks, the superblock copy the namespace agrees
-// with, undo records inside one block). kStrict is left for a damaged inode
-// bitmap: fsck -y drops the live inodes it marks free (their entries "name
-// an inode not in use"), and the allocator may hand their numbers out; a
-// free inode's bytes mean nothing (mkfs does not clear the tables), so only
-// an entry naming the inode can say it is live.
+// fsck's copies of shared blocks, bit-clear inodes kept when an entry names
+// them, the superblock copy the namespace agrees with, undo records inside
+// one block). kStrict is left for a damaged inode bitmap over directories
+// or the root (fsck drops or remakes them), and for the allocator, which may
+// hand out the number of a live inode whose bit was cleared.
 inline constexpr ContainmentMode kContainmentDefault = ContainmentMode::kLocal;
 // NVFS_FUZZ_CONTAINMENT=off|report|local|strict, else kContainmentDefault.
 ContainmentMode ContainmentModeFromEnv();
