@@ -676,6 +676,8 @@ TEST_CASE("fsck: a leaked block is freed by -p", "[fsck][tree]") {
 }
 
 TEST_CASE("fsck: a block owned twice stays with its first owner (-y)", "[fsck][tree]") {
+  // The later claimant of a data block gets a copy of it (doc/integrity.md,
+  // section 9): both keep the bytes.
   Populated p;
   format::Inode medium = p.Inode(p.medium);
   const uint64_t stolen = p.Inode(p.small).map.file.direct[1];
@@ -684,12 +686,17 @@ TEST_CASE("fsck: a block owned twice stays with its first owner (-y)", "[fsck][t
     p.PutInode(p.medium, medium);
     RequireFoundThenRepaired(p.path(), "inode " + std::to_string(p.medium) +
                              ": block pointer " + std::to_string(stolen) +
-                             " for file block 4 points to a block already in use");
+                             " for file block 4 names a block in use by another inode; giving "
+                             "it a copy");
+    CHECK(p.Inode(p.small).map.file.direct[1] == stolen);
+    CHECK(p.Inode(p.medium).map.file.direct[4] != stolen);
+    CHECK(p.Inode(p.medium).map.file.direct[4] != 0);
   }
   SECTION("twice in one file") {
     medium.map.file.direct[4] = medium.map.file.direct[3];
     p.PutInode(p.medium, medium);
-    RequireFoundThenRepaired(p.path(), "for file block 4 points to a block already in use");
+    RequireFoundThenRepaired(p.path(), "for file block 4 names a block in use by another inode; "
+                             "giving it a copy");
   }
   SECTION("a directory leaf used as a file's block") {
     // Files are checked before directories: the file keeps the block, the
@@ -735,15 +742,18 @@ TEST_CASE("fsck: bad block pointers are cleared by -y", "[fsck][tree]") {
     format::Inode sparse = p.Inode(p.sparse);
     sparse.map.file.indirect[0] = p.Inode(p.small).map.file.direct[0];
     p.PutInode(p.sparse, sparse);
-    RequireFoundThenRepaired(p.path(), "for file block 11 points to a block already in use");
+    RequireFoundThenRepaired(p.path(), "for file block 11 points to a block that holds no block "
+                             "pointers");
     CHECK(ReadAt(p.path(), p.g.BlockOffset(p.Inode(p.small).map.file.direct[0]), 4096) ==
           data_before);
   }
   SECTION("a depth-2 tree's pointer past everything") {
     const uint64_t tree = p.Inode(p.sparse).map.file.indirect[1];
     REQUIRE(tree != 0);
-    p.Put(p.g.BlockOffset(tree) + 8 * 1, uint64_t{p.g.block_count()});
-    RequireFoundThenRepaired(p.path(), "for file block 1035 points outside the filesystem");
+    // Beside the tree's one valid pointer (slot 1): a block holding only
+    // invalid pointers is no pointer block (doc/integrity.md, section 9).
+    p.Put(p.g.BlockOffset(tree) + 8 * 2, uint64_t{p.g.block_count()});
+    RequireFoundThenRepaired(p.path(), "for file block 1547 points outside the filesystem");
   }
   RequireUsable(p.path());
 }

@@ -138,6 +138,17 @@ bool Allocator::InUse(BitmapKind kind, uint64_t unit) const {
   return Bit(kind == BitmapKind::kBlocks ? group.blocks : group.inodes, unit % per);
 }
 
+bool Allocator::Reserve(BitmapKind kind, uint64_t unit) {
+  const uint64_t per = PerGroup(kind);
+  Group& group = groups_[unit / per];
+  std::lock_guard lock(group.mu);
+  std::vector<uint64_t>& map = kind == BitmapKind::kBlocks ? group.blocks : group.inodes;
+  if (Bit(map, unit % per)) return false;
+  SetRange(map, unit % per, 1, true);
+  CountFree(group, kind, -1);
+  return true;
+}
+
 Extent Allocator::ReserveRun(Group& group, uint32_t index, BitmapKind kind, uint64_t from,
                              uint64_t want, Search search) {
   std::vector<uint64_t>& map = kind == BitmapKind::kBlocks ? group.blocks : group.inodes;

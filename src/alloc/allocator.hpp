@@ -91,6 +91,11 @@ class Allocator final : public AllocationSink {
   // True if the unit's bit is set in DRAM (in use, reserved, or freed and
   // waiting for a grace period): for checks.
   bool InUse(BitmapKind kind, uint64_t unit) const;
+  // Marks a unit in use in DRAM only, never on the media: one the media
+  // bitmap shows free but the mount's cross-check found in use (damage; the
+  // bitmap is left for fsck.nvfs). It is never handed out, and never freed
+  // (FreeBlocks also wants the media bit). Returns false if it was in use.
+  bool Reserve(BitmapKind kind, uint64_t unit);
 
   // AllocationSink.
   void ClearOnMedia(BitmapKind kind, uint64_t first, uint64_t count) override;

@@ -107,6 +107,10 @@ struct FsOps {
   static void ReclaimIdle(Filesystem& fs, CachedInode* inode);
   // Finishes every inode on the orphan list (mount).
   static Status ProcessOrphans(Filesystem& fs);
+  // A read-write mount's check of the bitmaps against the inodes
+  // (cross_check.cpp): what contradicts them is reported as damage and
+  // reserved in the allocator's DRAM bitmaps.
+  static void CrossCheck(Filesystem& fs);
 
   // Drops one pin.
   static void Unpin(Filesystem& fs, CachedInode* inode) {

@@ -183,6 +183,9 @@ Status Filesystem::MountInternal(const MountOptions& options) {
 
   if (keep_read_only) read_only_ = true;
   if (!read_only_) {
+    // Before anything is allocated: blocks and inodes the bitmaps show free
+    // but the inodes use are never handed out (damage, then read-only).
+    FsOps::CrossCheck(*this);
     // Damage met while finishing the orphans (a damaged list, or a damaged
     // map in an orphan) leaves the rest of them to fsck: the mount goes on with
     // the superblock's error flag set, rather than fail having written (and,

@@ -196,6 +196,7 @@ class Checker {
 
  private:
   // Driver (fsck.cpp).
+  void ChooseStaticCopy(FoundSuper* found);
   void CheckStaticCopies(const FoundSuper& found);
   void CheckDynamic();
   void CheckCounters();
@@ -220,6 +221,7 @@ class Checker {
   // Pass 1 (fsck_inodes.cpp).
   void CheckInodes();
   uint64_t CheckInodeGroup(uint32_t group);  // returns the inodes checked
+  bool ReviveInode(uint64_t ino);            // pass 2: an entry names a bit-clear inode
   void CheckInode(uint64_t ino, const format::Inode& inode);
   void BuildDirList();
   bool ClearInode(uint64_t ino, const char* why);
@@ -233,6 +235,14 @@ class Checker {
   bool ValidSymlink(uint64_t ino, const format::Inode& inode, bool in_block);
   void CheckOrphans();
   void LeaveOrphanList(uint64_t ino);
+  // After pass 2: each data pointer that named a block another inode (or
+  // the same one) had claimed gets a copy of the block (doc/integrity.md,
+  // section 9), or, with no free block, is cleared.
+  void CloneShared();
+  // bitmap_free_only: during pass 1, when claims are not all known yet.
+  uint64_t FreeBlockForCopy(bool bitmap_free_only = false);
+  bool ContinuesRun(uint64_t slot_at, uint64_t ptr) const;
+  uint64_t FirstDataSlot(uint64_t block_no, uint64_t* owner) const;
 
   // Passes 2 and 3 (fsck_dirs.cpp).
   void CheckDirectories();
@@ -281,6 +291,17 @@ class Checker {
 
   // Blocks of the recovery overlay (-n only): patched copies.
   std::unordered_map<uint64_t, std::unique_ptr<std::byte[]>> overlay_;
+
+  // A data pointer found in pass 1 (on one thread) naming a block already
+  // claimed: resolved by CloneShared() once every claim is known.
+  struct SharedPointer {
+    uint64_t ino;
+    uint64_t slot_at;   // media offset of the pointer
+    uint64_t block_no;  // the shared block
+    uint64_t index;     // file block
+  };
+  std::vector<SharedPointer> shared_;
+  uint64_t copy_cursor_ = 0;       // FreeBlockForCopy: where the next search starts
 
   std::vector<uint64_t> claimed_;  // one bit per block: metadata or referenced
   std::vector<uint8_t> state_;     // InodeState per inode

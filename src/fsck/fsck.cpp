@@ -8,11 +8,14 @@
 #include <cstdarg>
 #include <cstring>
 #include <new>
+#include <optional>
 #include <thread>
+#include <vector>
 
 #include "fsck/checker.hpp"
 #include "nvfs/bitmap.hpp"
 #include "nvfs/cli.hpp"
+#include "nvfs/name_hash.hpp"
 #include "nvfs/superblock.hpp"
 #include "nvfs/validate.hpp"
 
@@ -21,6 +24,62 @@ namespace nvfs::fsck {
 using format::GroupDesc;
 using format::SuperDynamic;
 using format::SuperStatic;
+
+namespace {
+
+// How many of the root directory's first entries have keys that are their
+// names' hashes under `key` (at most kAgreementEntries entries, in at most
+// kAgreementBlocks blocks, every pointer checked before it is followed). Used
+// to tell which of two valid superblock copies holds the directory hash key
+// the namespace was written with.
+constexpr uint64_t kAgreementEntries = 256;
+constexpr uint64_t kAgreementBlocks = 64;
+
+uint64_t RootKeyAgreement(const std::byte* base, const Geometry& g, const NameHashKey& key) {
+  const auto& root =
+      *reinterpret_cast<const format::Inode*>(base + g.InodeOffset(format::kRootIno));
+  std::vector<uint64_t> todo;
+  if (root.map.dir.root != 0) todo.push_back(root.map.dir.root);
+  uint64_t agree = 0, seen = 0, blocks = 0;
+  while (!todo.empty() && seen < kAgreementEntries && blocks < kAgreementBlocks) {
+    const uint64_t ptr = todo.back();
+    todo.pop_back();
+    if (CheckDirNodePointer(ptr, g) != DirNodeFault::kNone) continue;
+    const uint64_t block_no = ptr & format::kDirNodeBlockMask;
+    ++blocks;
+    const std::byte* block = base + g.BlockOffset(block_no);
+    if (ptr & format::kDirNodeIndexBit) {
+      const auto* slots = reinterpret_cast<const uint64_t*>(block);
+      for (uint64_t i = g.block_size() / 8; i-- > 0;) {
+        if (slots[i] != 0 && (todo.empty() || todo.back() != slots[i])) todo.push_back(slots[i]);
+      }
+      continue;
+    }
+    format::DirLeafHeader header;
+    std::memcpy(&header, block, sizeof header);
+    if (header.magic != format::kDirLeafMagic) continue;
+    for (uint64_t offset = sizeof header; offset + sizeof(format::DirEntry) <= g.block_size();) {
+      format::DirEntry record;
+      std::memcpy(&record, block + offset, sizeof record);
+      if (CheckDirRecordLength(record.rec_len, static_cast<uint32_t>(g.block_size() - offset)) !=
+          DirRecordFault::kNone) {
+        break;
+      }
+      if (record.ino != 0 && record.name_len != 0 &&
+          record.name_len <= record.rec_len - sizeof record) {
+        const std::string_view name(reinterpret_cast<const char*>(block + offset + sizeof record),
+                                    record.name_len);
+        agree += (record.key >> format::kDirSeqBits) == DirHash(NameHash(key, name));
+        if (++seen >= kAgreementEntries) break;
+      }
+      offset += record.rec_len;
+    }
+    if (header.next != 0) todo.push_back(header.next);
+  }
+  return agree;
+}
+
+}  // namespace
 
 Checker::Checker(Media& media, RepairMode mode,
                  const std::function<void(const std::string&)>& say,
@@ -160,6 +219,7 @@ FsckReport Checker::Run() {
     report_.exit_code = found.error().code == EUCLEAN ? kFsckUncorrected : kFsckOperational;
     return report_;
   }
+  if (!found->from_backup) ChooseStaticCopy(&found.value());
   geometry_ = found->geometry;
   super_ = found->sb;
   base_ = media_.base();
@@ -210,6 +270,7 @@ FsckReport Checker::Run() {
       {"inodes", &Checker::CheckInodes},
       {"orphan list", &Checker::CheckOrphans},
       {"directories", &Checker::CheckDirectories},
+      {"shared blocks", &Checker::CloneShared},
       {"connectivity", &Checker::CheckConnectivity},
       {"link counts", &Checker::CheckLinkCounts},
       {"bitmaps", &Checker::CheckBitmaps},
@@ -238,6 +299,59 @@ FsckReport Checker::Run() {
   report_.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start_time_).count();
   return report_;
+}
+
+// A valid primary that its backup does not confirm (doc/integrity.md, section
+// 9): when another valid copy exists, the one the namespace agrees with is
+// used, and the primary restored from it if it is that one.
+//  - a backup at the end of the namespace whose geometry differs from the
+//    primary's: the backup, confirmed by where it lies (the primary's own
+//    backup location does not hold it);
+//  - the same geometry, another dir_hash_key: the copy under whose key more
+//    of the root directory's entries are their names' hashes (a tie keeps
+//    the primary).
+// Anything else keeps the primary, and CheckStaticCopies rewrites the backup.
+void Checker::ChooseStaticCopy(FoundSuper* found) {
+  const uint64_t own_backup = found->geometry.BackupSuperOffset();
+  SuperStatic copy;
+  std::memcpy(&copy, media_.base() + own_backup, sizeof copy);
+  if (std::memcmp(&copy, &found->sb, sizeof copy) == 0) return;
+  std::optional<FoundSuper> other;
+  const auto consider = [&](uint64_t offset) {
+    if (other.has_value()) return;
+    SuperStatic candidate;
+    std::memcpy(&candidate, media_.base() + offset, sizeof candidate);
+    if (std::memcmp(&candidate, &found->sb, sizeof candidate) == 0) return;
+    Result<Geometry> geometry = CheckSuperStatic(candidate, media_.size());
+    if (!geometry.ok() || geometry->BackupSuperOffset() != offset) return;
+    if (UnknownRoCompat(candidate) != 0) return;
+    other = FoundSuper{geometry.value(), candidate, false, ""};
+  };
+  consider(own_backup);
+  ForEachBackupCandidate(media_.size(), [&](uint64_t offset, uint32_t) { consider(offset); });
+  if (!other.has_value()) return;
+  const char* why = nullptr;
+  if (other->geometry.BackupSuperOffset() != own_backup) {
+    why = "describes another geometry than the backup found where that geometry puts it";
+  } else if (std::memcmp(other->sb.dir_hash_key, found->sb.dir_hash_key,
+                         sizeof found->sb.dir_hash_key) != 0) {
+    const uint64_t primary_agrees = RootKeyAgreement(media_.base(), found->geometry,
+                                                     NameHashKey::FromSuper(found->sb));
+    const uint64_t backup_agrees = RootKeyAgreement(media_.base(), other->geometry,
+                                                    NameHashKey::FromSuper(other->sb));
+    if (backup_agrees > primary_agrees) {
+      why = "holds a directory hash key the root directory's entries do not agree with";
+    }
+  }
+  if (why == nullptr) return;
+  if (Problem(Repair::kSafe, "primary superblock %s; restoring it from the backup at byte %" PRIu64,
+              why, other->geometry.BackupSuperOffset())) {
+    media_.Store(format::kSuperStaticOffset, &other->sb, sizeof other->sb);
+    media_.Persist(format::kSuperStaticOffset, sizeof other->sb);
+    Fixed();
+  }
+  // -n: the check goes on as if the primary had been restored.
+  *found = *other;
 }
 
 // The primary and the backup static halves must both be valid and identical.

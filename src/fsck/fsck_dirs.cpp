@@ -338,7 +338,7 @@ class Checker::DirWalker {
       case DirEntryFault::kNone:
         if (record.ino >= c_.geometry_.inode_count()) {
           why = "names an inode out of range";
-        } else if (c_.Kind(record.ino) == kFree) {
+        } else if (c_.Kind(record.ino) == kFree && !c_.ReviveInode(record.ino)) {
           why = "names an inode not in use";
         }
         break;

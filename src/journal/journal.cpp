@@ -105,9 +105,13 @@ bool Journal::ValidRecord(const JournalRecord& record) const {
       const uint64_t end = record.target + record.length;
       const uint64_t journal_start = g.BlockOffset(g.journal_block());
       const uint64_t journal_end = journal_start + g.BlockOffset(g.journal_blocks());
+      // Every logged store lies inside one block (Tx::Store): a length
+      // damaged with its checksum recomputed must not let recovery write past
+      // its target into a neighbouring block, someone's data.
       return record.length != 0 && record.target >= format::kSuperDynamicOffset &&
              end >= record.target && end <= g.BackupSuperOffset() &&
-             (end <= journal_start || record.target >= journal_end);
+             (end <= journal_start || record.target >= journal_end) &&
+             record.target >> g.block_shift() == (end - 1) >> g.block_shift();
     }
     case JournalRecordType::kBitmapSet:
     case JournalRecordType::kDeferredFree:
@@ -339,6 +343,13 @@ void Tx::CheckRange(uint64_t offset, size_t len) const {
 void Tx::Store(uint64_t offset, const void* src, size_t len) {
   if (len == 0) return;
   CheckRange(offset, len);
+  if (offset >> journal_.geometry().block_shift() !=
+      (offset + len - 1) >> journal_.geometry().block_shift()) {
+    // Recovery refuses such a record (Journal::ValidRecord).
+    std::fprintf(stderr, "nvfs: BUG: logged store of %zu bytes at %" PRIu64 " crosses a block\n",
+                 len, offset);
+    std::abort();
+  }
   if (!AppendRecord(JournalRecordType::kUndo, offset, static_cast<uint32_t>(len),
                     journal_.media_.base() + offset)) {
     return;

@@ -48,12 +48,14 @@ namespace nvfs::fuzz {
 // it only after a mutation that changed no global metadata; kReport prints
 // it loudly and passes; kOff skips the check.
 enum class ContainmentMode { kOff, kReport, kLocal, kStrict };
-// The one constant to flip (issue 12, item 4). kReport while today's code
-// lets damage spread; kStrict once branch `contain` has landed pointer
-// validation and refused frees (kLocal if only global-metadata classes are
-// left: the allocator trusting a damaged block bitmap, fsck trusting a
-// damaged inode bitmap).
-inline constexpr ContainmentMode kContainmentDefault = ContainmentMode::kReport;
+// The one constant (issue 12, item 4): kLocal since the repair rules of
+// doc/integrity.md section 9 (the mount's cross-check of the block bitmap,
+// fsck's copies of shared blocks, bit-clear inodes kept when an entry names
+// them, the superblock copy the namespace agrees with, undo records inside
+// one block). kStrict is left for a damaged inode bitmap over directories
+// or the root (fsck drops or remakes them), and for the allocator, which may
+// hand out the number of a live inode whose bit was cleared.
+inline constexpr ContainmentMode kContainmentDefault = ContainmentMode::kLocal;
 // NVFS_FUZZ_CONTAINMENT=off|report|local|strict, else kContainmentDefault.
 ContainmentMode ContainmentModeFromEnv();
 const char* ModeName(ContainmentMode mode);

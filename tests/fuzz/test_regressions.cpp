@@ -8,11 +8,13 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <vector>
 
 #include "arena_media.hpp"
 #include "containment.hpp"
 #include "fuzz_target.hpp"
 #include "mutator.hpp"
+#include "nvfs/crc32c.hpp"
 #include "nvfs/format.hpp"
 #include "nvfs/fs.hpp"
 #include "nvfs/fsck.hpp"
@@ -296,6 +298,112 @@ TEST_CASE("containment: fsck -y trusts a damaged inode bitmap and drops live fil
   Damaged d("populated");
   d.arena.PokeValue(d.geometry.BlockOffset(d.geometry.InodeBitmapBlock(0)) + 8, uint64_t{0});
   d.RequireContained();
+}
+
+// Found again on the merged tree (session 5), with the repair rules of
+// doc/integrity.md section 9.
+
+TEST_CASE("containment: fsck -y keeps the key the root directory agrees with when the primary "
+          "superblock's hash key changed", "[fuzz][regression][containment]") {
+  // populated:309 and the other super.dir_hash_key+crc cases: the primary's
+  // key replaced, its checksum recomputed. fsck -y trusted the primary,
+  // dropped every entry as "not its name's hash" and rewrote the backup.
+  Damaged d("populated");
+  format::SuperStatic sb = d.arena.Peek<format::SuperStatic>(format::kSuperStaticOffset);
+  sb.dir_hash_key[0] ^= 0x5a;
+  sb.checksum = SuperStaticChecksum(sb);
+  d.arena.PokeValue(format::kSuperStaticOffset, sb);
+  const uint64_t small = [&] {
+    Damaged intact("populated");
+    return intact.InoOf("small");
+  }();
+  d.RequireContained();
+  CHECK(d.Fsck(RepairMode::kYes) == kFsckCorrected);
+  CHECK(d.Fsck(RepairMode::kNone) == kFsckClean);
+  CHECK(d.InoOf("small") == small);  // the entries are still there
+}
+
+TEST_CASE("containment: fsck -y keeps the backup superblock when the primary's block count "
+          "shrank", "[fuzz][regression][containment]") {
+  // orphans:330, recovery:188 (super.block_count=2047+crc): fsck -y trusted
+  // the primary and cleared every pointer past its end.
+  Damaged d("populated");
+  format::SuperStatic sb = d.arena.Peek<format::SuperStatic>(format::kSuperStaticOffset);
+  const uint64_t blocks = sb.block_count;
+  sb.block_count = blocks - 1;
+  sb.checksum = SuperStaticChecksum(sb);
+  d.arena.PokeValue(format::kSuperStaticOffset, sb);
+  d.RequireContained();
+  CHECK(d.Fsck(RepairMode::kYes) == kFsckCorrected);
+  CHECK(d.Fsck(RepairMode::kNone) == kFsckClean);
+  CHECK(d.arena.Peek<format::SuperStatic>(format::kSuperStaticOffset).block_count == blocks);
+}
+
+TEST_CASE("containment: the read-write mount refuses blocks the block bitmap shows free "
+          "but files use", "[fuzz][regression][containment]") {
+  // The mount's cross-check (src/fs/cross_check.cpp): a cleared block bitmap
+  // word over /small's block: damage found
+  // at mount, read-only; with errors=continue the units are still never
+  // handed out.
+  Damaged d("populated");
+  const uint64_t ino = d.InoOf("small");
+  const uint64_t used = d.DirectOf(ino, 0);
+  const uint64_t word_at = d.geometry.BlockOffset(d.geometry.BlockBitmapBlock(0)) + used / 64 * 8;
+  d.arena.PokeValue(word_at, uint64_t{0});
+  {
+    auto fs = Filesystem::Mount(std::make_unique<ArenaMedia>(d.arena, false), MountOptions{});
+    REQUIRE(fs.ok());
+    CHECK((*fs)->read_only());
+    REQUIRE((*fs)->Unmount().ok());
+  }
+  CHECK(d.Dynamic().errors == 1);
+  CHECK(d.Fsck(RepairMode::kYes) == kFsckCorrected);
+  CHECK(d.Fsck(RepairMode::kNone) == kFsckClean);
+  CHECK(d.MountOnce() == "");
+  CHECK(d.Dynamic().errors == 0);
+}
+
+TEST_CASE("containment: recovery refuses an undo record whose length, checksum fixed, runs "
+          "past its block", "[fuzz][regression][containment]") {
+  // recovery:1585 (journal.record.length=32769+crc+backup): the active
+  // slot's undo record made longer, its checksum recomputed over the longer
+  // payload; recovery wrote the bytes past its target over /a/b/in-b's data.
+  Damaged d("recovery");
+  const Geometry& g = d.geometry;
+  bool damaged = false;
+  uint64_t victim = 0;  // the block after the record's target
+  for (uint32_t slot = 0; slot < g.journal_slots() && !damaged; ++slot) {
+    const uint64_t at = g.JournalSlotOffset(slot);
+    const auto header = d.arena.Peek<format::JournalSlotHeader>(at);
+    if (header.state != static_cast<uint32_t>(format::JournalState::kActive)) continue;
+    for (uint64_t pos = at + sizeof header; pos + sizeof(format::JournalRecord) <= at + g.journal_slot_size();) {
+      auto r = d.arena.Peek<format::JournalRecord>(pos);
+      if (r.tx_seq != header.tx_seq) break;
+      const bool undo = r.type == static_cast<uint16_t>(format::JournalRecordType::kUndo);
+      const uint64_t room = at + g.journal_slot_size() - pos - sizeof r;
+      const uint64_t longer = g.block_size() - r.target % g.block_size() + 64;
+      const uint64_t next = r.target / g.block_size() + 1;
+      const bool in_journal =
+          next >= g.journal_block() && next < g.journal_block() + g.journal_blocks();
+      if (undo && longer <= room && !in_journal && next < g.BackupBlock()) {
+        victim = next;
+        r.length = static_cast<uint32_t>(longer);
+        r.checksum = 0;
+        uint32_t crc = Crc32c(0, &r, sizeof r);
+        r.checksum = Crc32c(crc, d.arena.data() + pos + sizeof r, longer);
+        d.arena.PokeValue(pos, r);
+        damaged = true;
+        break;
+      }
+      pos += sizeof r + (undo ? (uint64_t{r.length} + 7) / 8 * 8 : 0);
+    }
+  }
+  REQUIRE(damaged);
+  std::vector<std::byte> before(d.arena.data() + g.BlockOffset(victim),
+                                d.arena.data() + g.BlockOffset(victim + 1));
+  d.RequireContained();  // (leaves the arena as it was)
+  CHECK(d.MountOnce() == "");  // recovery: the log ends before the damaged record
+  CHECK(std::memcmp(before.data(), d.arena.data() + g.BlockOffset(victim), before.size()) == 0);
 }
 
 }  // namespace

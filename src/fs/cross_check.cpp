@@ -1,0 +1,141 @@
+// The read-write mount's cross-check of the bitmaps against what the inodes
+// hold (doc/integrity.md, section 9): the allocator does not trust a bitmap
+// that a look at the inodes contradicts.
+//
+// One pass over every inode table, and over the pointer blocks, directory
+// nodes and xattr blocks the in-use inodes name (data blocks are not read):
+//  - a block named twice (two files, or one file twice), or named but free in
+//    the block bitmap, is damage: reported (the mount turns read-only unless
+//    errors=continue) and, if free, reserved in DRAM so it is never handed
+//    out;
+// An inode whose bit is clear is not looked at: mkfs does not clear the
+// inode tables, so a free inode's bytes mean nothing (a live inode whose bit
+// was cleared by damage is not seen here; doc/integrity.md, section 9).
+// Pointers that name no data block are skipped here: the core refuses them
+// when it follows them. Each block is visited once (a DRAM bit per block),
+// so damaged pointer blocks or directory nodes cannot make the walk loop.
+// Cost: the modes of the marked inodes (the inode bitmaps say which) plus the metadata blocks
+// the files name, and one bit per block of DRAM while it runs.
+#include <sys/stat.h>
+
+#include <cinttypes>
+#include <vector>
+
+#include "fs/fs_impl.hpp"
+#include "nvfs/bitmap.hpp"
+
+namespace nvfs {
+
+using format::Inode;
+
+namespace {
+
+class CrossChecker {
+ public:
+  CrossChecker(const FsContext& ctx, Allocator& alloc)
+      : ctx_(ctx), g_(ctx.geometry), alloc_(alloc), seen_((g_.block_count() + 63) / 64, 0) {}
+
+  void Run() {
+    for (uint32_t group = 0; group < g_.group_count(); ++group) {
+      const std::byte* bitmap = ctx_.Block(g_.InodeBitmapBlock(group));
+      const uint64_t first = uint64_t{group} * g_.inodes_per_group();
+      for (uint32_t i = 0; i < g_.inodes_per_group(); ++i) {
+        const uint64_t ino = first + i;
+        if (ino == 0) continue;
+        // A free inode's bytes mean nothing (mkfs does not clear the
+        // tables), so only the inodes the bitmap marks are walked.
+        if (!TestBit(bitmap, i)) continue;
+        const Inode& inode = *reinterpret_cast<const Inode*>(ctx_.base() + g_.InodeOffset(ino));
+        if (inode.mode == 0) continue;
+        Walk(ino, inode);
+      }
+    }
+  }
+
+ private:
+  void Walk(uint64_t ino, const Inode& inode) {
+    if (inode.xattr_block != 0) Use(ino, inode.xattr_block);
+    if (S_ISREG(inode.mode) || (S_ISLNK(inode.mode) && inode.size > format::kInlineSymlinkMax)) {
+      const format::InodeFileMap& map = inode.map.file;
+      for (uint32_t i = 0; i < format::kDirectPointers; ++i) {
+        if (map.direct[i] != 0) Use(ino, map.direct[i]);
+      }
+      for (uint32_t depth = 1; depth <= format::kIndirectPointers; ++depth) {
+        if (map.indirect[depth - 1] != 0) WalkPointers(ino, map.indirect[depth - 1], depth);
+      }
+    } else if (S_ISDIR(inode.mode) && inode.map.dir.root != 0) {
+      WalkDirNode(ino, inode.map.dir.root);
+    }
+  }
+
+  void WalkPointers(uint64_t ino, uint64_t block_no, uint32_t height) {
+    if (!Use(ino, block_no)) return;
+    const auto* slots = reinterpret_cast<const uint64_t*>(ctx_.Block(block_no));
+    for (uint64_t i = 0; i < g_.block_size() / 8; ++i) {
+      const uint64_t ptr = slots[i];
+      if (ptr == 0) continue;
+      if (height == 1) {
+        Use(ino, ptr);
+      } else {
+        WalkPointers(ino, ptr, height - 1);
+      }
+    }
+  }
+
+  void WalkDirNode(uint64_t ino, uint64_t ptr) {
+    uint64_t block_no = ptr & format::kDirNodeBlockMask;
+    if (!Use(ino, block_no)) return;
+    if (ptr & format::kDirNodeIndexBit) {
+      const auto* slots = reinterpret_cast<const uint64_t*>(ctx_.Block(block_no));
+      uint64_t prev = 0;
+      for (uint64_t i = 0; i < g_.block_size() / 8; ++i) {
+        // A leaf fills the aligned slots of its prefix: one node, many slots.
+        if (slots[i] != 0 && slots[i] != prev) WalkDirNode(ino, slots[i]);
+        prev = slots[i];
+      }
+      return;
+    }
+    // A leaf and its overflow chain.
+    for (;;) {
+      format::DirLeafHeader header;
+      std::memcpy(&header, ctx_.Block(block_no), sizeof header);
+      if (header.magic != format::kDirLeafMagic || header.next == 0) return;
+      block_no = header.next;
+      if (!Use(ino, block_no)) return;
+    }
+  }
+
+  // Marks a block named by `ino`; false if it is not to be followed (no
+  // data block, or seen already).
+  bool Use(uint64_t ino, uint64_t block_no) {
+    if (!ctx_.ValidBlock(block_no)) return false;
+    uint64_t& word = seen_[block_no / 64];
+    const uint64_t bit = uint64_t{1} << (block_no % 64);
+    if (word & bit) {
+      Report(MakeError(EUCLEAN, "block %" PRIu64 " is named twice (inode %" PRIu64 " and another "
+                       "or the same); run fsck.nvfs", block_no, ino));
+      return false;
+    }
+    word |= bit;
+    const uint32_t group = static_cast<uint32_t>(block_no / g_.blocks_per_group());
+    if (!TestBit(ctx_.Block(g_.BlockBitmapBlock(group)), block_no % g_.blocks_per_group())) {
+      Report(MakeError(EUCLEAN, "block %" PRIu64 " of inode %" PRIu64 " is free in the block "
+                       "bitmap; run fsck.nvfs", block_no, ino));
+      alloc_.Reserve(BitmapKind::kBlocks, block_no);
+    }
+    return true;
+  }
+
+  void Report(Error error) { ctx_.Damaged(std::move(error)); }
+
+  const FsContext& ctx_;
+  const Geometry& g_;
+  Allocator& alloc_;
+  std::vector<uint64_t> seen_;
+};
+
+}  // namespace
+
+void FsOps::CrossCheck(Filesystem& fs) { CrossChecker(*fs.ctx_, *fs.alloc_).Run(); }
+
+}  // namespace nvfs
