@@ -23,6 +23,7 @@
 
 #include "fs/fs_impl.hpp"
 #include "nvfs/bitmap.hpp"
+#include "nvfs/validate.hpp"
 
 namespace nvfs {
 
@@ -33,7 +34,11 @@ namespace {
 class CrossChecker {
  public:
   CrossChecker(const FsContext& ctx, Allocator& alloc)
-      : ctx_(ctx), g_(ctx.geometry), alloc_(alloc), seen_((g_.block_count() + 63) / 64, 0) {}
+      : ctx_(ctx),
+        g_(ctx.geometry),
+        shape_(g_.block_shift()),
+        alloc_(alloc),
+        seen_((g_.block_count() + 63) / 64, 0) {}
 
   void Run() {
     for (uint32_t group = 0; group < g_.group_count(); ++group) {
@@ -64,7 +69,7 @@ class CrossChecker {
         if (map.indirect[depth - 1] != 0) WalkPointers(ino, map.indirect[depth - 1], depth);
       }
     } else if (S_ISDIR(inode.mode) && inode.map.dir.root != 0) {
-      WalkDirNode(ino, inode.map.dir.root);
+      WalkDirNode(ino, inode.map.dir.root, 0);
     }
   }
 
@@ -82,15 +87,20 @@ class CrossChecker {
     }
   }
 
-  void WalkDirNode(uint64_t ino, uint64_t ptr) {
+  // `depth`: of the node `ptr` names (0: dir.root's). Index nodes deeper
+  // than the tree's shape allows are not followed, so a damaged chain of
+  // index nodes cannot run the recursion deep.
+  void WalkDirNode(uint64_t ino, uint64_t ptr, int depth) {
+    if (CheckDirNodePointer(ptr, g_) != DirNodeFault::kNone) return;
     uint64_t block_no = ptr & format::kDirNodeBlockMask;
     if (!Use(ino, block_no)) return;
     if (ptr & format::kDirNodeIndexBit) {
+      if (depth > shape_.max_depth()) return;
       const auto* slots = reinterpret_cast<const uint64_t*>(ctx_.Block(block_no));
       uint64_t prev = 0;
       for (uint64_t i = 0; i < g_.block_size() / 8; ++i) {
         // A leaf fills the aligned slots of its prefix: one node, many slots.
-        if (slots[i] != 0 && slots[i] != prev) WalkDirNode(ino, slots[i]);
+        if (slots[i] != 0 && slots[i] != prev) WalkDirNode(ino, slots[i], depth + 1);
         prev = slots[i];
       }
       return;
@@ -130,6 +140,7 @@ class CrossChecker {
 
   const FsContext& ctx_;
   const Geometry& g_;
+  const DirTreeShape shape_;
   Allocator& alloc_;
   std::vector<uint64_t> seen_;
 };
