@@ -8,9 +8,12 @@
 //    the block bitmap, is damage: reported (the mount turns read-only unless
 //    errors=continue) and, if free, reserved in DRAM so it is never handed
 //    out;
-// An inode whose bit is clear is not looked at: mkfs does not clear the
-// inode tables, so a free inode's bytes mean nothing (a live inode whose bit
-// was cleared by damage is not seen here; doc/integrity.md, section 9).
+//  - an entry (in the leaves walked) naming an inode whose bit is clear, and
+//    a root whose bit is clear, is damage: the inode number is reserved in
+//    DRAM so it is never handed out, and the inode's blocks are walked.
+// An inode whose bit is clear is not looked at otherwise: mkfs does not
+// clear the inode tables, so a free inode's bytes mean nothing; an entry
+// naming it is the evidence that it lives (doc/integrity.md, section 9).
 // Pointers that name no data block are skipped here: the core refuses them
 // when it follows them. Each block is visited once (a DRAM bit per block),
 // so damaged pointer blocks or directory nodes cannot make the walk loop.
@@ -41,6 +44,18 @@ class CrossChecker {
         seen_((g_.block_count() + 63) / 64, 0) {}
 
   void Run() {
+    // The root is named by the format: a clear bit is damage, and its number
+    // is kept from the allocator (its tree is walked below, by its entries'
+    // evidence, like any directory's: the bitmap loop skips it).
+    const std::byte* bitmap0 = ctx_.Block(g_.InodeBitmapBlock(0));
+    if (!TestBit(bitmap0, format::kRootIno)) {
+      Report(MakeError(EUCLEAN, "the root inode is free in the inode bitmap; run fsck.nvfs"));
+      if (alloc_.Reserve(BitmapKind::kInodes, format::kRootIno)) {
+        const Inode& root =
+            *reinterpret_cast<const Inode*>(ctx_.base() + g_.InodeOffset(format::kRootIno));
+        if (root.mode != 0) Walk(format::kRootIno, root);
+      }
+    }
     for (uint32_t group = 0; group < g_.group_count(); ++group) {
       const std::byte* bitmap = ctx_.Block(g_.InodeBitmapBlock(group));
       const uint64_t first = uint64_t{group} * g_.inodes_per_group();
@@ -109,9 +124,40 @@ class CrossChecker {
     for (;;) {
       format::DirLeafHeader header;
       std::memcpy(&header, ctx_.Block(block_no), sizeof header);
-      if (header.magic != format::kDirLeafMagic || header.next == 0) return;
+      if (header.magic != format::kDirLeafMagic) return;
+      ScanEntries(ino, block_no);
+      if (header.next == 0) return;
       block_no = header.next;
       if (!Use(ino, block_no)) return;
+    }
+  }
+
+  // The records of a leaf of directory `dir`: an entry naming an inode whose
+  // bit is clear names a live inode (the entry is the evidence, as for
+  // fsck's ReviveInode): damage, and the inode number is reserved so that no
+  // new file is given it; its blocks are walked like any file's. A broken
+  // rec_len chain ends the leaf (the directory code refuses it when read).
+  void ScanEntries(uint64_t dir, uint64_t block_no) {
+    const std::byte* leaf = ctx_.Block(block_no);
+    const uint32_t bs = g_.block_size();
+    uint32_t offset = sizeof(format::DirLeafHeader);
+    while (offset < bs) {
+      format::DirEntry record;
+      if (bs - offset < sizeof record) return;
+      std::memcpy(&record, leaf + offset, sizeof record);
+      if (CheckDirRecordLength(record.rec_len, bs - offset) != DirRecordFault::kNone) return;
+      offset += record.rec_len;
+      const uint64_t ino = record.ino;
+      if (ino == 0 || ino >= g_.inode_count()) continue;
+      const uint32_t ipg = g_.inodes_per_group();
+      const std::byte* bitmap = ctx_.Block(g_.InodeBitmapBlock(static_cast<uint32_t>(ino / ipg)));
+      if (TestBit(bitmap, ino % ipg)) continue;
+      Report(MakeError(EUCLEAN, "inode %" PRIu64 " is named by directory %" PRIu64 " but free "
+                       "in the inode bitmap; run fsck.nvfs", ino, dir));
+      // Once per inode: a second entry finds it reserved.
+      if (!alloc_.Reserve(BitmapKind::kInodes, ino)) continue;
+      const Inode& inode = *reinterpret_cast<const Inode*>(ctx_.base() + g_.InodeOffset(ino));
+      if (inode.mode != 0) Walk(ino, inode);
     }
   }
 

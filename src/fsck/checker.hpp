@@ -40,6 +40,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <deque>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -222,6 +223,7 @@ class Checker {
   void CheckInodes();
   uint64_t CheckInodeGroup(uint32_t group);  // returns the inodes checked
   bool ReviveInode(uint64_t ino);            // pass 2: an entry names a bit-clear inode
+  static bool WellFormedUnmarked(const format::Inode& inode, bool directory);
   void CheckInode(uint64_t ino, const format::Inode& inode);
   void BuildDirList();
   bool ClearInode(uint64_t ino, const char* why);
@@ -309,6 +311,10 @@ class Checker {
   // they agree (wraps below zero).
   std::vector<uint32_t> links_;
   std::vector<DirInfo> dirs_;      // in inode order
+  // Directories pass 2 revived (an entry names them, their bit is clear):
+  // walked after dirs_, in the order found (a deque: DirWalkers hold
+  // references while more are added), then merged into dirs_.
+  std::deque<DirInfo> revived_dirs_;
   std::vector<uint64_t> unattached_;  // non-directories to connect to lost+found
   // Free counts per group of the bitmaps as pass 5 leaves them.
   std::vector<uint32_t> group_free_blocks_;

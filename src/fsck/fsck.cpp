@@ -172,7 +172,11 @@ Checker::BlockFault Checker::CheckBlock(uint64_t block_no) const {
 DirInfo* Checker::FindDir(uint64_t ino) {
   auto it = std::lower_bound(dirs_.begin(), dirs_.end(), ino,
                              [](const DirInfo& d, uint64_t n) { return d.ino < n; });
-  return it != dirs_.end() && it->ino == ino ? &*it : nullptr;
+  if (it != dirs_.end() && it->ino == ino) return &*it;
+  for (DirInfo& dir : revived_dirs_) {  // few: only with a damaged inode bitmap
+    if (dir.ino == ino) return &dir;
+  }
+  return nullptr;
 }
 
 uint64_t Checker::RunWorkers(unsigned workers, uint64_t count, uint64_t progress_base,

@@ -516,6 +516,7 @@ void Checker::CheckDirectories() {
     }
     trouble_.store(false);
     claimed_ = claimed;
+    revived_dirs_.clear();  // (none: a revival on a thread is trouble)
     for (DirInfo& dir : dirs_) {
       dir.parent_entry = dir.entry_at = dir.entries = 0;
       dir.subdirs = 0;
@@ -527,6 +528,19 @@ void Checker::CheckDirectories() {
     if (halted_) return;
     report_.entries += DirWalker(*this, dir, scratch, nullptr).Run();
     Progress(groups + geometry_.InodeGroup(dir.ino));
+  }
+  // Directories revived on the way (an entry names them, their bit is
+  // clear: ReviveInode), and those their entries revive in turn, until none
+  // is left. Each is revived once (its state is no longer free), so this ends.
+  for (size_t i = 0; i < revived_dirs_.size() && !halted_; ++i) {
+    report_.entries += DirWalker(*this, revived_dirs_[i], scratch, nullptr).Run();
+  }
+  if (!revived_dirs_.empty()) {
+    report_.directories += revived_dirs_.size();
+    dirs_.insert(dirs_.end(), revived_dirs_.begin(), revived_dirs_.end());
+    revived_dirs_.clear();
+    std::sort(dirs_.begin(), dirs_.end(),
+              [](const DirInfo& a, const DirInfo& b) { return a.ino < b.ino; });
   }
   Progress(2 * groups);
 }

@@ -61,8 +61,16 @@ void Checker::CheckInodes() {
   // The root first: every other inode is judged by what reaches it.
   const std::byte* bitmap0 = Block(g.InodeBitmapBlock(0));
   const bool root_allocated = TestBit(bitmap0, format::kRootIno);
+  // A root whose bit is clear but that is a well-formed directory is kept:
+  // the format itself names inode 1 (as an entry names any other inode), and
+  // mkfs always writes it (doc/integrity.md, section 9).
+  const bool root_revived = !root_allocated && WellFormedUnmarked(InodeAt(format::kRootIno), true);
   const uint8_t root_kind =
-      root_allocated ? KindOfMode(InodeAt(format::kRootIno).mode) : uint8_t{kFree};
+      root_allocated || root_revived ? KindOfMode(InodeAt(format::kRootIno).mode) : uint8_t{kFree};
+  if (root_revived && Problem(Repair::kSafe, "root inode is free in the inode bitmap but a "
+                              "well-formed directory; keeping it")) {
+    Fixed();  // the bit is set by pass 5
+  }
   if (root_kind != kDirectory) {
     const bool fix =
         !root_allocated
@@ -121,29 +129,40 @@ void Checker::CheckInodes() {
     report_.inodes_checked += CheckInodeGroup(group);
     Progress(group + 1);
   }
+  if (root_revived && !halted_) {  // its bit is clear: no group pass met it
+    ++report_.inodes_checked;
+    CheckInode(format::kRootIno, InodeAt(format::kRootIno));
+  }
   if (!halted_) BuildDirList();
+}
+
+// An inode whose bit is clear that may be kept on evidence other than its
+// bytes (an entry, or for the root the format): a file type (a directory if
+// `directory`, else any other), links, the must-be-zero fields zero, known
+// flags and no orphan flag.
+bool Checker::WellFormedUnmarked(const Inode& inode, bool directory) {
+  const uint8_t kind = KindOfMode(inode.mode);
+  return kind != kFree && (kind == kDirectory) == directory && inode.nlink != 0 &&
+         inode.reserved0 == 0 && inode.reserved1 == 0 &&
+         (inode.flags & ~format::kInodeFlagsKnown) == 0 &&
+         (inode.flags & format::kInodeFlagOrphan) == 0;
 }
 
 // An entry names `ino`, which pass 1 did not check: its bit is clear in the
 // inode bitmap (doc/integrity.md, section 9). A free inode's bytes mean
 // nothing (mkfs does not clear the tables), so only an entry is evidence
-// that it lives, and only a well-formed inode is kept: a file type other
-// than a directory (a directory would have to join dirs_ mid-pass), links,
-// the must-be-zero fields zero, known flags and no orphan flag. It is then
-// checked like any inode; pass 5 sets its bit. Returns true if kept.
+// that it lives, and only a well-formed inode is kept (WellFormedUnmarked).
+// It is then checked like any inode; pass 5 sets its bit. A directory joins
+// revived_dirs_, walked by pass 2 after the others. Returns true if kept.
 bool Checker::ReviveInode(uint64_t ino) {
-  if (ino == 0 || (ino == format::kRootIno && root_made_)) return false;
+  if (ino == 0 || ino == format::kRootIno) return false;  // the root: pass 1
   const uint32_t ipg = geometry_.inodes_per_group();
   const std::byte* bitmap = Block(geometry_.InodeBitmapBlock(static_cast<uint32_t>(ino / ipg)));
   const uint64_t index = ino % ipg;
   if ((std::to_integer<unsigned>(bitmap[index / 8]) >> (index % 8)) & 1) return false;
   const Inode& inode = InodeAt(ino);
-  const uint8_t kind = KindOfMode(inode.mode);
-  if (kind == kFree || kind == kDirectory || inode.nlink == 0 || inode.reserved0 != 0 ||
-      inode.reserved1 != 0 || (inode.flags & ~format::kInodeFlagsKnown) != 0 ||
-      (inode.flags & format::kInodeFlagOrphan) != 0) {
-    return false;
-  }
+  const bool directory = KindOfMode(inode.mode) == kDirectory;
+  if (!WellFormedUnmarked(inode, directory)) return false;
   if (parallel_) {
     trouble_.store(true, std::memory_order_relaxed);  // decided on one thread
     return false;
@@ -154,7 +173,15 @@ bool Checker::ReviveInode(uint64_t ino) {
   }
   ++report_.inodes_checked;
   CheckInode(ino, inode);
-  return Kind(ino) != kFree;
+  const uint8_t state = State(ino);
+  if ((state & kKindMask) == kDirectory) {
+    DirInfo info;
+    info.ino = ino;
+    info.xattr = (state & kHasXattr) ? 1 : 0;
+    info.nlink = inode.nlink;
+    revived_dirs_.push_back(info);
+  }
+  return (state & kKindMask) != kFree;
 }
 
 // The allocated inodes of one group, in one pass over its inode table.

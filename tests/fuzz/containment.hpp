@@ -48,14 +48,13 @@ namespace nvfs::fuzz {
 // it only after a mutation that changed no global metadata; kReport prints
 // it loudly and passes; kOff skips the check.
 enum class ContainmentMode { kOff, kReport, kLocal, kStrict };
-// The one constant (issue 12, item 4): kLocal since the repair rules of
-// doc/integrity.md section 9 (the mount's cross-check of the block bitmap,
-// fsck's copies of shared blocks, bit-clear inodes kept when an entry names
-// them, the superblock copy the namespace agrees with, undo records inside
-// one block). kStrict is left for a damaged inode bitmap over directories
-// or the root (fsck drops or remakes them), and for the allocator, which may
-// hand out the number of a live inode whose bit was cleared.
-inline constexpr ContainmentMode kContainmentDefault = ContainmentMode::kLocal;
+// The one constant (issue 12, item 4): kStrict since the repair rules of
+// doc/integrity.md section 9 (the mount's cross-check of the bitmaps
+// against the files and the entries, fsck's copies of shared blocks,
+// bit-clear inodes, directories and the root kept when an entry or the
+// format names them, the superblock copy the namespace agrees with, undo
+// records inside one block).
+inline constexpr ContainmentMode kContainmentDefault = ContainmentMode::kStrict;
 // NVFS_FUZZ_CONTAINMENT=off|report|local|strict, else kContainmentDefault.
 ContainmentMode ContainmentModeFromEnv();
 const char* ModeName(ContainmentMode mode);

@@ -1,6 +1,7 @@
 // Regression tests for what the corrupted-image suite found: each builds the
 // damage by hand on a seed image and checks the property that failed, plus
 // what a user sees after it.
+#include <fcntl.h>
 #include <sys/stat.h>
 
 #include <catch2/catch.hpp>
@@ -8,6 +9,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "arena_media.hpp"
@@ -404,6 +406,67 @@ TEST_CASE("containment: recovery refuses an undo record whose length, checksum f
   d.RequireContained();  // (leaves the arena as it was)
   CHECK(d.MountOnce() == "");  // recovery: the log ends before the damaged record
   CHECK(std::memcmp(before.data(), d.arena.data() + g.BlockOffset(victim), before.size()) == 0);
+}
+
+// Issue 12.4, class 4 for directories and the root (doc/integrity.md,
+// section 9): populated:355, orphans:1070, two-groups:130 and the other
+// inode-bitmap words over the root and the first directories.
+
+TEST_CASE("containment: fsck -y keeps the root and directories whose inode bits were cleared",
+          "[fuzz][regression][containment]") {
+  // Inode bitmap word 0 (inodes 0-63: the root, lost+found, /a to /a/b/c/d,
+  // the files of the root) cleared: fsck -y made a new, empty root and
+  // dropped the entries naming the directories, losing the files under them
+  // whose bits were cleared too (only an entry in a kept directory revived a
+  // file).
+  Damaged d("populated");
+  const uint64_t a = d.InoOf("a");
+  const uint64_t big = d.InoOf("big");
+  REQUIRE(a < 64);
+  d.arena.PokeValue(d.geometry.BlockOffset(d.geometry.InodeBitmapBlock(0)), uint64_t{0});
+  d.RequireContained();
+  CHECK(d.Fsck(RepairMode::kYes) == kFsckCorrected);
+  CHECK(d.Fsck(RepairMode::kNone) == kFsckClean);
+  CHECK(d.InoOf("a") == a);
+  CHECK(d.InoOf("big") == big);
+  CHECK(d.InoOf("small") != 0);
+}
+
+TEST_CASE("containment: the read-write mount never hands out an inode an entry names whose "
+          "bit was cleared", "[fuzz][regression][containment]") {
+  // The cross-check reads the entries of the leaves it walks: /small's bit
+  // cleared is damage (read-only), and even with errors=continue a new file
+  // is not given /small's number (which would overwrite /small's inode).
+  Damaged d("populated");
+  const uint64_t small = d.InoOf("small");
+  const uint64_t at = d.geometry.BlockOffset(d.geometry.InodeBitmapBlock(0)) + small / 8;
+  d.arena.PokeValue(at, static_cast<uint8_t>(d.arena.Peek<uint8_t>(at) & ~(1u << (small % 8))));
+  {
+    auto fs = Filesystem::Mount(std::make_unique<ArenaMedia>(d.arena, false), MountOptions{});
+    REQUIRE(fs.ok());
+    CHECK((*fs)->read_only());
+    REQUIRE((*fs)->Unmount().ok());
+  }
+  CHECK(d.Dynamic().errors == 1);
+  {
+    MountOptions options;
+    options.errors = ErrorBehavior::kContinue;
+    auto fs = Filesystem::Mount(std::make_unique<ArenaMedia>(d.arena, false), options);
+    REQUIRE(fs.ok());
+    for (int i = 0; i < 70; ++i) {  // past the first bitmap word
+      Attr attr;
+      auto f = (*fs)->Create(1, "new-" + std::to_string(i), 0644, O_RDWR, Cred{0, 0}, &attr);
+      REQUIRE(f.ok());
+      CHECK(attr.ino != small);
+      (*fs)->Release(*f);
+      (*fs)->Forget(attr.ino, 1);
+    }
+    REQUIRE((*fs)->Unmount().ok());
+  }
+  CHECK(d.Fsck(RepairMode::kYes) == kFsckCorrected);
+  CHECK(d.Fsck(RepairMode::kNone) == kFsckClean);
+  CHECK(d.InoOf("small") == small);
+  CHECK(d.InodeOf(small).size == 13);  // "hello, world\n"
 }
 
 }  // namespace
