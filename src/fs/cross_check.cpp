@@ -53,7 +53,7 @@ class CrossChecker {
       if (alloc_.Reserve(BitmapKind::kInodes, format::kRootIno)) {
         const Inode& root =
             *reinterpret_cast<const Inode*>(ctx_.base() + g_.InodeOffset(format::kRootIno));
-        if (root.mode != 0) Walk(format::kRootIno, root);
+        if (root.mode != 0) revived_.push_back(format::kRootIno);
       }
     }
     for (uint32_t group = 0; group < g_.group_count(); ++group) {
@@ -69,6 +69,14 @@ class CrossChecker {
         if (inode.mode == 0) continue;
         Walk(ino, inode);
       }
+    }
+    // Inodes revived by an entry's evidence, walked from a list rather than
+    // from inside the leaf that names them: a chain of revived directories
+    // as long as the damage makes it costs no stack.
+    while (!revived_.empty()) {
+      const uint64_t ino = revived_.back();
+      revived_.pop_back();
+      Walk(ino, *reinterpret_cast<const Inode*>(ctx_.base() + g_.InodeOffset(ino)));
     }
   }
 
@@ -135,7 +143,8 @@ class CrossChecker {
   // The records of a leaf of directory `dir`: an entry naming an inode whose
   // bit is clear names a live inode (the entry is the evidence, as for
   // fsck's ReviveInode): damage, and the inode number is reserved so that no
-  // new file is given it; its blocks are walked like any file's. A broken
+  // new file is given it; its blocks are walked like any file's (later, by
+  // Run). A broken
   // rec_len chain ends the leaf (the directory code refuses it when read).
   void ScanEntries(uint64_t dir, uint64_t block_no) {
     const std::byte* leaf = ctx_.Block(block_no);
@@ -157,7 +166,7 @@ class CrossChecker {
       // Once per inode: a second entry finds it reserved.
       if (!alloc_.Reserve(BitmapKind::kInodes, ino)) continue;
       const Inode& inode = *reinterpret_cast<const Inode*>(ctx_.base() + g_.InodeOffset(ino));
-      if (inode.mode != 0) Walk(ino, inode);
+      if (inode.mode != 0) revived_.push_back(ino);
     }
   }
 
@@ -189,6 +198,7 @@ class CrossChecker {
   const DirTreeShape shape_;
   Allocator& alloc_;
   std::vector<uint64_t> seen_;
+  std::vector<uint64_t> revived_;  // reserved, named by an entry, not yet walked
 };
 
 }  // namespace
