@@ -23,9 +23,6 @@ set -euo pipefail
 
 which=${1:-all}
 options=
-: "${NVFS_DAEMON:?set NVFS_DAEMON to the nvfs daemon}"
-: "${NVFS_MKFS:?set NVFS_MKFS to mkfs.nvfs}"
-: "${NVFS_FSCK:?set NVFS_FSCK to fsck.nvfs}"
 
 source "$(dirname "$0")/mount_lib.sh"
 require_fuse

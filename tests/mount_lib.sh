@@ -1,4 +1,6 @@
-# Shared by the mount suite's shell tests (mount_tools.sh, mount_stress.sh).
+# Shared by the mount suite's shell tests (mount_tools.sh, mount_stress.sh,
+# mount_faults.sh, mount_uring.sh); sourcing it checks that NVFS_DAEMON,
+# NVFS_MKFS and NVFS_FSCK are set.
 # Source it, then set `image`, `mnt` and `options` (mount options, may be
 # empty) before calling:
 #   require_fuse   exits 77 (meson's "skipped") with a loud SKIPPED where
@@ -8,6 +10,10 @@
 #   unmount_nvfs   unmounts and waits for the daemon; fails if it exited non-zero
 #   stop_nvfs      for EXIT traps: unmounts if still mounted, waits for the
 #                  daemon (kills it after 10 s), removes $mnt
+
+: "${NVFS_DAEMON:?set NVFS_DAEMON to the nvfs daemon}"
+: "${NVFS_MKFS:?set NVFS_MKFS to mkfs.nvfs}"
+: "${NVFS_FSCK:?set NVFS_FSCK to fsck.nvfs}"
 
 daemon_pid=
 

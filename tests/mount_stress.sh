@@ -13,9 +13,6 @@ set -euo pipefail
 options=${1:-}
 seconds=${NVFS_STRESS_SECONDS:-5}
 threads=${NVFS_STRESS_THREADS:-8}
-: "${NVFS_DAEMON:?set NVFS_DAEMON to the nvfs daemon}"
-: "${NVFS_MKFS:?set NVFS_MKFS to mkfs.nvfs}"
-: "${NVFS_FSCK:?set NVFS_FSCK to fsck.nvfs}"
 : "${NVFS_STRESS:?set NVFS_STRESS to nvfs-stress}"
 
 source "$(dirname "$0")/mount_lib.sh"

@@ -11,9 +11,6 @@
 set -euo pipefail
 
 options=${1:-}
-: "${NVFS_DAEMON:?set NVFS_DAEMON to the nvfs daemon}"
-: "${NVFS_MKFS:?set NVFS_MKFS to mkfs.nvfs}"
-: "${NVFS_FSCK:?set NVFS_FSCK to fsck.nvfs}"
 
 source "$(dirname "$0")/mount_lib.sh"
 require_fuse

@@ -22,9 +22,6 @@ set -euo pipefail
 
 which=${1:-all}
 options=
-: "${NVFS_DAEMON:?set NVFS_DAEMON to the nvfs daemon}"
-: "${NVFS_MKFS:?set NVFS_MKFS to mkfs.nvfs}"
-: "${NVFS_FSCK:?set NVFS_FSCK to fsck.nvfs}"
 here=$(dirname "$0")
 source "$here/mount_lib.sh"
 require_fuse
