@@ -187,6 +187,14 @@ struct MountOptions {
   // past them reads use the bmap. Bounds a map's DRAM at about 20 bytes per
   // run. 0: no extent maps (every read walks the bmap).
   uint32_t extent_map_runs = 1u << 16;
+  // Called with an inode's number after the filesystem cleared its
+  // set-user-ID or set-group-ID bit on its own account (kKillSuidgid: a
+  // write, fallocate or O_TRUNC open by a caller without CAP_FSETID), once
+  // that change has committed, also when the operation then failed. A
+  // mode the caller did not set is stale wherever it is cached (the FUSE
+  // kernel's attribute cache). From any thread, under the inode's lock: it
+  // must not call into the filesystem. Empty: no one is told.
+  std::function<void(uint64_t ino)> privs_dropped;
 };
 
 // Held by a caller of Map from before the call until it has consumed the
@@ -395,6 +403,7 @@ class Filesystem {
   bool mounted_ = false;
   uint32_t extent_map_runs_ = 0;
   NameHashKey hash_key_;
+  std::function<void(uint64_t ino)> privs_dropped_;  // MountOptions::privs_dropped
 
   std::shared_mutex tree_mu_;  // see the lock order above
   // Protects the orphan list (SuperDynamic::orphan_head, Inode::orphan_next,

@@ -418,6 +418,9 @@ int main(int argc, char** argv) {
   mount_options.read_only = cl.read_only;
   mount_options.errors = errors;
   mount_options.log = [](const std::string& line) { Say("%s", line.c_str()); };
+  // The core cleared set-user-ID on its own (a write by a caller without
+  // CAP_FSETID): the kernel's cached mode is stale.
+  mount_options.privs_dropped = [&adapter](uint64_t ino) { adapter.ForgetCachedAttr(ino); };
   if (cl.extent_map_runs >= 0) {
     mount_options.extent_map_runs = static_cast<uint32_t>(cl.extent_map_runs);
   }

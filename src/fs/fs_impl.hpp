@@ -70,6 +70,8 @@ struct FsOps {
   // lock held exclusively, until the caller's change is done.
   static Status KillPrivsFirst(Filesystem& fs, uint64_t ino, const format::Inode& inode,
                                bool suidgid);
+  // Tells MountOptions::privs_dropped (after the commit that cleared them).
+  static void PrivsDropped(Filesystem& fs, uint64_t ino);
   // security.capability, if the inode has it: present, and removed in `tx`
   // (xattr.cpp).
   static Result<bool> HasCapability(Filesystem& fs, const format::Inode& inode);

@@ -39,9 +39,16 @@ Status FsOps::KillPrivsFirst(Filesystem& fs, uint64_t ino, const Inode& inode, b
   Result<bool> has = HasPrivs(fs, inode, suidgid);
   if (!has.ok()) return has.take_error();
   if (!*has) return Status::Ok();
+  const uint16_t mode = inode.mode;
   Tx tx(Jnl(fs), "kill-privs");
   NVFS_TRY(KillPrivs(fs, ino, inode, suidgid, tx, Now()));
-  return tx.Commit();
+  NVFS_TRY(tx.Commit());
+  if (inode.mode != mode) PrivsDropped(fs, ino);
+  return Status::Ok();
+}
+
+void FsOps::PrivsDropped(Filesystem& fs, uint64_t ino) {
+  if (fs.privs_dropped_) fs.privs_dropped_(ino);
 }
 
 // One transaction changes every requested field, the size included (a
@@ -117,11 +124,13 @@ Result<FileHandle> Filesystem::Open(uint64_t ino, int flags, unsigned io_flags) 
     if (truncating && inode.size != 0) {
       const MappingChange change(ref->get());  // lock-free readers retry
       const timespec now = FsOps::Now();
+      const uint16_t mode = inode.mode;
       Tx tx(*journal_, "open-truncate");
       NVFS_TRY(FsOps::KillPrivs(*this, ino, inode, suidgid, tx, now));
       FsOps::Touch(tx, inode, true, true, now);
       NVFS_TRY(FsOps::Resize(*this, ino, 0, &tx));
       NVFS_TRY(tx.Commit());
+      if (inode.mode != mode) FsOps::PrivsDropped(*this, ino);
     } else if (truncating) {
       // Nothing to cut, but a truncation all the same (as do_truncate).
       NVFS_TRY(FsOps::KillPrivsFirst(*this, ino, inode, suidgid));

@@ -83,6 +83,7 @@ Error FsOps::BadMap(Filesystem& fs, uint64_t ino) {
 Status Filesystem::MountInternal(const MountOptions& options) {
   read_only_ = options.read_only;
   extent_map_runs_ = options.extent_map_runs;
+  privs_dropped_ = options.privs_dropped;
   Result<FoundSuper> found = FindSuper(media_->base(), media_->size());
   if (!found.ok()) return found.take_error();
   if (found->from_backup) {

@@ -44,18 +44,6 @@ void SetOpenReply(FuseAdapter& adapter, fuse_file_info* fi, FileHandle file) {
   fi->noflush = 1;  // flush has nothing to do: spare close(2) a round trip
 }
 
-// True if a change of `file` by the caller of the request being served will
-// clear set-user-ID or group-executable set-group-ID (the kernel marked it:
-// the caller lacks CAP_FSETID), which the kernel keeps cached across it
-// (adapter.hpp, "Entry and attribute timeouts"). Asked only of marked
-// requests, before the change.
-bool DropsCachedPrivs(Filesystem& fs, FileHandle file, bool marked) {
-  if (!marked) return false;
-  const Result<Attr> attr = fs.GetAttr(fs.HandleIno(file));
-  if (!attr.ok()) return false;
-  return (attr->mode & S_ISUID) || (attr->mode & (S_ISGID | S_IXGRP)) == (S_ISGID | S_IXGRP);
-}
-
 // A bufvec of one memory buffer (FUSE_BUFVEC_INIT is a C compound literal).
 fuse_bufvec MemoryBufvec(void* mem, size_t size) {
   fuse_bufvec v{};
@@ -225,7 +213,9 @@ void OpRead(fuse_req_t req, fuse_ino_t /*ino*/, size_t size, off_t off, fuse_fil
 }
 
 // A write by a caller without CAP_FSETID drops the file's privileges
-// (adapter.hpp), in the core, before any byte lands. The kernel marks such
+// (adapter.hpp), in the core, before any byte lands; the core then says so
+// (MountOptions::privs_dropped), and the adapter makes the kernel forget the
+// mode it caches. The kernel marks such
 // writes (FUSE_WRITE_KILL_SUIDGID: every direct write, and with
 // KILLPRIV_V2 cached ones too); the transport reads the mark. A write-back
 // of a shared mapping's pages (FUSE_WRITE_CACHE) carries no such mark (a
@@ -236,16 +226,13 @@ static unsigned WriteFlags() {
   return (RequestKillsPrivs() ? kKillSuidgid : 0u) | (RequestWritesBack() ? kAtOffset : 0u);
 }
 
-void OpWrite(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, off_t off,
+void OpWrite(fuse_req_t req, fuse_ino_t /*ino*/, const char* buf, size_t size, off_t off,
              fuse_file_info* fi) {
   Guarded(req, [&] {
     FuseAdapter& adapter = AdapterOf(req);
     Filesystem& fs = adapter.fs();
-    const bool drops = DropsCachedPrivs(fs, HandleOf(fi), RequestKillsPrivs());
     Result<size_t> n =
         fs.Write(HandleOf(fi), static_cast<uint64_t>(off), buf, size, WriteFlags());
-    // Even a failed write may have dropped them (the core does so first).
-    if (drops) adapter.ForgetCachedAttr(ino);
     if (!n.ok()) {
       fuse_reply_err(req, n.code());
       return;
@@ -257,7 +244,7 @@ void OpWrite(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, off_t
 // With splice off, libfuse hands write_buf the request's own memory: those
 // buffers go to WriteIter as they are, with no copy in the daemon. A buffer
 // that is a file descriptor (splice) is copied into the thread's buffer.
-void OpWriteBuf(fuse_req_t req, fuse_ino_t ino, fuse_bufvec* bufv, off_t off,
+void OpWriteBuf(fuse_req_t req, fuse_ino_t /*ino*/, fuse_bufvec* bufv, off_t off,
                 fuse_file_info* fi) {
   Guarded(req, [&] {
     FuseAdapter& adapter = AdapterOf(req);
@@ -282,7 +269,6 @@ void OpWriteBuf(fuse_req_t req, fuse_ino_t ino, fuse_bufvec* bufv, off_t off,
     }
     Result<size_t> n = size_t{0};
     const unsigned flags = WriteFlags();
-    const bool drops = DropsCachedPrivs(fs, file, RequestKillsPrivs());
     if (!from_fd) {
       n = fs.WriteIter(file, offset, iov.data(), static_cast<int>(iov.size()), flags);
     } else {
@@ -295,8 +281,6 @@ void OpWriteBuf(fuse_req_t req, fuse_ino_t ino, fuse_bufvec* bufv, off_t off,
       }
       n = fs.Write(file, offset, tb.data(), static_cast<size_t>(got), flags);
     }
-    // Even a failed write may have dropped them (the core does so first).
-    if (drops) adapter.ForgetCachedAttr(ino);
     if (!n.ok()) {
       fuse_reply_err(req, n.code());
       return;
@@ -305,7 +289,7 @@ void OpWriteBuf(fuse_req_t req, fuse_ino_t ino, fuse_bufvec* bufv, off_t off,
   });
 }
 
-void OpFallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset, off_t length,
+void OpFallocate(fuse_req_t req, fuse_ino_t /*ino*/, int mode, off_t offset, off_t length,
                  fuse_file_info* fi) {
   Guarded(req, [&] {
     if (offset < 0 || length <= 0) {
@@ -317,11 +301,9 @@ void OpFallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset, off_t l
     // The kernel marks no fallocate (it neither drops privileges itself nor
     // says whether the caller has CAP_FSETID): root stands for it.
     const bool unprivileged = fuse_req_ctx(req)->uid != 0;
-    const bool drops = DropsCachedPrivs(fs, HandleOf(fi), unprivileged);
     const Status st = fs.Fallocate(HandleOf(fi), mode, static_cast<uint64_t>(offset),
                                    static_cast<uint64_t>(length),
                                    unprivileged ? kKillSuidgid : 0u);
-    if (drops) adapter.ForgetCachedAttr(ino);
     ReplyStatus(req, st);
   });
 }
