@@ -25,6 +25,20 @@ as() { local id=$1; shift; setpriv --reuid="$id" --regid="$id" --clear-groups --
 mode_of() { stat -c %a "$1"; }
 # getfacl's entries without the "# file:" line, for comparing two files.
 acl_of() { getfacl -p "$1" 2>/dev/null | grep -v '^# file:'; }
+# unmount_nvfs, after the last file a tool closed is released: the kernel
+# drops a closed file's last reference asynchronously, and an unmount in
+# that instant is EBUSY.
+unmount_settled() {
+  for _ in $(seq 50); do
+    fusermount3 -u "$mnt" 2>/dev/null && break
+    sleep 0.1
+  done
+  if mountpoint -q "$mnt"; then fail "could not unmount $mnt"; fi
+  local status=0
+  wait "$daemon_pid" || status=$?
+  daemon_pid=
+  [ "$status" -eq 0 ] || fail "the nvfs daemon exited with status $status"
+}
 
 "$NVFS_MKFS" -q -s 64M "$image"
 mount_nvfs
@@ -54,7 +68,7 @@ as 2000 setfacl -m u:2001:rw "$mnt/g" || fail "the owner (uid 2000) could not se
 as 2001 sh -c "echo more >> '$mnt/g'" || fail "uid 2001 cannot write through its ACL entry"
 # An ACL the mode says is no ACL: setfacl -b leaves the mode alone.
 setfacl -b "$mnt/f"
-[ "$(getfacl -p "$mnt/f" | grep -c '^user:')" = 0 ] || fail "setfacl -b left named entries"
+[ "$(getfacl -p "$mnt/f" | grep -cE '^(user|group):[^:]+:')" = 0 ] || fail "setfacl -b left named entries"
 if getfattr -n system.posix_acl_access "$mnt/f" >/dev/null 2>&1; then
   fail "setfacl -b left system.posix_acl_access"
 fi
@@ -88,7 +102,7 @@ setfacl -d -m u:2000:rwx,g::rx,o::rx "$mnt/d"
 getfacl -p "$mnt/d/file" | grep -qx 'user:2000:rwx.*#effective:rw-' ||
   getfacl -p "$mnt/d/file" | grep -q '^user:2000:rwx' || fail "the new file has no user:2000 entry"
 getfacl -p "$mnt/d/file" | grep -qx 'mask::rw-' || fail "the new file's mask is not rw-"
-getfacl -pd "$mnt/d/sub" | grep -qx 'default:user:2000:rwx' ||
+getfacl -pd "$mnt/d/sub" | grep -qx 'user:2000:rwx' ||
   fail "the new directory did not get the default ACL as its own"
 as 2000 sh -c "echo w >> '$mnt/d/file'" || fail "uid 2000 cannot write the inherited file"
 (umask 077; touch "$mnt/d/sub/deep")
@@ -113,11 +127,11 @@ rsync -aA "$mnt/d/" "$scratch/back/"
 
 # --- Durable: the same after a remount, and fsck finds nothing ------------
 before=$(cd "$mnt" && getfacl -pR . 2>/dev/null)
-unmount_nvfs
+unmount_settled
 "$NVFS_FSCK" -n "$image" >/dev/null || fail "fsck.nvfs -n found problems"
 mount_nvfs
 after=$(cd "$mnt" && getfacl -pR . 2>/dev/null)
 [ "$before" = "$after" ] || fail "the ACLs changed across a remount"
 as 2000 cat "$mnt/d/file" >/dev/null || fail "uid 2000 cannot read the inherited file after a remount"
-unmount_nvfs
+unmount_settled
 echo "mount-acl${1:+ ($1)}: ok"
