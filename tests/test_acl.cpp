@@ -109,6 +109,19 @@ TEST_CASE("acl values: the kernel's rules", "[acl]") {
   CHECK(fault(Value(many)) == AclFault::kNone);
   many.insert(many.begin() + 1, E(kU, 4, 1));
   CHECK(fault(Value(many)) == AclFault::kSize);
+  // Entries are handed back only for a value without a fault.
+  std::vector<AclXattrEntry> out;
+  REQUIRE(DecodeAcl(Value({E(kUO, 6), E(kU, 4, 7), E(kGO, 4), E(kM, 4), E(kO, 0)}), &out) ==
+          AclFault::kNone);
+  REQUIRE(out.size() == 5);
+  CHECK((out[1].tag == kU && out[1].perm == 4 && out[1].id == 7));
+  out.clear();
+  CHECK(DecodeAcl(Value({E(kUO, 6), E(kU, 4, 7), E(kGO, 4), E(kO, 0)}), &out) == AclFault::kOrder);
+  CHECK(out.empty());
+  for (AclFault f : {AclFault::kSize, AclFault::kVersion, AclFault::kPerm, AclFault::kTag,
+                     AclFault::kOrder, AclFault::kId}) {
+    CHECK(std::string(AclFaultName(f)) != "?");
+  }
 }
 
 TEST_CASE("acl: an access ACL sets the mode, and one the mode says is not stored", "[acl]") {
