@@ -367,7 +367,8 @@ class Filesystem {
 
   // --- Extended attributes ------------------------------------------------------
   // Names in the user., trusted. and security. namespaces, and the two POSIX
-  // ACL names (above: values checked, EINVAL if malformed; a default ACL on
+  // ACL names (above: values checked, EINVAL if malformed, EOPNOTSUPP for
+  // another version, as the kernel answers; a default ACL on
   // anything but a directory is EACCES, any ACL on a symlink EOPNOTSUPP);
   // every other system. name is EOPNOTSUPP, as is a name of no namespace.
   // Who may set or read which namespace is the kernel's check

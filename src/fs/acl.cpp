@@ -146,8 +146,12 @@ Result<std::optional<Acl>> LoadAcl(Filesystem& fs, uint64_t ino, const Inode& in
 // mode alone then says it, as on ext4.
 Status FsOps::SetAcl(Filesystem& fs, uint64_t ino, bool is_default, std::string_view value,
                      unsigned xattr_flags) {
+  // The kernel's answers: another version is EOPNOTSUPP, anything else
+  // malformed EINVAL (posix_acl_from_xattr, posix_acl_valid).
   Acl acl;
-  if (DecodeAcl(value, &acl) != AclFault::kNone) return Error(EINVAL);
+  const AclFault fault = DecodeAcl(value, &acl);
+  if (fault == AclFault::kVersion) return Error(EOPNOTSUPP);
+  if (fault != AclFault::kNone) return Error(EINVAL);
   Result<InodeRef> ref = Get(fs, ino);
   if (!ref.ok()) return ref.take_error();
   std::unique_lock lock(ref.value()->lock);
