@@ -87,6 +87,16 @@ chown 2000:3000 "$mnt/sgid-root"
 chmod 2770 "$mnt/sgid-root"
 setfacl -m u:2001:r "$mnt/sgid-root"
 [ "$(mode_of "$mnt/sgid-root")" = 2770 ] || fail "setfacl by root (CAP_FSETID) cleared set-group-ID"
+# fstests generic/375's case: base entries only (so no ACL is stored), on a
+# directory, by its owner outside and then inside the owning group.
+mkdir "$mnt/sgid-dir"
+chown 2000:3000 "$mnt/sgid-dir"
+chmod 2755 "$mnt/sgid-dir"
+as 2000 setfacl -m u::rwx,g::rwx,o::rwx "$mnt/sgid-dir"
+[ "$(mode_of "$mnt/sgid-dir")" = 777 ] || fail "base-entry setfacl outside the group kept set-group-ID ($(mode_of "$mnt/sgid-dir"))"
+chmod 2755 "$mnt/sgid-dir"
+setpriv --reuid=2000 --regid=3000 --clear-groups -- setfacl -m u::rwx,g::rwx,o::rwx "$mnt/sgid-dir"
+[ "$(mode_of "$mnt/sgid-dir")" = 2777 ] || fail "base-entry setfacl inside the group cleared set-group-ID ($(mode_of "$mnt/sgid-dir"))"
 
 # --- Default ACLs: inherited, and the umask not applied under one ---------
 mkdir "$mnt/plain" "$mnt/d"
@@ -105,6 +115,18 @@ getfacl -p "$mnt/d/file" | grep -qx 'mask::rw-' || fail "the new file's mask is 
 getfacl -pd "$mnt/d/sub" | grep -qx 'user:2000:rwx' ||
   fail "the new directory did not get the default ACL as its own"
 as 2000 sh -c "echo w >> '$mnt/d/file'" || fail "uid 2000 cannot write the inherited file"
+# fstests generic/444's case: a set-group-ID directory with a default ACL
+# hands down both, whatever the creator's group.
+mkdir "$mnt/sgid-def"
+setfacl -d -m u:2001:rwx "$mnt/sgid-def"
+chown 2000:2000 "$mnt/sgid-def"
+chmod 2755 "$mnt/sgid-def"
+as 2000 mkdir "$mnt/sgid-def/in-group"
+setpriv --reuid=2000 --regid=2001 --clear-groups -- mkdir "$mnt/sgid-def/other-group"
+for sub in in-group other-group; do
+  [ "$(stat -c %A "$mnt/sgid-def/$sub")" = drwxrwsr-x ] ||
+    fail "mkdir $sub in a set-group-ID directory with a default ACL: $(stat -c %A "$mnt/sgid-def/$sub")"
+done
 (umask 077; touch "$mnt/d/sub/deep")
 getfacl -p "$mnt/d/sub/deep" | grep -q '^user:2000:rwx' || fail "not inherited two levels down"
 
