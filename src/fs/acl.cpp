@@ -51,9 +51,10 @@ std::string Encode(const Acl& acl) {
 
 // The entry that stands for the mode's group bits: the mask if there is
 // one, else the owning group (a valid ACL has one).
-AclXattrEntry* GroupClassEntry(Acl& acl) {
-  AclXattrEntry* group = nullptr;
-  for (AclXattrEntry& e : acl) {
+template <class Entries>
+auto* GroupClassEntry(Entries& acl) {
+  decltype(&acl[0]) group = nullptr;
+  for (auto& e : acl) {
     if (e.tag == format::kAclMask) return &e;
     if (e.tag == format::kAclGroupObj) group = &e;
   }
@@ -62,7 +63,7 @@ AclXattrEntry* GroupClassEntry(Acl& acl) {
 
 // The permission bits `acl` says (posix_acl_equiv_mode); *extended if it
 // says more than a mode can (a named entry or a mask).
-uint32_t PermsOf(Acl& acl, bool* extended) {
+uint32_t PermsOf(const Acl& acl, bool* extended) {
   uint32_t perms = 0;
   *extended = false;
   for (const AclXattrEntry& e : acl) {

@@ -67,8 +67,8 @@ Status CheckXattrName(std::string_view name) {
 
 // Whether ListXattr shows `name` to `cred`. The kernel filters nothing a
 // FUSE daemon lists, so the rules are ours: of system.* names only the ACL
-// names (to everyone, as ext4 lists them), and trusted.* names only to root, as ext4 lists them only
-// to CAP_SYS_ADMIN. A FUSE request carries the caller's uid, gid and pid but
+// names (to everyone, as ext4 lists them), and trusted.* names only to
+// root, as ext4 lists them only to CAP_SYS_ADMIN. A FUSE request carries the caller's uid, gid and pid but
 // not its capabilities (reading /proc/<pid>/status would race with pid reuse
 // and misread callers in other pid namespaces), so uid 0 stands for
 // CAP_SYS_ADMIN here, while the kernel's own check of trusted.* get and set
