@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "crash_ops.hpp"
+#include "nvfs/format.hpp"
 #include "crash_random.hpp"
 #include "forced_name_hash.hpp"
 
@@ -40,6 +41,31 @@ void FillUp(StepContext& c) {
   c.fs().Release(f);
   if (c.fs().GetStatFs()->blocks_free != 0) c.Fail("could not fill the namespace");
 }
+
+// An ACL value in the kernel's format (format.hpp): {tag, perm, id}...
+std::string AclValue(std::initializer_list<format::AclXattrEntry> entries) {
+  std::string v(4 + 8 * entries.size(), '\0');
+  const uint32_t version = format::kAclXattrVersion;
+  std::memcpy(v.data(), &version, 4);
+  size_t at = 4;
+  for (const format::AclXattrEntry& e : entries) {
+    std::memcpy(v.data() + at, &e, 8);
+    at += 8;
+  }
+  return v;
+}
+
+// u::rwx u:2000:rw- g::r-x m::rwx o::r-- (the default ACL of the inherit
+// workloads, too).
+std::string NamedAcl() {
+  constexpr uint32_t kNone = format::kAclUndefinedId;
+  return AclValue({{format::kAclUserObj, 7, kNone}, {format::kAclUser, 6, 2000},
+                   {format::kAclGroupObj, 5, kNone}, {format::kAclMask, 7, kNone},
+                   {format::kAclOther, 4, kNone}});
+}
+
+const std::string kAclAccess(format::kAclAccessName);
+const std::string kAclDefault(format::kAclDefaultName);
 
 SetAttrRequest Mode(uint32_t mode) {
   SetAttrRequest r;
@@ -147,6 +173,27 @@ std::vector<Workload> MetadataWorkloads() {
                  S("setxattr /sl", [](auto& c) { SetXattr(c, "/sl", "user.s", "1"); })}));
   w.push_back(W("removexattr", {S("removexattr /d1/f1", [](auto& c) { RemoveXattr(c, "/d1/f1", "user.big"); })}));
   w.push_back(W("removexattr-last", {S("removexattr /d1", [](auto& c) { RemoveXattr(c, "/d1", "user.dir"); })}));
+  // POSIX ACLs: the mode and the ACL change in one transaction; what a
+  // create inherits is written in the create's.
+  w.push_back(W("setfacl", {S("setfacl /d2/g1", [](auto& c) { SetXattr(c, "/d2/g1", kAclAccess, NamedAcl()); }),
+                            S("setfacl /d1/f1", [](auto& c) { SetXattr(c, "/d1/f1", kAclAccess, NamedAcl()); })}));
+  w.push_back(W("setfacl-to-the-mode-and-chmod",
+                {S("setfacl base entries /d1/f1", [](auto& c) {
+                   constexpr uint32_t kNone = format::kAclUndefinedId;
+                   SetXattr(c, "/d1/f1", kAclAccess,
+                            AclValue({{format::kAclUserObj, 6, kNone}, {format::kAclGroupObj, 0, kNone},
+                                      {format::kAclOther, 0, kNone}}));
+                 }),
+                 S("chmod /d2/g1", [](auto& c) { SetAttr(c, "/d2/g1", Mode(0604)); })},
+                [](auto& c) {
+                  SetXattr(c, "/d1/f1", kAclAccess, NamedAcl());
+                  SetXattr(c, "/d2/g1", kAclAccess, NamedAcl());
+                }));
+  w.push_back(W("create-with-default-acl",
+                {S("create /d2/new", [](auto& c) { Create(c, "/d2/new", 0666); }),
+                 S("mkdir /d2/newdir", [](auto& c) { Mkdir(c, "/d2/newdir", 0777); }),
+                 S("mknod /d2/newdir/fifo", [](auto& c) { Mknod(c, "/d2/newdir/fifo", S_IFIFO | 0640, 0); })},
+                [](auto& c) { SetXattr(c, "/d2", kAclDefault, NamedAcl()); }));
   w.push_back(W("fallocate-keep-size", {S("fallocate keep size /d1/f1", [](auto& c) {
                   Fallocate(c, "/d1/f1", FALLOC_FL_KEEP_SIZE, 20000, 50000);
                 })}));

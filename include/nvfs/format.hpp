@@ -285,7 +285,7 @@ inline constexpr uint64_t XattrEntryLength(uint64_t name_len, uint64_t value_len
 // The namespace an attribute's name begins with. A name on the media is one
 // of the four prefixes followed by at least one byte; which names the
 // filesystem serves to callers is a rule of the filesystem, not of the
-// format (src/fs/xattr.cpp: no system.* name is served yet).
+// format (src/fs/xattr.cpp: of system.* only the two POSIX ACL names).
 enum class XattrNamespace : uint8_t { kNone, kUser, kTrusted, kSecurity, kSystem };
 
 inline constexpr XattrNamespace XattrNamespaceOf(std::string_view name) {
@@ -303,6 +303,42 @@ inline constexpr XattrNamespace XattrNamespaceOf(std::string_view name) {
   }
   return XattrNamespace::kNone;
 }
+
+// ---------------------------------------------------------------------------
+// POSIX ACLs: the values of the attributes system.posix_acl_access and
+// system.posix_acl_default, in the kernel's xattr ACL format
+// (include/uapi/linux/posix_acl_xattr.h): a header, then 1..kAclEntriesMax
+// entries, little-endian. The filesystem stores them as the kernel sends
+// them and checks them where it stores and where it reads them
+// (validate.hpp, DecodeAcl).
+// ---------------------------------------------------------------------------
+inline constexpr std::string_view kAclAccessName = "system.posix_acl_access";
+inline constexpr std::string_view kAclDefaultName = "system.posix_acl_default";
+inline constexpr uint32_t kAclXattrVersion = 2;  // POSIX_ACL_XATTR_VERSION
+
+struct AclXattrHeader {
+  uint32_t version;  // kAclXattrVersion
+};
+
+struct AclXattrEntry {
+  uint16_t tag;   // AclTag
+  uint16_t perm;  // kAclRead | kAclWrite | kAclExecute
+  uint32_t id;    // uid (kAclUser) or gid (kAclGroup); kAclUndefinedId otherwise
+};
+
+enum AclTag : uint16_t {
+  kAclUserObj = 0x01,   // the owner: the mode's user bits
+  kAclUser = 0x02,      // a named user
+  kAclGroupObj = 0x04,  // the owning group
+  kAclGroup = 0x08,     // a named group
+  kAclMask = 0x10,      // the most any named entry or the owning group grants: the mode's group bits
+  kAclOther = 0x20,     // everyone else: the mode's other bits
+};
+inline constexpr uint16_t kAclRead = 4, kAclWrite = 2, kAclExecute = 1;
+inline constexpr uint32_t kAclUndefinedId = 0xffffffff;
+// The kernel moves an ACL through FUSE in one page (fs/fuse/acl.c: larger
+// values are E2BIG), so no longer one is ever stored.
+inline constexpr uint32_t kAclEntriesMax = (4096 - sizeof(AclXattrHeader)) / sizeof(AclXattrEntry);
 
 // ---------------------------------------------------------------------------
 // Journal: journal_slots slots of journal_slot_size bytes each, starting at
@@ -381,6 +417,9 @@ static_assert(kIsMediaStruct<DirEntry> && sizeof(DirEntry) == 24);
 static_assert(offsetof(DirEntry, rec_len) == 16);
 static_assert(kIsMediaStruct<XattrHeader> && sizeof(XattrHeader) == 16);
 static_assert(kIsMediaStruct<XattrEntry> && sizeof(XattrEntry) == 8);
+static_assert(kIsMediaStruct<AclXattrHeader> && sizeof(AclXattrHeader) == 4);
+static_assert(kIsMediaStruct<AclXattrEntry> && sizeof(AclXattrEntry) == 8);
+static_assert(offsetof(AclXattrEntry, id) == 4);
 static_assert(kIsMediaStruct<JournalSlotHeader> && sizeof(JournalSlotHeader) == 64);
 static_assert(kIsMediaStruct<JournalRecord> && sizeof(JournalRecord) == 32);
 static_assert(DirRecordLength(kNameMax) == 280);

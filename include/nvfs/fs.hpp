@@ -91,6 +91,11 @@ struct Attr {
 struct Cred {
   uint32_t uid = 0;
   uint32_t gid = 0;
+  // The caller's umask, for Create, Mknod and Mkdir: applied to the mode
+  // where the parent has no default ACL (where it has one, the ACL masks
+  // the mode instead; see "POSIX ACLs" below). 0 for callers that applied
+  // it themselves.
+  uint32_t umask = 0;
 };
 
 // Which fields SetAttr changes (bits may be combined).
@@ -131,6 +136,24 @@ enum IoFlags : unsigned {
   // mapping written back (FUSE_WRITE_CACHE), which belong where they were
   // mapped, whichever handle carries them.
   kAtOffset = 1u << 1,
+};
+
+// POSIX ACLs, with ext4's semantics (acl(5); src/fs/acl.cpp). Served as
+// the attributes system.posix_acl_access and system.posix_acl_default, in
+// the kernel's xattr ACL format (doc/format.md), which the kernel enforces
+// (FUSE_POSIX_ACL). Setting an access ACL sets the mode's permission bits
+// from it (owner, mask or owning group, other) in the same transaction, and
+// one the mode says as well (no named entry, no mask) is not stored; a
+// chmod sets those entries from the mode; a default ACL (directories only)
+// is inherited by what is created in the directory: it masks the create's
+// mode in place of the umask, becomes the new inode's access ACL and a new
+// directory's default ACL, all in the create's transaction. Who may set an
+// ACL (the owner, or CAP_FOWNER) is the kernel's check, as for chmod.
+enum XattrFlags : unsigned {
+  // Setting an access ACL also clears set-group-ID: the caller is not in
+  // the file's group and lacks CAP_FSETID (the kernel says so with
+  // FUSE_SETXATTR_ACL_KILL_SGID; posix_acl_update_mode).
+  kXattrKillSgid = 1u << 0,
 };
 
 struct SetAttrRequest {
@@ -351,17 +374,21 @@ class Filesystem {
   uint64_t HandleIno(FileHandle file) const;
 
   // --- Extended attributes ------------------------------------------------------
-  // Names in the user., trusted. and security. namespaces; every system. name
-  // is EOPNOTSUPP (none is implemented yet, POSIX ACLs included), as is a name
-  // of no namespace. Who may set or read which namespace is the kernel's check
+  // Names in the user., trusted. and security. namespaces, and the two POSIX
+  // ACL names (above: values checked, EINVAL if malformed, EOPNOTSUPP for
+  // another version, as the kernel answers; a default ACL on
+  // anything but a directory is EACCES, any ACL on a symlink EOPNOTSUPP);
+  // every other system. name is EOPNOTSUPP, as is a name of no namespace.
+  // Who may set or read which namespace is the kernel's check
   // (src/fs/xattr.cpp).
-  // flags: 0, XATTR_CREATE or XATTR_REPLACE.
+  // flags: 0, XATTR_CREATE or XATTR_REPLACE (ignored for ACLs, as by the
+  // kernel); xattr_flags: XattrFlags.
   Status SetXattr(uint64_t ino, std::string_view name, const void* value, size_t size,
-                  int flags);
+                  int flags, unsigned xattr_flags = 0);
   // With size 0 returns the value's size; ERANGE if it does not fit.
   Result<size_t> GetXattr(uint64_t ino, std::string_view name, void* value, size_t size);
   // NUL-separated names, those `cred` is shown: trusted. names only to uid 0,
-  // system. names to no one. With size 0 returns the size that list needs.
+  // of system. names only the ACL names. With size 0 returns the size that list needs.
   Result<size_t> ListXattr(uint64_t ino, char* list, size_t size, const Cred& cred);
   Status RemoveXattr(uint64_t ino, std::string_view name);
 

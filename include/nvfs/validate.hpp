@@ -21,6 +21,7 @@
 #include <cstring>
 #include <span>
 #include <string_view>
+#include <vector>
 
 #include "nvfs/format.hpp"
 #include "nvfs/geometry.hpp"
@@ -143,6 +144,28 @@ XattrFault DecodeXattrBlock(std::span<const std::byte> block, Fn&& fn) {
 inline XattrFault CheckXattrBlock(std::span<const std::byte> block) {
   return DecodeXattrBlock(block, [](std::string_view, std::string_view) {});
 }
+
+// ---------------------------------------------------------------------------
+// POSIX ACL values (format.hpp, AclXattrHeader and AclXattrEntry)
+// ---------------------------------------------------------------------------
+
+enum class AclFault : uint8_t {
+  kNone,
+  kSize,     // not a header and 1..kAclEntriesMax whole entries
+  kVersion,  // the header's version is not kAclXattrVersion
+  kPerm,     // permission bits other than read, write and execute
+  kTag,      // a tag the format does not name
+  kOrder,    // not owner, named users, owning group, named groups, mask, other,
+             // each base entry once, a mask where there is a named entry
+  kId,       // a named user or group of id kAclUndefinedId
+};
+
+// Checks an ACL value with the kernel's rules (posix_acl_from_xattr, then
+// posix_acl_valid): what the kernel would refuse to read is a fault. The
+// ids of the base entries are not looked at (the kernel ignores them).
+// With `entries`, appends the decoded entries to it when there is no fault.
+AclFault DecodeAcl(std::string_view value, std::vector<format::AclXattrEntry>* entries);
+const char* AclFaultName(AclFault fault);
 
 // ---------------------------------------------------------------------------
 // Directories (format.hpp, "Directories")

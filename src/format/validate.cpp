@@ -45,3 +45,74 @@ DirEntryFault CheckDirEntry(const format::DirEntry& record, const char* name,
 }
 
 }  // namespace nvfs
+
+namespace nvfs {
+
+AclFault DecodeAcl(std::string_view value, std::vector<format::AclXattrEntry>* entries) {
+  using format::AclXattrEntry;
+  constexpr size_t kHeader = sizeof(format::AclXattrHeader);
+  if (value.size() < kHeader + sizeof(AclXattrEntry) ||
+      (value.size() - kHeader) % sizeof(AclXattrEntry) != 0 ||
+      (value.size() - kHeader) / sizeof(AclXattrEntry) > format::kAclEntriesMax) {
+    return AclFault::kSize;
+  }
+  format::AclXattrHeader header;
+  std::memcpy(&header, value.data(), sizeof header);
+  if (header.version != format::kAclXattrVersion) return AclFault::kVersion;
+  const size_t count = (value.size() - kHeader) / sizeof(AclXattrEntry);
+  // The order posix_acl_valid requires: entries in non-decreasing stage —
+  // 0 the owner, 1 named users, 2 the owning group, 3 named groups, 4 the
+  // mask, 5 other —, stages 0, 2 and 5 exactly once, 4 at most once and
+  // required by any entry of stages 1 and 3.
+  int last = -1;
+  unsigned seen = 0;
+  const size_t first = entries != nullptr ? entries->size() : 0;
+  const auto fail = [&](AclFault fault) {
+    if (entries != nullptr) entries->resize(first);
+    return fault;
+  };
+  for (size_t i = 0; i < count; ++i) {
+    AclXattrEntry e;
+    std::memcpy(&e, value.data() + kHeader + i * sizeof e, sizeof e);
+    if (e.perm & ~(format::kAclRead | format::kAclWrite | format::kAclExecute)) {
+      return fail(AclFault::kPerm);
+    }
+    int stage;
+    switch (e.tag) {
+      case format::kAclUserObj: stage = 0; break;
+      case format::kAclUser: stage = 1; break;
+      case format::kAclGroupObj: stage = 2; break;
+      case format::kAclGroup: stage = 3; break;
+      case format::kAclMask: stage = 4; break;
+      case format::kAclOther: stage = 5; break;
+      default: return fail(AclFault::kTag);
+    }
+    const bool named = stage == 1 || stage == 3;
+    if (stage < last || (stage == last && !named)) return fail(AclFault::kOrder);
+    if (named && e.id == format::kAclUndefinedId) return fail(AclFault::kId);
+    last = stage;
+    seen |= 1u << stage;
+    if (entries != nullptr) entries->push_back(e);
+  }
+  constexpr unsigned kBase = 1u << 0 | 1u << 2 | 1u << 5;
+  const bool needs_mask = seen & (1u << 1 | 1u << 3);
+  if ((seen & kBase) != kBase || (needs_mask && !(seen & (1u << 4)))) {
+    return fail(AclFault::kOrder);
+  }
+  return AclFault::kNone;
+}
+
+const char* AclFaultName(AclFault fault) {
+  switch (fault) {
+    case AclFault::kNone: return "valid";
+    case AclFault::kSize: return "not a whole number of entries";
+    case AclFault::kVersion: return "of an unknown version";
+    case AclFault::kPerm: return "granting unknown permissions";
+    case AclFault::kTag: return "holding an entry of unknown type";
+    case AclFault::kOrder: return "holding entries out of order, or missing one";
+    case AclFault::kId: return "naming an undefined user or group";
+  }
+  return "?";
+}
+
+}  // namespace nvfs

@@ -6,6 +6,10 @@
 
 #include <cstdint>
 #include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
 #include <utility>
 
 #include "alloc/allocator.hpp"
@@ -76,6 +80,51 @@ struct FsOps {
   // (xattr.cpp).
   static Result<bool> HasCapability(Filesystem& fs, const format::Inode& inode);
   static Status RemoveCapability(Filesystem& fs, uint64_t ino, const format::Inode& inode, Tx& tx);
+
+  // Extended attributes for the core's own features (xattr.cpp): the two
+  // calls the POSIX ACLs (acl.cpp) build on, whatever the storage beneath.
+  // The value of attribute `name` (any namespace, served or not), if the
+  // inode has it; EIO if the attributes are damaged. REQUIRES: inode lock
+  // held.
+  static Result<std::optional<std::string>> FindXattr(Filesystem& fs, const format::Inode& inode,
+                                                      std::string_view name);
+  // Sets (value) or removes (nullptr) each named attribute, in the caller's
+  // transaction (ctime becomes `now` if anything changed; nothing is stored
+  // if nothing did). REQUIRES: inode lock held exclusively.
+  struct XattrChange {
+    std::string_view name;
+    const std::string* value;  // nullptr: remove
+  };
+  static Status ChangeXattrs(Filesystem& fs, Tx& tx, uint64_t ino, const format::Inode& inode,
+                             std::span<const XattrChange> changes, timespec now);
+
+  // POSIX ACLs (acl.cpp; fs.hpp, "POSIX ACLs"). SetAcl and GetAcl serve
+  // SetXattr and GetXattr of the two ACL names.
+  static Status SetAcl(Filesystem& fs, uint64_t ino, bool is_default, std::string_view value,
+                       unsigned xattr_flags);
+  static Result<size_t> GetAcl(Filesystem& fs, uint64_t ino, bool is_default, void* value,
+                               size_t size);
+  // What a new inode inherits from its parent's default ACL.
+  struct InheritedAcl {
+    std::optional<std::string> access;       // its access ACL, if not the mode's equal
+    std::optional<std::string> default_acl;  // a directory's own default ACL
+  };
+  // The mode a new inode of `mode` (type and permission bits) gets in
+  // `parent`: masked by the parent's default ACL where it has one (which
+  // `out` then holds, as the new inode's), else by `umask`. Symlinks get
+  // 0777 and nothing. REQUIRES: the parent's lock held.
+  static Result<uint32_t> InheritAcl(Filesystem& fs, uint64_t parent_ino,
+                                     const format::Inode& parent, uint32_t mode, uint32_t umask,
+                                     InheritedAcl* out);
+  // Stores what InheritAcl gave, in the create's transaction.
+  static Status StoreInheritedAcl(Filesystem& fs, Tx& tx, uint64_t ino, const format::Inode& inode,
+                                  const InheritedAcl& acl, timespec now);
+  // A mode change (chmod) carried into the access ACL, if the inode has
+  // one: its owner, mask (else owning group) and other entries become the
+  // mode's, in the chmod's transaction. REQUIRES: inode lock held
+  // exclusively.
+  static Status ChmodAcl(Filesystem& fs, Tx& tx, uint64_t ino, const format::Inode& inode,
+                         uint32_t mode, timespec now);
 
   // Allocates an inode near `parent` and writes it whole (fresh).
   static Result<uint64_t> NewInode(Filesystem& fs, Tx& tx, const format::Inode& parent_inode,

@@ -84,6 +84,9 @@ Result<Attr> Filesystem::SetAttr(uint64_t ino, const SetAttrRequest& req) {
       !S_ISDIR(inode.mode)) {
     mode = FsOps::KilledMode(mode);
   }
+  // A chmod carries into the access ACL (posix_acl_chmod), before ctime is
+  // set below.
+  if (req.valid & kSetMode) NVFS_TRY(FsOps::ChmodAcl(*this, tx, ino, inode, mode, now));
   if (mode != inode.mode) tx.Set(inode.mode, static_cast<uint16_t>(mode));
   if (req.valid & kSetUid) tx.Set(inode.uid, req.uid);
   if (req.valid & kSetGid) tx.Set(inode.gid, req.gid);

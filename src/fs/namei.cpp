@@ -115,10 +115,16 @@ static Result<Attr> CreateEntry(Filesystem& fs, uint64_t parent, std::string_vie
   const bool is_dir = S_ISDIR(entry.mode);
   if (is_dir && d.nlink >= kLinkMax) return Error(EMLINK);
 
+  // The parent's default ACL, else the umask, masks the mode (acl.cpp); what
+  // the new inode inherits is stored in this transaction.
+  FsOps::InheritedAcl acl;
+  Result<uint32_t> mode = FsOps::InheritAcl(fs, parent, d, entry.mode, cred.umask, &acl);
+  if (!mode.ok()) return mode.take_error();
+
   const timespec now = FsOps::Now();
   Tx tx(FsOps::Jnl(fs), S_ISDIR(entry.mode) ? "mkdir" : S_ISLNK(entry.mode) ? "symlink"
                                                                             : "create");
-  Result<uint64_t> ino = FsOps::NewInode(fs, tx, d, parent, entry.mode, entry.rdev, cred, now);
+  Result<uint64_t> ino = FsOps::NewInode(fs, tx, d, parent, *mode, entry.rdev, cred, now);
   if (!ino.ok()) return ino.take_error();
   const Inode& inode = FsOps::InodeAt(fs, *ino);
   if (S_ISLNK(entry.mode)) {
@@ -132,6 +138,7 @@ static Result<Attr> CreateEntry(Filesystem& fs, uint64_t parent, std::string_vie
     }
     tx.Set(inode.size, uint64_t{target.size()});
   }
+  NVFS_TRY(FsOps::StoreInheritedAcl(fs, tx, *ino, inode, acl, now));
   NVFS_TRY(FsOps::DirOf(fs).Insert(tx, d, name, *ino, DirType(entry.mode)));
   if (is_dir) tx.Set(d.nlink, d.nlink + 1);
   FsOps::Touch(tx, d, true, true, now);

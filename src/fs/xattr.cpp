@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cinttypes>
 #include <cstring>
+#include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -39,10 +41,14 @@ uint32_t EntrySize(size_t name_len, size_t value_len) {
 // security.* names are stored as given (the kernel has already checked the
 // caller may: CAP_SYS_ADMIN for trusted.*, user.* only on regular files and
 // directories). system.* names are the filesystem's own, each served only if
-// the filesystem implements it: none is yet, so set, get and remove of every
-// system.* name are EOPNOTSUPP, the POSIX ACL names included (what ext4
-// built without ACLs answers; ACLs are a later issue). Names already on the
-// media from before this rule stay there, hidden (doc/format.md).
+// the filesystem implements it: the two POSIX ACL names (acl.cpp, which
+// SetXattr and GetXattr hand them to); every other system.* name is
+// EOPNOTSUPP to set, get and remove. Such names already on the media from
+// before this rule stay there, hidden (doc/format.md).
+bool IsAclName(std::string_view name) {
+  return name == format::kAclAccessName || name == format::kAclDefaultName;
+}
+
 Status CheckXattrName(std::string_view name) {
   if (name.empty() || name.size() > kXattrNameMax) return Error(ERANGE);
   switch (format::XattrNamespaceOf(name)) {
@@ -50,7 +56,9 @@ Status CheckXattrName(std::string_view name) {
     case XattrNamespace::kTrusted:
     case XattrNamespace::kSecurity:
       return Status::Ok();
-    case XattrNamespace::kSystem:  // none implemented
+    case XattrNamespace::kSystem:
+      if (IsAclName(name)) return Status::Ok();
+      break;
     case XattrNamespace::kNone:
       break;
   }
@@ -58,9 +66,9 @@ Status CheckXattrName(std::string_view name) {
 }
 
 // Whether ListXattr shows `name` to `cred`. The kernel filters nothing a
-// FUSE daemon lists, so the rules are ours: no system.* name (none is
-// served, above), and trusted.* names only to root, as ext4 lists them only
-// to CAP_SYS_ADMIN. A FUSE request carries the caller's uid, gid and pid but
+// FUSE daemon lists, so the rules are ours: of system.* names only the ACL
+// names (to everyone, as ext4 lists them), and trusted.* names only to
+// root, as ext4 lists them only to CAP_SYS_ADMIN. A FUSE request carries the caller's uid, gid and pid but
 // not its capabilities (reading /proc/<pid>/status would race with pid reuse
 // and misread callers in other pid namespaces), so uid 0 stands for
 // CAP_SYS_ADMIN here, while the kernel's own check of trusted.* get and set
@@ -74,6 +82,7 @@ bool Listed(std::string_view name, const Cred& cred) {
     case XattrNamespace::kTrusted:
       return cred.uid == 0;
     case XattrNamespace::kSystem:
+      return IsAclName(name);
     case XattrNamespace::kNone:
       break;
   }
@@ -187,6 +196,40 @@ Status FsOps::RemoveCapability(Filesystem& fs, uint64_t ino, const Inode& inode,
   return StoreIn(fs, tx, ino, inode, *attrs, FsOps::Now());
 }
 
+Result<std::optional<std::string>> FsOps::FindXattr(Filesystem& fs, const Inode& inode,
+                                                    std::string_view name) {
+  if (inode.xattr_block == 0) return std::optional<std::string>();
+  Result<std::vector<Attribute>> attrs = Load(FsOps::Ctx(fs), inode);
+  if (!attrs.ok()) return attrs.take_error();
+  for (Attribute& a : *attrs) {
+    if (a.name == name) return std::optional<std::string>(std::move(a.value));
+  }
+  return std::optional<std::string>();
+}
+
+Status FsOps::ChangeXattrs(Filesystem& fs, Tx& tx, uint64_t ino, const Inode& inode,
+                           std::span<const XattrChange> changes, timespec now) {
+  Result<std::vector<Attribute>> attrs = Load(FsOps::Ctx(fs), inode);
+  if (!attrs.ok()) return attrs.take_error();
+  bool changed = false;
+  for (const XattrChange& c : changes) {
+    auto it = std::find_if(attrs->begin(), attrs->end(),
+                           [&](const Attribute& a) { return a.name == c.name; });
+    if (c.value == nullptr) {
+      if (it == attrs->end()) continue;
+      attrs->erase(it);
+    } else if (it != attrs->end()) {
+      if (it->value == *c.value) continue;
+      it->value = *c.value;
+    } else {
+      attrs->push_back({std::string(c.name), *c.value});
+    }
+    changed = true;
+  }
+  if (!changed) return Status::Ok();
+  return StoreIn(fs, tx, ino, inode, *attrs, now);
+}
+
 // Runs `change` on inode `ino`'s attributes, loaded under its exclusive
 // lock, and stores them back (one transaction) if it succeeds.
 template <class Change>
@@ -216,11 +259,15 @@ static std::vector<Attribute>::iterator Find(std::vector<Attribute>& attrs, std:
 }
 
 Status Filesystem::SetXattr(uint64_t ino, std::string_view name, const void* value, size_t size,
-                            int flags) {
+                            int flags, unsigned xattr_flags) {
   if (read_only_) return Error(EROFS);
   NVFS_TRY(CheckXattrName(name));
   if (size > kXattrValueMax) return Error(E2BIG);
   if (flags & ~(XATTR_CREATE | XATTR_REPLACE)) return Error(EINVAL);
+  if (IsAclName(name)) {
+    return FsOps::SetAcl(*this, ino, name == format::kAclDefaultName,
+                         std::string_view(static_cast<const char*>(value), size), xattr_flags);
+  }
   return ChangeAttributes(*this, ino, [&](std::vector<Attribute>& attrs) -> Status {
     auto it = Find(attrs, name);
     if (it != attrs.end() && (flags & XATTR_CREATE)) return Error(EEXIST);
@@ -238,6 +285,7 @@ Status Filesystem::SetXattr(uint64_t ino, std::string_view name, const void* val
 Result<size_t> Filesystem::GetXattr(uint64_t ino, std::string_view name, void* value,
                                     size_t size) {
   NVFS_TRY(CheckXattrName(name));
+  if (IsAclName(name)) return FsOps::GetAcl(*this, ino, name == format::kAclDefaultName, value, size);
   return ReadAttributes(*this, ino, [&](std::vector<Attribute>& attrs) -> Result<size_t> {
     auto it = Find(attrs, name);
     if (it == attrs.end()) return Error(ENODATA);

@@ -241,6 +241,12 @@ class Checker {
   // the same one) had claimed gets a copy of the block (doc/integrity.md,
   // section 9), or, with no free block, is cleared.
   void CloneShared();
+  // After pass 2: each xattr block holding a POSIX ACL value the core
+  // would refuse to read (DecodeAcl; pass 1 notes the blocks) is copied
+  // without it to a free block, published by one store of the inode's
+  // pointer (the old block is then leaked, and freed by pass 5); with no
+  // free block it is rewritten in place.
+  void DropBadAcls();
   // bitmap_free_only: during pass 1, when claims are not all known yet.
   uint64_t FreeBlockForCopy(bool bitmap_free_only = false);
   bool ContinuesRun(uint64_t slot_at, uint64_t ptr) const;
@@ -303,6 +309,13 @@ class Checker {
     uint64_t index;     // file block
   };
   std::vector<SharedPointer> shared_;
+  // An xattr block found in pass 1 (on one thread) holding a malformed ACL
+  // value: resolved by DropBadAcls().
+  struct BadAcl {
+    uint64_t ino;
+    uint64_t block_no;
+  };
+  std::vector<BadAcl> bad_acls_;
   uint64_t copy_cursor_ = 0;       // FreeBlockForCopy: where the next search starts
 
   std::vector<uint64_t> claimed_;  // one bit per block: metadata or referenced

@@ -275,6 +275,7 @@ FsckReport Checker::Run() {
       {"orphan list", &Checker::CheckOrphans},
       {"directories", &Checker::CheckDirectories},
       {"shared blocks", &Checker::CloneShared},
+      {"ACL values", &Checker::DropBadAcls},
       {"connectivity", &Checker::CheckConnectivity},
       {"link counts", &Checker::CheckLinkCounts},
       {"bitmaps", &Checker::CheckBitmaps},

@@ -41,6 +41,21 @@ uint8_t KindOfMode(uint32_t mode) {
   return kFree;
 }
 
+bool IsAclName(std::string_view name) {
+  return name == format::kAclAccessName || name == format::kAclDefaultName;
+}
+
+// Whether a valid xattr block holds a POSIX ACL value that fails the
+// check the core makes where it reads one (a version before ACLs stored
+// any value under these names).
+bool HoldsBadAcl(std::span<const std::byte> block) {
+  bool bad = false;
+  DecodeXattrBlock(block, [&](std::string_view name, std::string_view value) {
+    if (IsAclName(name) && DecodeAcl(value, nullptr) != AclFault::kNone) bad = true;
+  });
+  return bad;
+}
+
 const char* XattrFaultName(XattrFault fault) {
   switch (fault) {
     case XattrFault::kNone: break;
@@ -351,6 +366,15 @@ uint64_t Checker::CheckXattrBlock(uint64_t ino, const Inode& inode) {
   }
   if (what == nullptr) {
     Claim(block_no);
+    if (HoldsBadAcl({Block(block_no), block_size_})) {
+      // Reported and dropped once every claim is known (DropBadAcls); a
+      // pass on several threads is run again on one.
+      if (parallel_) {
+        trouble_.store(true, std::memory_order_relaxed);
+      } else {
+        bad_acls_.push_back({ino, block_no});
+      }
+    }
     return 1;
   }
   if (Problem(Repair::kDecision, "inode %" PRIu64 ": extended attribute block %" PRIu64 " %s%s; "
@@ -359,6 +383,53 @@ uint64_t Checker::CheckXattrBlock(uint64_t ino, const Inode& inode) {
     Fixed();
   }
   return 0;
+}
+
+void Checker::DropBadAcls() {
+  for (const BadAcl& bad : bad_acls_) {
+    if (halted_) return;
+    const std::byte* block = Block(bad.block_no);
+    format::XattrHeader header;
+    std::memcpy(&header, block, sizeof header);
+    // The block without the bad values: the other entries' bytes as they
+    // are, one after the other.
+    std::vector<std::byte> copy(block_size_);
+    uint64_t pos = sizeof header;
+    uint32_t count = 0;
+    bool drop = false;
+    DecodeXattrBlock({block, block_size_}, [&](std::string_view name, std::string_view value) {
+      const AclFault fault = IsAclName(name) ? DecodeAcl(value, nullptr) : AclFault::kNone;
+      if (fault != AclFault::kNone) {
+        if (Problem(Repair::kDecision, "inode %" PRIu64 ": extended attribute %.*s is not a "
+                    "valid POSIX ACL (%s); dropping it", bad.ino, static_cast<int>(name.size()),
+                    name.data(), AclFaultName(fault))) {
+          drop = true;
+          return;
+        }
+      }
+      const uint64_t len = format::XattrEntryLength(name.size(), value.size());
+      std::memcpy(copy.data() + pos,
+                  reinterpret_cast<const std::byte*>(name.data()) - sizeof(format::XattrEntry),
+                  len);
+      pos += len;
+      ++count;
+    });
+    if (!drop) continue;
+    header.count = count;
+    header.used = static_cast<uint32_t>(pos - sizeof header);
+    std::memcpy(copy.data(), &header, sizeof header);
+    const uint64_t aside = FreeBlockForCopy();
+    if (aside != 0) {
+      Claim(aside);
+      Write(geometry_.BlockOffset(aside), copy.data(), block_size_);
+      WriteField(bad.ino, InodeAt(bad.ino).xattr_block, aside);
+      claimed_[bad.block_no / 64] &= ~(uint64_t{1} << (bad.block_no % 64));
+    } else {
+      Write(geometry_.BlockOffset(bad.block_no), copy.data(), block_size_);
+    }
+    Fixed();
+  }
+  bad_acls_.clear();
 }
 
 void Checker::BadPointer(uint64_t ino, uint64_t slot_at, uint64_t block_no, const char* what,

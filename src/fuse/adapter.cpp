@@ -77,6 +77,11 @@ void OpInit(void* userdata, fuse_conn_info* conn) {
   conn->want &= ~(FUSE_CAP_SPLICE_READ | FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE);
   conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;  // see adapter.hpp: write() stays durable
   if (adapter.options().cache == CacheMode::kPage) want(FUSE_CAP_CACHE_SYMLINKS);
+  // POSIX ACLs (src/fs/acl.cpp): the kernel enforces them and checks who
+  // sets them; with DONT_MASK it sends the umask instead of applying it, so
+  // that the core can let a parent's default ACL mask the mode in its place.
+  want(FUSE_CAP_POSIX_ACL);
+  want(FUSE_CAP_DONT_MASK);
   // Privileges (adapter.hpp). KILLPRIV (v1, which libfuse asks for by
   // default) would leave every write, truncate and chown to the daemon with
   // no word on the caller's CAP_FSETID: never. KILLPRIV_V2 where the kernel
@@ -88,6 +93,9 @@ void OpInit(void* userdata, fuse_conn_info* conn) {
   // only if the kernel offered it).
   uint64_t& extra = adapter.protocol().extra_flags;
   extra |= FUSE_HANDLE_KILLPRIV_V2;
+  // The extended SETXATTR request, for its FUSE_SETXATTR_ACL_KILL_SGID
+  // (the transport gives libfuse the request it knows).
+  extra |= FUSE_SETXATTR_EXT;
   // Shared mmap of direct-I/O files (cache=none; adapter.hpp). Harmless
   // with cache=page, whose files are not FOPEN_DIRECT_IO.
   extra |= FUSE_DIRECT_IO_ALLOW_MMAP;

@@ -24,10 +24,17 @@
 //   - xattr namespaces: the kernel checks nothing for system.* names and
 //     filters nothing listxattr returns. The rules are the core's
 //     (Filesystem::SetXattr and ListXattr, ext4's rules); the adapter passes
-//     ListXattr the caller's credentials. nvfs has no POSIX ACLs (it never
-//     asks for FUSE_CAP_POSIX_ACL), so system.posix_acl_* are EOPNOTSUPP like
-//     every system.* name, as on ext4 without ACLs: cp -a and rsync -A then
-//     fall back to chmod.
+//     ListXattr the caller's credentials;
+//   - POSIX ACLs (FUSE_CAP_POSIX_ACL, which also turns on the kernel's
+//     default_permissions): the kernel reads them through getxattr,
+//     enforces them, checks who sets them (owner or CAP_FOWNER) and
+//     validates their values; the core keeps the mode and the access ACL
+//     in step (set, chmod), inherits default ACLs on create and applies the
+//     umask itself (FUSE_CAP_DONT_MASK: the kernel sends it with MKNOD,
+//     MKDIR and CREATE, CredOf passes it on); set-group-ID is cleared on an
+//     ACL set the kernel marks (FUSE_SETXATTR_ACL_KILL_SGID, transport.hpp).
+//     The kernel forgets the ACLs it caches when it sets one, on SETATTR,
+//     and when it refreshes an inode's attributes.
 //
 // The callbacks are split by concern like the core: names (namei.cpp),
 // attributes and xattrs (attr.cpp), files and the read/write paths

@@ -3,6 +3,7 @@
 
 
 #include "fuse/ops.hpp"
+#include "fuse/transport.hpp"
 #include "fuse/thread_buffers.hpp"
 
 namespace nvfs::fuse_ops {
@@ -98,12 +99,15 @@ void OpStatfs(fuse_req_t req, fuse_ino_t /*ino*/) {
   });
 }
 
-// The xattr namespace rules (system.* refused, POSIX ACLs included) are the
-// core's; ListXattr needs the caller's credentials (adapter.hpp).
+// The xattr namespace rules (of system.* only the POSIX ACL names) are the
+// core's; ListXattr needs the caller's credentials (adapter.hpp). Setting
+// an access ACL clears set-group-ID where the kernel marks the request
+// (FUSE_SETXATTR_ACL_KILL_SGID, read by the transport).
 void OpSetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value, size_t size,
                 int flags) {
   Guarded(req, [&] {
-    ReplyStatus(req, AdapterOf(req).fs().SetXattr(ino, name, value, size, flags));
+    const unsigned xattr_flags = RequestKillsSgid() ? kXattrKillSgid : 0;
+    ReplyStatus(req, AdapterOf(req).fs().SetXattr(ino, name, value, size, flags, xattr_flags));
   });
 }
 

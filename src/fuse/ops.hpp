@@ -19,9 +19,12 @@ inline FuseAdapter& AdapterOf(fuse_req_t req) {
 
 inline FileHandle HandleOf(const fuse_file_info* fi) { return reinterpret_cast<FileHandle>(fi->fh); }
 
+// The caller; the umask is the one the kernel sent with MKNOD, MKDIR and
+// CREATE (FUSE_DONT_MASK: the core applies it, or the parent's default ACL
+// in its place), 0 for other requests.
 inline Cred CredOf(fuse_req_t req) {
   const fuse_ctx* ctx = fuse_req_ctx(req);
-  return Cred{ctx->uid, ctx->gid};
+  return Cred{ctx->uid, ctx->gid, static_cast<uint32_t>(ctx->umask)};
 }
 
 inline struct stat ToStat(const Attr& a) {

@@ -21,6 +21,7 @@ namespace {
 // on the thread that read it).
 thread_local bool request_kills_privs = false;
 thread_local bool request_writes_back = false;
+thread_local bool request_kills_sgid = false;
 
 // A request header followed by at least `Arg`, as the kernel sent it.
 template <class Arg>
@@ -32,9 +33,10 @@ bool ReadArg(const void* buf, size_t len, Arg* arg) {
 
 }  // namespace
 
-ssize_t ObserveRequest(const void* buf, ssize_t n, void* userdata) {
+ssize_t ObserveRequest(void* buf, ssize_t n, void* userdata) {
   request_kills_privs = false;
   request_writes_back = false;
+  request_kills_sgid = false;
   if (n < static_cast<ssize_t>(sizeof(fuse_in_header))) return n;
   const size_t len = static_cast<size_t>(n);
   fuse_in_header header;
@@ -52,6 +54,24 @@ ssize_t ObserveRequest(const void* buf, ssize_t n, void* userdata) {
       fuse_open_in arg;
       request_kills_privs = ReadArg(buf, len, &arg) && (arg.open_flags & FUSE_OPEN_KILL_SUIDGID);
       break;
+    }
+    case FUSE_SETXATTR: {
+      // With FUSE_SETXATTR_EXT the kernel sends the whole fuse_setxattr_in
+      // (size, flags, setxattr_flags, padding); libfuse 3.14 reads only the
+      // first 8 bytes (FUSE_COMPAT_SETXATTR_IN_SIZE) before the name. The
+      // flags are kept, and the name and value moved down over the rest,
+      // so libfuse gets the request it knows.
+      const auto* adapter = static_cast<const FuseAdapter*>(userdata);
+      fuse_setxattr_in arg;
+      if (!adapter->protocol().agreed(FUSE_SETXATTR_EXT) || !ReadArg(buf, len, &arg)) break;
+      request_kills_sgid = arg.setxattr_flags & FUSE_SETXATTR_ACL_KILL_SGID;
+      constexpr size_t kDropped = sizeof arg - FUSE_COMPAT_SETXATTR_IN_SIZE;
+      auto* bytes = static_cast<std::byte*>(buf);
+      const size_t tail = sizeof(fuse_in_header) + sizeof arg;
+      std::memmove(bytes + tail - kDropped, bytes + tail, len - tail);
+      header.len = static_cast<uint32_t>(len - kDropped);
+      std::memcpy(buf, &header, sizeof header);
+      return n - static_cast<ssize_t>(kDropped);
     }
     case FUSE_INIT: {
       // Older kernels send the 16-byte fuse_init_in of protocol 7.35 and
@@ -135,5 +155,7 @@ int InstallTransport(fuse_session* se) {
 bool RequestKillsPrivs() { return request_kills_privs; }
 
 bool RequestWritesBack() { return request_writes_back; }
+
+bool RequestKillsSgid() { return request_kills_sgid; }
 
 }  // namespace nvfs

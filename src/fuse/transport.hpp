@@ -16,7 +16,9 @@
 //              marks the requests whose caller lacks CAP_FSETID, and the
 //              daemon drops the privileges;
 //            FUSE_DIRECT_IO_ALLOW_MMAP (bit 36, kernel 6.6+): shared mmap
-//              of cache=none (FOPEN_DIRECT_IO) files.
+//              of cache=none (FOPEN_DIRECT_IO) files;
+//            FUSE_SETXATTR_EXT (bit 29, kernel 5.15+): SETXATTR carries
+//              setxattr_flags (FUSE_SETXATTR_ACL_KILL_SGID).
 //          The bits libfuse 3.14's <linux/fuse.h> lacks are in
 //          kernel_abi.hpp. A new bit is one line in OpInit (adapter.cpp).
 //   each   the marks themselves, which libfuse 3.14 drops: WRITE's
@@ -24,7 +26,9 @@
 //          write by a caller without CAP_FSETID, and with KILLPRIV_V2 on
 //          cached ones too) and FUSE_WRITE_CACHE (a page written back
 //          from the page cache: a shared mapping's, or cache=page's), and
-//          OPEN's FUSE_OPEN_KILL_SUIDGID (O_TRUNC).
+//          OPEN's FUSE_OPEN_KILL_SUIDGID (O_TRUNC), and SETXATTR's
+//          FUSE_SETXATTR_ACL_KILL_SGID (with FUSE_SETXATTR_EXT agreed, whose
+//          longer request is cut back to the one libfuse 3.14 reads).
 //          Read from the request as it arrives and kept for the thread that
 //          serves it: libfuse's loops receive and process a request on one
 //          thread. (SETATTR's FATTR_KILL_SUIDGID reaches the setattr
@@ -53,9 +57,17 @@ bool RequestKillsPrivs();
 // pages' own, never the end of the file.
 bool RequestWritesBack();
 
+// True if the request the calling thread is serving is a SETXATTR the
+// kernel marked FUSE_SETXATTR_ACL_KILL_SGID: its caller is not in the
+// file's group and lacks CAP_FSETID, so setting an access ACL clears
+// set-group-ID (posix_acl_update_mode).
+bool RequestKillsSgid();
+
 // What the transport notes of each request as it arrives (the marks above,
 // INIT's offer), for a request of `n` bytes in `buf` that did not come
-// through the session's read (a ring entry, uring.hpp). Returns `n`.
-ssize_t ObserveRequest(const void* buf, ssize_t n, void* userdata);
+// through the session's read (a ring entry, uring.hpp). Returns the
+// request's length, which is less than `n` where it rewrote the request in
+// place for libfuse (SETXATTR, above).
+ssize_t ObserveRequest(void* buf, ssize_t n, void* userdata);
 
 }  // namespace nvfs

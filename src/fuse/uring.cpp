@@ -380,10 +380,9 @@ void UringTransport::Queue::Serve(Entry& e) {
     char* start = e.payload - arg - sizeof in;
     std::memcpy(start, &in, sizeof in);
     std::memcpy(start + sizeof in, e.header->op_in, arg);
-    ObserveRequest(start, in.len, userdata);
     fuse_buf buf{};
     buf.mem = start;
-    buf.size = in.len;
+    buf.size = static_cast<size_t>(ObserveRequest(start, in.len, userdata));
     current_entry = &e;
     fuse_session_process_buf(se, &buf);
     current_entry = nullptr;

@@ -11,6 +11,7 @@ NVFS_PACKAGES=(
   liburing-dev  # FUSE over io_uring (src/fuse/uring.cpp)
   e2fsprogs util-linux
   git rsync make gcc attr sqlite3  # tests/mount_tools.sh: ordinary tools on a mount
+  acl  # tests/mount_acl.sh: setfacl, getfacl
 )
 
 nvfs_install_deps() {
