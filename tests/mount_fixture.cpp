@@ -252,6 +252,9 @@ int MountedFs::Stop() {
   REQUIRE(rc == 0);
   const int code = Reap(10);
   REQUIRE(code >= 0);  // the destructor kills it otherwise
+  // The caller checks the status; the log, which the destructor deletes,
+  // says why it is not 0.
+  if (code != 0) WARN("nvfs exited with status " << code << " at unmount; its log: " << log());
   REQUIRE_FALSE(IsMountPoint(dir_));
   return code;
 }
