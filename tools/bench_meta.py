@@ -319,6 +319,16 @@ class RequestCounter:
 
     def __init__(self):
         self.rows = {}  # target -> workload -> {opcode: count}
+        # perf finds the tracepoint through tracefs: mounted for the run if
+        # it is not (and unmounted after, close()).
+        self.mounted_tracefs = False
+        if not os.path.isdir(os.path.join(TRACE, "events")):
+            run(["mount", "-t", "tracefs", "nodev", TRACE])
+            self.mounted_tracefs = True
+
+    def close(self):
+        if self.mounted_tracefs:
+            run(["umount", TRACE], check=False)
 
     def run(self, t, name, cmd):
         conn = t.connection()
@@ -352,9 +362,12 @@ class RequestCounter:
 
 def count_requests(chosen, args, tarball):
     counter = RequestCounter()
-    for t in chosen:
-        if t.kind in ("nvfs", "fuse2fs"):
-            run_target(t, args, tarball, counter.run)
+    try:
+        for t in chosen:
+            if t.kind in ("nvfs", "fuse2fs"):
+                run_target(t, args, tarball, counter.run)
+    finally:
+        counter.close()
     counter.report(args)
 
 
