@@ -18,7 +18,7 @@ source "$(dirname "$0")/lib/common.sh"
 
 if [ "${1:-}" = --meta ]; then
   shift
-  nvfs_install_deps psmisc fuse2fs  # fuser
+  nvfs_install_deps psmisc fuse2fs linux-perf  # fuser; perf for --count-requests
   nvfs_build
   exec python3 "$NVFS_TOP/tools/bench_meta.py" "$@"
 fi

@@ -28,7 +28,11 @@ its old value restored on every exit (also SIGTERM and failures).
 --count-requests instead runs one repetition of the FUSE targets with the
 kernel's fuse:fuse_request_send tracepoint counted per opcode for the
 target's connection (perf stat), and prints the FUSE requests each workload
-cost per item: where nvfs's time goes, independent of machine load.
+cost per item: where nvfs's time goes, independent of machine load (needs
+perf: Debian's linux-perf).
+
+The tarball stays in BENCH_WORK (/dev/shm/nvfs-bench-meta, 77 MiB at the
+default size) for the next run; remove the directory to free it.
 """
 import argparse
 import io
