@@ -36,8 +36,9 @@ mount_nvfs() {
 }
 
 unmount_nvfs() {
-  # EBUSY for a moment while the daemon still answers what the kernel sent
-  # in the background (RELEASE, FORGET); a mount that stays busy fails.
+  # EBUSY for a moment while another process's request on the mount (a
+  # statfs of every mount) waits for the daemon (mount_fixture.cpp, Stop);
+  # a mount that stays busy fails.
   local tries=0
   until fusermount3 -u "$mnt" 2>/dev/null; do
     tries=$((tries + 1))
