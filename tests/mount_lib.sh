@@ -36,7 +36,18 @@ mount_nvfs() {
 }
 
 unmount_nvfs() {
-  fusermount3 -u "$mnt"
+  # EBUSY for a moment while another process's request on the mount (a
+  # statfs of every mount) waits for the daemon (mount_fixture.cpp, Stop);
+  # a mount that stays busy fails.
+  local tries=0
+  until fusermount3 -u "$mnt" 2>/dev/null; do
+    tries=$((tries + 1))
+    if [ "$tries" -ge 200 ] || ! mountpoint -q "$mnt"; then
+      fusermount3 -u "$mnt" || return 1
+      break
+    fi
+    sleep 0.05
+  done
   local status=0
   wait "$daemon_pid" || status=$?
   daemon_pid=

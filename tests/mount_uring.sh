@@ -10,6 +10,8 @@
 #               load leaves no stuck process (the readers end, with an error)
 #               and a dead mount that fusermount3 -u removes; the namespace
 #               mounts again and unmounts consistent (fsck.nvfs -n);
+#   startup-unmount  an unmount while the rings register ends the daemon
+#               with 0;
 #   suite       the C++ mount suite (NVFS_TEST_MOUNT, its arguments after
 #               "suite"), the tool, fault and (with NVFS_STRESS) stress
 #               tests, with NVFS_IO_URING=on: every mount they make is
@@ -175,6 +177,51 @@ teardown() {
   echo "ok teardown"
 }
 
+# An unmount while a queue thread is still registering (the thread waited
+# for its CPU between submitting its REGISTERs and looking at their
+# completions; NVFS_TEST_RING_SETUP_DELAY_MS makes that wait long): the
+# completions then say the connection ended (-ENOTCONN), which is the end of
+# the session, not a refusal of io_uring. The daemon exits 0. It exited 1
+# ("io_uring=on: cannot start the rings: Transport endpoint is not
+# connected") before the fix: seen with the ASan daemon on a loaded machine.
+startup_unmount() {
+  echo Y > "$knob"
+  new_mount
+  # Nothing may touch the mount meanwhile (mountpoint's stat would be the
+  # first completion the queue thread sees): /proc/mounts says it is there.
+  NVFS_TEST_RING_SETUP_DELAY_MS=1500 "$NVFS_DAEMON" -f -o io_uring=on "$image" "$mnt" \
+    > "$log" 2>&1 &
+  daemon_pid=$!
+  for _ in $(seq 500); do
+    grep -q " $mnt " /proc/mounts && break
+    kill -0 "$daemon_pid" 2>/dev/null || fail "nvfs exited before mounting"
+    sleep 0.01
+  done
+  sleep 0.5  # INIT served, the REGISTERs submitted, the queue threads waiting
+  # The connection ends as an unmount ends it (fuse_abort_conn), through
+  # its control file: other processes' statfs of every mount can hold this
+  # one busy for as long as the queue threads wait, and an umount would
+  # then say EBUSY. The connection is named by the mount's device number
+  # (minor; major 0), from mountinfo: a stat would wait too.
+  local dev ctl_mounted=
+  if ! [ -d /sys/fs/fuse/connections ] || ! mountpoint -q /sys/fs/fuse/connections; then
+    mount -t fusectl none /sys/fs/fuse/connections 2>/dev/null ||
+      { echo "NVFS-SKIPPED: startup-unmount needs fusectl"; kill "$daemon_pid"; wait "$daemon_pid"; daemon_pid=; cleanup_mount; return 0; }
+    ctl_mounted=1
+  fi
+  dev=$(awk -v m="$mnt" '$5 == m { split($3, d, ":"); print d[2] }' /proc/self/mountinfo)
+  [ -n "$dev" ] && [ -e "/sys/fs/fuse/connections/$dev/abort" ] || fail "no connection for $mnt"
+  echo 1 > "/sys/fs/fuse/connections/$dev/abort"
+  [ -z "$ctl_mounted" ] || umount /sys/fs/fuse/connections
+  local status=0
+  wait "$daemon_pid" || status=$?
+  daemon_pid=
+  [ "$status" -eq 0 ] || fail "the connection ended while the rings registered: daemon exit $status"
+  fusermount3 -u "$mnt" || fusermount3 -uz "$mnt"
+  cleanup_mount
+  echo "ok startup-unmount"
+}
+
 suite() {
   echo Y > "$knob"
   : "${NVFS_TEST_MOUNT:?set NVFS_TEST_MOUNT to tests/test_mount}"
@@ -198,7 +245,8 @@ suite() {
 case "$which" in
   refusal) refusal ;;
   teardown) teardown ;;
+  startup-unmount) startup_unmount ;;
   suite) shift; suite "$@" ;;
-  all) refusal; teardown; suite ;;
-  *) echo "usage: $0 [refusal|teardown|suite [test_mount args]]"; exit 2 ;;
+  all) refusal; teardown; startup_unmount; suite ;;
+  *) echo "usage: $0 [refusal|teardown|startup-unmount|suite [test_mount args]]"; exit 2 ;;
 esac

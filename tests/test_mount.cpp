@@ -990,6 +990,60 @@ TEST_CASE("mount: mmap reads and writes in both cache modes", "[mount]") {
   CHECK(FsckImage(m.image()).exit_code == 0);
 }
 
+// The daemon answers the first FSYNC and FSYNCDIR with ENOSYS (every write
+// is durable when answered), and the kernel stops sending them: fsync(2)
+// must still return 0 and still write back what only the kernel holds, a
+// shared mapping's dirty pages, before it returns. kill -9 right after
+// proves they reached the daemon.
+TEST_CASE("mount: fsync without FSYNC requests still writes a mapping's pages back",
+          "[mount]") {
+  NVFS_REQUIRE_FUSE();
+  const std::string options = GENERATE(as<std::string>{}, "", "cache=page");
+  INFO("options: " << options);
+  MountedFs m;
+  const std::string data = Pattern(64 * kKiB, 9);
+  std::string expected = data;
+  m.Start(options);
+  WriteFile(m.path("f"), data);
+  REQUIRE(mkdir(m.path("d").c_str(), 0755) == 0);
+  {
+    // The first fsync and fdatasync of a file and of a directory: the
+    // kernel's FSYNC/FSYNCDIR are answered ENOSYS, the callers see 0.
+    Fd first(m.path("f"), O_RDWR);
+    REQUIRE(first.ok());
+    CHECK(fsync(first.get()) == 0);
+    CHECK(fdatasync(first.get()) == 0);
+    Fd dir(m.path("d"), O_RDONLY | O_DIRECTORY);
+    REQUIRE(dir.ok());
+    CHECK(fsync(dir.get()) == 0);
+    CHECK(fsync(dir.get()) == 0);
+  }
+  Fd fd(m.path("f"), O_RDWR);
+  REQUIRE(fd.ok());
+  void* p = mmap(nullptr, data.size(), PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+  INFO("mmap: " << std::strerror(errno));
+  REQUIRE(p != MAP_FAILED);
+  std::memcpy(static_cast<char*>(p) + 12345, "stored, then fsync", 18);
+  expected.replace(12345, 18, "stored, then fsync");
+  REQUIRE(fsync(fd.get()) == 0);  // no msync
+  const std::string more = "appended, then fdatasync";
+  REQUIRE(pwrite(fd.get(), more.data(), more.size(), static_cast<off_t>(data.size())) ==
+          static_cast<ssize_t>(more.size()));
+  expected += more;
+  REQUIRE(fdatasync(fd.get()) == 0);
+  // The daemon dies with the mapping in place; the mapping and the file go
+  // before the dead mount is unmounted (a lazy unmount under a live mapping
+  // left the next mount's unmount EBUSY now and then).
+  REQUIRE(kill(m.pid(), SIGKILL) == 0);
+  munmap(p, data.size());
+  fd.Close();
+  CHECK(m.Signal(SIGKILL) == 128 + SIGKILL);
+  m.Start(options);
+  CHECK(ReadAll(m.path("f")) == expected);
+  CHECK(m.Stop() == 0);
+  CHECK(FsckImage(m.image()).exit_code == 0);
+}
+
 // The mount's read-ahead, as the kernel sees it, or -1 if unreadable.
 static int ReadAheadKb(const std::string& dir) {
   const struct stat st = Stat(dir);

@@ -3,18 +3,30 @@
 # nvfs with every read path and cache mode, fuse2fs, ext4 on a loop device and
 # tmpfs, with nvfs-pread and fio; prints one table and draws doc/bench.png.
 #   tools/bench.sh [--quick] [--reps N] [--size BYTES] [--targets a,b,...]
-# With --meta first, the metadata benchmark instead (tools/bench_meta.py:
-# tree walks with the kernel's caches as long as the mount against 1 s):
-#   tools/bench.sh --meta [--files N] [--reps N] [--idle S] [--targets a,b,...]
-#                         [--baseline DIR_WITH_AN_OLDER_nvfs]
+# With --meta first, the metadata table instead (tools/bench_meta.py: untar,
+# find, du, rm -rf, creates, stats, unlinks, appends with fsync, against tmpfs,
+# ext4 on a loop device and fuse2fs; nvfs over /dev/fuse and io_uring):
+#   tools/bench.sh --meta [--reps N] [--files N] [-n N] [--appends N]
+#                         [--targets a,b,...] [--baseline DIR_WITH_AN_OLDER_nvfs]
+#                         [--count-requests]
+# With --walks first, tree walks with the kernel's caches as long as the mount
+# against 1 s timeouts (tools/bench_walks.py):
+#   tools/bench.sh --walks [--files N] [--reps N] [--idle S] [--targets a,b,...]
+#                          [--baseline DIR_WITH_AN_OLDER_nvfs]
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
 
 if [ "${1:-}" = --meta ]; then
   shift
-  nvfs_install_deps psmisc  # fuser
+  nvfs_install_deps psmisc fuse2fs linux-perf  # fuser; perf for --count-requests
   nvfs_build
   exec python3 "$NVFS_TOP/tools/bench_meta.py" "$@"
+fi
+if [ "${1:-}" = --walks ]; then
+  shift
+  nvfs_install_deps psmisc  # fuser
+  nvfs_build
+  exec python3 "$NVFS_TOP/tools/bench_walks.py" "$@"
 fi
 
 nvfs_install_deps fio fuse2fs gnuplot-nox

@@ -1,30 +1,49 @@
 #!/usr/bin/env python3
-"""Metadata benchmark: walks of a populated tree through nvfs, with the
-kernel's entry and attribute caches as long as the mount (the default) and
-with the 1 s timeouts of earlier versions (entry_timeout=1,attr_timeout=1, which
-also turn off the kernel's listing cache, as before),
-in both cache modes, against tmpfs. Called by tools/bench.sh --meta (which
-installs and builds first).
+"""Metadata benchmark (issue 13.5): the everyday metadata work of a
+file system user against tmpfs, ext4 on a loop device and fuse2fs, with nvfs
+over both FUSE transports (/dev/fuse and io_uring) in both cache modes, and
+optionally an older nvfs build (--baseline) side by side in the same run.
+Called by tools/bench.sh --meta (which installs and builds first).
 
-Every target holds the same tree (nvfs-populate: FILES files in DIRS
-directories; one image, remounted with each target's options; tmpfs gets a
-copy). A repetition mounts each target in turn, walks the tree once (cold,
-right after the mount), then, for each workload, waits IDLE seconds (longer
-than the old timeouts: what a user meets who runs `git status` or `make`
-again a moment later) and times the workload once. The table gives medians
-over the repetitions and the ratio of the old timeouts' time to the new one's
-from the same run.
+Every target gets a fresh file system per repetition (images under
+/dev/shm: nvfs, ext4 on a loop device, fuse2fs on the same kind of ext4
+image; tmpfs a directory of /dev/shm), and runs, in this order:
+  untar          tar -xf of a generated tree (FILES files in about DIRS
+                 directories, some symlinks; the tarball is made once,
+                 reproducibly: a seeded generator, fixed times and owners)
+  find (cold)    after a remount (ext4: and drop_caches): find DIR
+  du -s (warm)   right after
+  rm -rf (warm)  of the untarred tree
+  create         N files in a fresh directory (open O_CREAT|O_EXCL + close)
+  stat (warm)    lstat of each by path, right after
+  stat (cold)    after a remount
+  unlink         of each
+  append+fsync   APPENDS appends of 4 KiB to one file, fsync after each
+The per-file loops run in nvfs-metaops (C++), so no interpreter is timed.
+Targets alternate within each repetition (the order reverses every other
+one); the table gives medians over the repetitions. FUSE over io_uring needs
+the kernel's global enable_uring switch: it is turned on for the run and
+its old value restored on every exit (also SIGTERM and failures).
 
-To add a workload: a (name, function(dir) -> None) pair in WORKLOADS. To add
-a target: a Target in targets() (kind nvfs: its -o options).
+--count-requests instead runs one repetition of the FUSE targets with the
+kernel's fuse:fuse_request_send tracepoint counted per opcode for the
+target's connection (perf stat), and prints the FUSE requests each workload
+cost per item: where nvfs's time goes, independent of machine load (needs
+perf: Debian's linux-perf).
+
+The tarball stays in BENCH_WORK (/dev/shm/nvfs-bench-meta, 77 MiB at the
+default size) for the next run; remove the directory to free it.
 """
 import argparse
+import io
 import json
 import os
+import random
 import shutil
+import signal
 import statistics
-import subprocess
 import sys
+import tarfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -34,167 +53,441 @@ TOP = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.environ.get("NVFS_BUILD", os.path.join(TOP, "build"))
 WORK = os.environ.get("BENCH_WORK", "/dev/shm/nvfs-bench-meta")
 MNT = os.environ.get("BENCH_MNT", "/tmp/nvfs-bench-meta")
+KNOB = "/sys/module/fuse/parameters/enable_uring"
+TRACE = "/sys/kernel/tracing"
+IMAGE_SIZE = 1 << 30
+
+
+def drop_caches():
+    os.sync()
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("3\n")
+
+
+def wait_released(path, timeout=10):
+    # A FUSE daemon releases its image (and nvfs the namespace's lock) as it
+    # exits, after the unmount returned; the next mount needs both gone.
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if run(["fuser", "-s", path], check=False).returncode != 0:
+            return
+        time.sleep(0.02)
 
 
 class Target:
     def __init__(self, name, kind, options="", bindir=BUILD):
         self.name, self.kind, self.options, self.bindir = name, kind, options, bindir
-        self.dir = os.path.join(MNT, name) if kind == "nvfs" else os.path.join(WORK, "tmpfs")
+        self.dir = os.path.join(MNT, name)
+        self.image = os.path.join(WORK, name + ".img")
+        self.loop = None
 
-    def mount(self, image):
-        self.image = image
-        if self.kind != "nvfs":
-            return
+    @property
+    def uses_uring(self):
+        return "io_uring=on" in self.options
+
+    def create(self, inodes):
         os.makedirs(self.dir, exist_ok=True)
-        cmd = [os.path.join(self.bindir, "nvfs"), image, self.dir]
-        if self.options:
-            cmd += ["-o", self.options]
-        run(cmd)
+        if self.kind == "tmpfs":
+            self.dir = os.path.join(WORK, "tmpfs")
+            shutil.rmtree(self.dir, ignore_errors=True)
+            os.makedirs(self.dir)
+            return
+        if self.kind == "nvfs":
+            run([os.path.join(self.bindir, "mkfs.nvfs"), "-q", "-f", "-s", str(IMAGE_SIZE),
+                 "-N", str(inodes), self.image])
+        else:
+            run(["truncate", "-s", str(IMAGE_SIZE), self.image])
+            run(["mkfs.ext4", "-q", "-F", self.image])
+            if self.kind == "ext4-loop":
+                self.loop = run(["losetup", "-f", "--show", self.image]).stdout.strip()
+        self.mount()
+
+    def mount(self):
+        if self.kind == "nvfs":
+            cmd = [os.path.join(self.bindir, "nvfs"), self.image, self.dir]
+            if self.options:
+                cmd += ["-o", self.options]
+            run(cmd)
+        elif self.kind == "fuse2fs":
+            run(["fuse2fs", self.image, self.dir, "-o", "fakeroot"])
+        elif self.kind == "ext4-loop":
+            run(["mount", self.loop, self.dir])
 
     def unmount(self):
-        if self.kind != "nvfs" or not mounted(self.dir):
+        if self.kind == "tmpfs" or not mounted(self.dir):
             return
-        run(["fusermount3", "-u", self.dir])
-        # The daemon releases the namespace's lock (and its mapping of the
-        # image) as it exits; the next mount needs both gone.
-        deadline = time.time() + 10
-        while time.time() < deadline:
-            if run(["fuser", "-s", self.image], check=False).returncode != 0:
+        if self.kind == "ext4-loop":
+            run(["umount", self.dir])
+            return
+        # The kernel sends RELEASE in the background and keeps the mount busy
+        # until each is answered: right after 10,000 creates, umount may say
+        # EBUSY for a while.
+        deadline = time.time() + 30
+        while run(["fusermount3", "-u", self.dir], check=False).returncode != 0:
+            if time.time() > deadline:
+                run(["fusermount3", "-uz", self.dir], check=False)
                 break
-            time.sleep(0.05)
+            time.sleep(0.1)
+        wait_released(self.image)
+
+    def remount(self):
+        """What the next workload finds is not in any kernel cache."""
+        if self.kind == "tmpfs":
+            return  # nothing to reread: tmpfs is its caches
+        self.unmount()
+        if self.kind == "ext4-loop":
+            drop_caches()
+        self.mount()
+
+    def destroy(self):
+        self.unmount()
+        if self.loop:
+            run(["losetup", "-d", self.loop], check=False)
+            self.loop = None
+        if self.kind == "tmpfs":
+            shutil.rmtree(self.dir, ignore_errors=True)
+        if os.path.exists(self.image):
+            os.unlink(self.image)
+
+    def daemon_cpu(self):
+        """CPU seconds (user + system, all threads) the FUSE daemon serving
+        this target has used so far, or None (no daemon)."""
+        if self.kind not in ("nvfs", "fuse2fs"):
+            return None
+        pids = run(["fuser", self.image], check=False).stdout.split()
+        total = 0
+        for pid in pids:
+            try:
+                with open(f"/proc/{pid.strip()}/stat") as f:
+                    fields = f.read().rpartition(")")[2].split()
+                total += int(fields[11]) + int(fields[12])  # utime, stime
+            except (OSError, ValueError, IndexError):
+                pass
+        return total / os.sysconf("SC_CLK_TCK")
+
+    def connection(self):
+        """The FUSE connection id the kernel's tracepoints name (fc->dev)."""
+        d = os.stat(self.dir).st_dev
+        return (os.major(d) << 20) | os.minor(d)
 
 
 def targets(baseline):
-    old = "entry_timeout=1,attr_timeout=1"
-    base = []
-    if baseline:
-        # An older daemon, with its own defaults (it may know no timeout option).
-        base = [Target("base-none", "nvfs", "", baseline),
-                Target("base-page", "nvfs", "cache=page", baseline)]
-    return base + [
-        Target("nvfs-none-1s", "nvfs", old),
-        Target("nvfs-none", "nvfs", ""),
-        Target("nvfs-page-1s", "nvfs", "cache=page," + old),
-        Target("nvfs-page", "nvfs", "cache=page"),
-        Target("tmpfs", "tmpfs"),
-    ]
+    out = [Target("tmpfs", "tmpfs"), Target("ext4-loop", "ext4-loop"),
+           Target("fuse2fs", "fuse2fs")]
+    builds = [("nvfs", BUILD)] + ([("base", os.path.abspath(baseline))] if baseline else [])
+    for prefix, bindir in builds:
+        for cache in ("none", "page"):
+            for transport, opt in (("", "off"), ("-uring", "on")):
+                out.append(Target(f"{prefix}-{cache}{transport}", "nvfs",
+                                  f"cache={cache},io_uring={opt}", bindir))
+    return out
 
 
-def walk_find(d):
-    # find -printf '%s' stats every name (fstatat), as make and rsync would.
-    run(["find", d, "-printf", "%s\n"])
+def make_tree_tar(path, files, dirs, seed=13):
+    """A source-tree-like tree, the same bytes every time: directories
+    nested up to three deep, file sizes log-normal around 2 KiB (capped
+    at 256 KiB), one symlink per hundred files; fixed times and owners."""
+    rng = random.Random(seed)
+    names = ["."]
+    for i in range(dirs):
+        parent = rng.choice(names[-50:] if len(names) > 50 else names)
+        if parent.count("/") >= 3:
+            parent = "."
+        names.append(f"{parent}/d{i:04d}")
+    mtime = 1_700_000_000
+    pattern = bytes(rng.getrandbits(8) for _ in range(1 << 16)) * 4  # 256 KiB
+    tmp = path + ".tmp"
+    with tarfile.open(tmp, "w", format=tarfile.GNU_FORMAT) as tar:
+        def add(name, kind, size=0, target=""):
+            info = tarfile.TarInfo(name)
+            info.mtime, info.uid, info.gid, info.uname, info.gname = mtime, 0, 0, "root", "root"
+            if kind == "dir":
+                info.type, info.mode = tarfile.DIRTYPE, 0o755
+                tar.addfile(info)
+            elif kind == "link":
+                info.type, info.mode, info.linkname = tarfile.SYMTYPE, 0o777, target
+                tar.addfile(info)
+            else:
+                info.mode, info.size = 0o644, size
+                start = rng.randrange(0, 1 << 16)
+                tar.addfile(info, io.BytesIO(pattern[start:start + size]))
+        for d in names[1:]:
+            add(f"tree/{d[2:]}", "dir")
+        for i in range(files):
+            d = rng.choice(names)
+            base = "tree" if d == "." else f"tree/{d[2:]}"
+            size = min(int(rng.lognormvariate(7.6, 1.0)), 256 * 1024 - (1 << 16))
+            if i % 100 == 99:
+                add(f"{base}/l{i:05d}", "link", target=f"f{i - 1:05d}.c")
+            else:
+                add(f"{base}/f{i:05d}.c", "file", size)
+    os.rename(tmp, path)
 
 
-def walk_lstat(d):
-    for top, dirs, files in os.walk(d):
-        for name in files:
-            os.lstat(os.path.join(top, name))
+# How each workload's command runs: timed (the default), or under perf
+# stat counting FUSE requests (--count-requests, RequestCounter.run).
+def plain_runner(t, name, cmd):
+    t0 = time.perf_counter()
+    out = run(cmd).stdout
+    elapsed = time.perf_counter() - t0
+    if cmd[0].endswith("nvfs-metaops"):
+        return float(out.split()[2])  # the tool's own clock: no process start-up
+    return elapsed
 
 
-def walk_du(d):
-    run(["du", "-s", d])
+# The daemon's CPU per workload: what each costs the FUSE server, which the
+# other engineers' load on the machine inflates far less than wall time.
+DAEMON_CPU = {}  # target -> workload -> [seconds per repetition]
 
 
-# Every file's path relative to a target's root, listed once before timing:
-# the files a build or `git status` checks by name, without listing a
-# directory (no READDIRPLUS to refresh the kernel's names in bulk).
-KNOWN = []
+def measuring_runner(t, name, cmd):
+    before = t.daemon_cpu()
+    elapsed = plain_runner(t, name, cmd)
+    if before is not None:
+        if name == "create":
+            time.sleep(0.2)  # its RELEASEs, sent in the background
+        after = t.daemon_cpu()
+        DAEMON_CPU.setdefault(t.name, {}).setdefault(name, []).append(after - before)
+    return elapsed
 
 
-def stat_known(d):
-    for rel in KNOWN:
-        os.lstat(os.path.join(d, rel))
+def metaops_cmd(op, where, n):
+    return [os.path.join(BUILD, "nvfs-metaops"), op, where, str(n)]
 
 
-# (name, function(dir)); each timed once per repetition after IDLE seconds.
+# (name, items for "per item" figures or None, unit) in the order they run.
 WORKLOADS = [
-    ("find -printf %s", walk_find),
-    ("lstat every file (python)", walk_lstat),
-    ("du -s", walk_du),
-    ("lstat known paths (python)", stat_known),
+    ("untar", "files", "s"),
+    ("find (cold)", None, "ms"),
+    ("du -s (warm)", None, "ms"),
+    ("rm -rf (warm)", "files", "ms"),
+    ("create", "n", "us"),
+    ("stat (warm)", "n", "us"),
+    ("stat (cold)", "n", "us"),
+    ("unlink", "n", "us"),
+    ("append 4K+fsync", "appends", "us"),
 ]
 
 
-def timed(fn, d):
-    t0 = time.perf_counter()
-    fn(d)
-    return time.perf_counter() - t0
+def run_target(t, args, tarball, runner=measuring_runner):
+    """One repetition on `t`, a fresh file system: {workload: seconds}."""
+    res = {}
+    t.create(args.files + args.dirs + args.n + 1000)
+    try:
+        res["untar"] = runner(t, "untar", ["tar", "-xf", tarball, "-C", t.dir])
+        t.remount()
+        tree = os.path.join(t.dir, "tree")
+        res["find (cold)"] = runner(t, "find (cold)", ["find", tree, "-fprint", "/dev/null"])
+        res["du -s (warm)"] = runner(t, "du -s (warm)", ["du", "-s", tree])
+        res["rm -rf (warm)"] = runner(t, "rm -rf (warm)", ["rm", "-rf", tree])
+        d = os.path.join(t.dir, "many")
+        os.mkdir(d)
+        res["create"] = runner(t, "create", metaops_cmd("create", d, args.n))
+        res["stat (warm)"] = runner(t, "stat (warm)", metaops_cmd("stat", d, args.n))
+        t.remount()
+        res["stat (cold)"] = runner(t, "stat (cold)", metaops_cmd("stat", d, args.n))
+        res["unlink"] = runner(t, "unlink", metaops_cmd("unlink", d, args.n))
+        res["append 4K+fsync"] = runner(t, "append 4K+fsync",
+                                        metaops_cmd("append", os.path.join(t.dir, "log"),
+                                                    args.appends))
+    finally:
+        t.destroy()
+    return res
+
+
+def per_item(name, args):
+    return {"files": args.files, "n": args.n, "appends": args.appends, None: 1}[
+        next(w[1] for w in WORKLOADS if w[0] == name)]
+
+
+def show(value_s, unit, items):
+    if unit == "s":
+        return f"{value_s:.2f} s"
+    if unit == "ms":
+        return f"{value_s * 1e3:.0f} ms"
+    return f"{value_s * 1e6 / items:.1f} us"
+
+
+class RequestCounter:
+    """FUSE requests of one connection, per opcode, while a command runs:
+    perf stat of the kernel's fuse:fuse_request_send tracepoint, one
+    filtered counter per opcode (this kernel has no tracefs histograms).
+    Requests the kernel sends in the background (RELEASE, FORGET) are
+    counted if they are sent before the command ends."""
+    OPS = {1: "LOOKUP", 2: "FORGET", 3: "GETATTR", 4: "SETATTR", 5: "READLINK", 6: "SYMLINK",
+           8: "MKNOD", 9: "MKDIR", 10: "UNLINK", 11: "RMDIR", 12: "RENAME", 13: "LINK", 14: "OPEN",
+           15: "READ", 16: "WRITE", 17: "STATFS", 18: "RELEASE", 20: "FSYNC", 21: "SETXATTR",
+           22: "GETXATTR", 23: "LISTXATTR", 24: "REMOVEXATTR", 25: "FLUSH", 27: "OPENDIR",
+           28: "READDIR", 29: "RELEASEDIR", 30: "FSYNCDIR", 34: "ACCESS", 35: "CREATE",
+           42: "BATCH_FORGET", 43: "FALLOCATE", 44: "READDIRPLUS", 45: "RENAME2", 52: "STATX"}
+
+    def __init__(self):
+        self.rows = {}  # target -> workload -> {opcode: count}
+        # perf finds the tracepoint through tracefs: mounted for the run if
+        # it is not (and unmounted after, close()).
+        self.mounted_tracefs = False
+        if not os.path.isdir(os.path.join(TRACE, "events")):
+            run(["mount", "-t", "tracefs", "nodev", TRACE])
+            self.mounted_tracefs = True
+
+    def close(self):
+        if self.mounted_tracefs:
+            run(["umount", TRACE], check=False)
+
+    def run(self, t, name, cmd):
+        conn = t.connection()
+        out = os.path.join(WORK, "perf-stat.txt")
+        perf = ["perf", "stat", "-a", "-x,", "-o", out]
+        for op in self.OPS:
+            perf += ["-e", "fuse:fuse_request_send",
+                     "--filter", f"connection == {conn} && opcode == {op}"]
+        t0 = time.perf_counter()
+        run(perf + ["--"] + cmd)
+        elapsed = time.perf_counter() - t0
+        counts = {}
+        with open(out) as f:
+            values = [line.split(",")[0] for line in f if "fuse_request_send" in line]
+        for op, v in zip(self.OPS, values):
+            if v.isdigit() and int(v) > 0:
+                counts[op] = int(v)
+        self.rows.setdefault(t.name, {})[name] = counts
+        return elapsed
+
+    def report(self, args):
+        for target, rows in self.rows.items():
+            print(f"\n{target}: FUSE requests per item (per file, per append)")
+            for name, ops in rows.items():
+                items = per_item(name, args)
+                total = sum(ops.values())
+                detail = ", ".join(f"{self.OPS[op]} {c / items:.2f}"
+                                   for op, c in sorted(ops.items(), key=lambda kv: -kv[1]))
+                print(f"  {name:16} {total / items:7.2f}  {detail}")
+
+
+def count_requests(chosen, args, tarball):
+    counter = RequestCounter()
+    try:
+        for t in chosen:
+            if t.kind in ("nvfs", "fuse2fs"):
+                run_target(t, args, tarball, counter.run)
+    finally:
+        counter.close()
+    counter.report(args)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--files", type=int, default=20000)
-    ap.add_argument("--dirs", type=int, default=200)
+    ap.add_argument("--files", type=int, default=20000, help="files in the untarred tree")
+    ap.add_argument("--dirs", type=int, default=1000, help="directories in the untarred tree")
+    ap.add_argument("-n", type=int, default=10000, help="creates, stats and unlinks")
+    ap.add_argument("--appends", type=int, default=1000, help="4 KiB appends, each fsynced")
     ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--idle", type=float, default=1.5,
-                    help="seconds between the cold walk and each timed workload")
     ap.add_argument("--targets", default="", help="comma-separated subset of target names")
     ap.add_argument("--baseline", default="",
-                    help="a directory holding an older nvfs daemon: adds targets base-none "
-                         "and base-page (same image, same run)")
+                    help="a directory with an older build's nvfs and mkfs.nvfs: adds targets "
+                         "base-<cache>[-uring] beside nvfs-<cache>[-uring]")
+    ap.add_argument("--count-requests", action="store_true",
+                    help="one repetition counting FUSE requests per item (kernel tracepoint)")
     ap.add_argument("--json-out", default=os.path.join(WORK, "meta-results.json"))
+    ap.add_argument("--md-out", default=os.path.join(WORK, "meta-results.md"))
     args = ap.parse_args()
 
     chosen = targets(args.baseline)
     if args.targets:
         names = args.targets.split(",")
         chosen = [t for t in chosen if t.name in names]
+    knob_old = None
+    if any(t.uses_uring for t in chosen):
+        if not os.path.exists(KNOB):
+            print(f"no {KNOB}: the io_uring targets are left out", file=sys.stderr)
+            chosen = [t for t in chosen if not t.uses_uring]
+        else:
+            with open(KNOB) as f:
+                knob_old = f.read().strip()
+            signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
+            signal.signal(signal.SIGHUP, lambda *_: sys.exit(1))
     os.makedirs(WORK, exist_ok=True)
     os.makedirs(MNT, exist_ok=True)
-    image = os.path.join(WORK, "meta.img")
-    run([os.path.join(BUILD, "mkfs.nvfs"), "-q", "-f", "-s", "1G", "-N",
-         str(args.files + args.dirs + 1000), image])
-    run([os.path.join(BUILD, "nvfs-populate"), "-n", str(args.files), "-d", str(args.dirs), image])
-    times = {t.name: {w: [] for w, _ in [("cold find", None)] + WORKLOADS} for t in chosen}
+    tarball = os.path.join(WORK, f"tree-{args.files}-{args.dirs}.tar")
+    if not os.path.exists(tarball):
+        make_tree_tar(tarball, args.files, args.dirs)
+
+    times = {t.name: {w[0]: [] for w in WORKLOADS} for t in chosen}
     try:
-        tmpfs = next((t for t in chosen if t.kind == "tmpfs"), None)
-        if tmpfs is not None:
-            # The same tree: copied out of an nvfs mount.
-            src = Target("nvfs-copy", "nvfs")
-            src.mount(image)
-            shutil.rmtree(tmpfs.dir, ignore_errors=True)
-            shutil.copytree(src.dir, tmpfs.dir, symlinks=True)
-            src.unmount()
+        if knob_old is not None:
+            with open(KNOB, "w") as f:
+                f.write("Y\n")
+        if args.count_requests:
+            count_requests(chosen, args, tarball)
+            return
         for rep in range(args.reps):
-            for t in chosen:
-                t.mount(image)
-                try:
-                    if t.kind == "tmpfs":
-                        run(["sh", "-c", "echo 2 > /proc/sys/vm/drop_caches"], check=False)
-                    times[t.name]["cold find"].append(timed(walk_find, t.dir))
-                    if not KNOWN:
-                        for top, _, files in os.walk(t.dir):
-                            KNOWN.extend(os.path.relpath(os.path.join(top, f), t.dir)
-                                         for f in files)
-                    for name, fn in WORKLOADS:
-                        time.sleep(args.idle)
-                        times[t.name][name].append(timed(fn, t.dir))
-                finally:
-                    t.unmount()
-            print(f"rep {rep + 1}/{args.reps} done", file=sys.stderr)
+            order = chosen if rep % 2 == 0 else list(reversed(chosen))
+            for t in order:
+                for name, seconds in run_target(t, args, tarball).items():
+                    times[t.name][name].append(seconds)
+                print(f"rep {rep + 1}/{args.reps} {t.name} done", file=sys.stderr)
     finally:
         for t in chosen:
-            t.unmount()
-        os.unlink(image)
+            t.destroy()
+        if knob_old is not None:
+            with open(KNOB, "w") as f:
+                f.write(knob_old + "\n")
 
     med = {t: {w: statistics.median(v) for w, v in ws.items()} for t, ws in times.items()}
     columns = [t.name for t in chosen]
-    print(f"\nmetadata walks of {args.files} files in {args.dirs} directories, "
-          f"median of {args.reps} (ms), {args.idle:g} s idle before each timed walk")
-    print(f"{'workload':28}" + "".join(f"{c:>14}" for c in columns))
-    for w in times[columns[0]]:
-        print(f"{w:28}" + "".join(f"{med[c][w] * 1000:14.1f}" for c in columns))
-    for mode in ("none", "page"):
-        new = f"nvfs-{mode}"
-        for old, what in ((f"nvfs-{mode}-1s", "1 s timeouts"), (f"base-{mode}", "baseline")):
-            if old in med and new in med:
-                print(f"\ncache={mode}: {what} / this daemon's defaults")
-                for w in med[old]:
-                    print(f"  {w:28}{med[old][w] / med[new][w]:8.2f}x")
+    load = os.getloadavg()
+    lines = [f"Metadata, medians of {args.reps} alternating repetitions (one run); tree of "
+             f"{args.files} files in {args.dirs} directories; create/stat/unlink: {args.n} "
+             f"files; {args.appends} appends. Load average at the end: "
+             f"{load[0]:.1f} {load[1]:.1f} {load[2]:.1f} (2 CPUs).", "",
+             "| workload | " + " | ".join(columns) + " |",
+             "|---|" + "---|" * len(columns)]
+    for name, _, unit in WORKLOADS:
+        items = per_item(name, args)
+        per = " (per file)" if unit == "us" else ""
+        lines.append(f"| {name}{per} | " +
+                     " | ".join(show(med[c][name], unit, items) for c in columns) + " |")
+    # The issue's targets: every nvfs row >= 1.4x the baseline's (its time
+    # over ours) and within 3x ext4 on the loop device.
+    checks = []
+    for c in columns:
+        if not c.startswith("nvfs-"):
+            continue
+        base = "base-" + c[len("nvfs-"):]
+        for name, _, _ in WORKLOADS:
+            mine = med[c][name]
+            speedup = med[base][name] / mine if base in med else None
+            vs_ext4 = mine / med["ext4-loop"][name] if "ext4-loop" in med else None
+            checks.append((c, name, speedup, vs_ext4))
+    if checks:
+        lines += ["", "| target | workload | today's / this (>= 1.4) | this / ext4-loop (<= 3) |",
+                  "|---|---|---|---|"]
+        for c, name, speedup, vs_ext4 in checks:
+            s = "-" if speedup is None else f"{speedup:.2f}{'' if speedup >= 1.4 else ' MISSED'}"
+            e = "-" if vs_ext4 is None else f"{vs_ext4:.2f}{'' if vs_ext4 <= 3 else ' MISSED'}"
+            lines.append(f"| {c} | {name} | {s} | {e} |")
+    if DAEMON_CPU:
+        fuse = [c for c in columns if c in DAEMON_CPU]
+        lines += ["", "Daemon CPU (user + system, all its threads; clock ticks of 10 ms), medians:",
+                  "", "| workload | " + " | ".join(fuse) + " |", "|---|" + "---|" * len(fuse)]
+        for name, _, unit in WORKLOADS:
+            items = per_item(name, args)
+            cells = []
+            for c in fuse:
+                v = statistics.median(DAEMON_CPU[c].get(name, [0]))
+                cells.append(f"{v * 1e6 / items:.1f} us" if unit == "us" or items > 1
+                             else f"{v * 1e3:.0f} ms")
+            per = " (per item)" if items > 1 else ""
+            lines.append(f"| {name}{per} | " + " | ".join(cells) + " |")
+    text = "\n".join(lines)
+    print("\n" + text)
+    with open(args.md_out, "w") as f:
+        f.write(text + "\n")
     with open(args.json_out, "w") as f:
-        json.dump({"args": vars(args), "times_s": times, "median_s": med}, f, indent=1)
-    print(f"\nraw figures: {args.json_out}")
+        json.dump({"args": vars(args), "loadavg": load, "times_s": times, "median_s": med,
+                   "daemon_cpu_s": DAEMON_CPU}, f, indent=1)
+    print(f"\nmarkdown: {args.md_out}\nraw figures: {args.json_out}")
 
 
 if __name__ == "__main__":

@@ -34,8 +34,10 @@ void OpReleasedir(fuse_req_t req, fuse_ino_t /*ino*/, fuse_file_info* /*fi*/) {
   fuse_reply_err(req, 0);
 }
 
+// Directory operations are durable when they return: ENOSYS, as for FSYNC
+// (file.cpp), and the kernel stops sending FSYNCDIR (fc->no_fsyncdir).
 void OpFsyncdir(fuse_req_t req, fuse_ino_t /*ino*/, int /*datasync*/, fuse_file_info* /*fi*/) {
-  fuse_reply_err(req, 0);  // directory operations are durable when they return
+  fuse_reply_err(req, ENOSYS);
 }
 
 // readdir and readdirplus: entries from `cookie` on, as many as fit in `size`

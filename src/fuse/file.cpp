@@ -134,8 +134,16 @@ void OpFlush(fuse_req_t req, fuse_ino_t /*ino*/, fuse_file_info* /*fi*/) {
   fuse_reply_err(req, 0);  // every write is durable already (and open sets noflush)
 }
 
-void OpFsync(fuse_req_t req, fuse_ino_t /*ino*/, int /*datasync*/, fuse_file_info* fi) {
-  Guarded(req, [&] { ReplyStatus(req, AdapterOf(req).fs().Fsync(HandleOf(fi))); });
+// Every write is durable when its reply leaves (the core's Fsync has nothing
+// to do), so the first FSYNC answers ENOSYS: the kernel then stops sending
+// FSYNC for the connection (fc->no_fsync) and fsync(2) returns 0 after its
+// own part, which is the part that matters (fs/fuse/file.c, fuse_fsync:
+// it writes back the dirty pages of a shared mapping or of cache=page, as
+// FUSE_WRITEs that are durable when answered, and waits for them and their
+// errors before it would send FSYNC). That spares every fsync a round trip:
+// an append + fsync loop takes one request per append instead of two.
+void OpFsync(fuse_req_t req, fuse_ino_t /*ino*/, int /*datasync*/, fuse_file_info* /*fi*/) {
+  fuse_reply_err(req, ENOSYS);
 }
 
 // Reads `size` bytes at `off` through the configured read path.

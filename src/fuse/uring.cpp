@@ -16,6 +16,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <mutex>
@@ -311,12 +312,20 @@ int UringTransport::Queue::Setup() {
   io_uring_sqe_set_data64(poll, kEventData);
   r = io_uring_submit(&ring);
   if (r < 0) return r;
+  if (const char* delay = std::getenv("NVFS_TEST_RING_SETUP_DELAY_MS")) {
+    usleep(static_cast<useconds_t>(std::atoi(delay)) * 1000);  // tests/mount_uring.sh
+  }
   // A REGISTER the kernel refuses completes at once; one it takes stays
   // pending until a request comes, and one may come at once (the last
   // queue to register makes the ring ready, and requests held back for it
-  // go out): such a completion stays for Run to serve.
+  // go out): such a completion stays for Run to serve. So does the end of
+  // the connection (-ENOTCONN, -ECONNABORTED: an unmount while this thread
+  // waited for its CPU between the submit and this peek, which the other
+  // queues' requests may already have come through): not a refusal, the
+  // session is ending, and Run lets the entry go.
   io_uring_cqe* cqe = nullptr;
-  if (io_uring_peek_cqe(&ring, &cqe) == 0 && cqe->res < 0) {
+  if (io_uring_peek_cqe(&ring, &cqe) == 0 && cqe->res < 0 && cqe->res != -ENOTCONN &&
+      cqe->res != -ECONNABORTED) {
     const int res = cqe->res;
     io_uring_cqe_seen(&ring, cqe);
     return res;

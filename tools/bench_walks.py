@@ -1,0 +1,201 @@
+#!/usr/bin/env python3
+"""Metadata benchmark: walks of a populated tree through nvfs, with the
+kernel's entry and attribute caches as long as the mount (the default) and
+with the 1 s timeouts of earlier versions (entry_timeout=1,attr_timeout=1, which
+also turn off the kernel's listing cache, as before),
+in both cache modes, against tmpfs. Called by tools/bench.sh --walks (which
+installs and builds first).
+
+Every target holds the same tree (nvfs-populate: FILES files in DIRS
+directories; one image, remounted with each target's options; tmpfs gets a
+copy). A repetition mounts each target in turn, walks the tree once (cold,
+right after the mount), then, for each workload, waits IDLE seconds (longer
+than the old timeouts: what a user meets who runs `git status` or `make`
+again a moment later) and times the workload once. The table gives medians
+over the repetitions and the ratio of the old timeouts' time to the new one's
+from the same run.
+
+To add a workload: a (name, function(dir) -> None) pair in WORKLOADS. To add
+a target: a Target in targets() (kind nvfs: its -o options).
+"""
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench import mounted, run  # noqa: E402  (one copy of the helpers)
+
+TOP = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BUILD = os.environ.get("NVFS_BUILD", os.path.join(TOP, "build"))
+WORK = os.environ.get("BENCH_WORK", "/dev/shm/nvfs-bench-walks")
+MNT = os.environ.get("BENCH_MNT", "/tmp/nvfs-bench-walks")
+
+
+class Target:
+    def __init__(self, name, kind, options="", bindir=BUILD):
+        self.name, self.kind, self.options, self.bindir = name, kind, options, bindir
+        self.dir = os.path.join(MNT, name) if kind == "nvfs" else os.path.join(WORK, "tmpfs")
+
+    def mount(self, image):
+        self.image = image
+        if self.kind != "nvfs":
+            return
+        os.makedirs(self.dir, exist_ok=True)
+        cmd = [os.path.join(self.bindir, "nvfs"), image, self.dir]
+        if self.options:
+            cmd += ["-o", self.options]
+        run(cmd)
+
+    def unmount(self):
+        if self.kind != "nvfs" or not mounted(self.dir):
+            return
+        run(["fusermount3", "-u", self.dir])
+        # The daemon releases the namespace's lock (and its mapping of the
+        # image) as it exits; the next mount needs both gone.
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            if run(["fuser", "-s", self.image], check=False).returncode != 0:
+                break
+            time.sleep(0.05)
+
+
+def targets(baseline):
+    old = "entry_timeout=1,attr_timeout=1"
+    base = []
+    if baseline:
+        # An older daemon, with its own defaults (it may know no timeout option).
+        base = [Target("base-none", "nvfs", "", baseline),
+                Target("base-page", "nvfs", "cache=page", baseline)]
+    return base + [
+        Target("nvfs-none-1s", "nvfs", old),
+        Target("nvfs-none", "nvfs", ""),
+        Target("nvfs-page-1s", "nvfs", "cache=page," + old),
+        Target("nvfs-page", "nvfs", "cache=page"),
+        Target("tmpfs", "tmpfs"),
+    ]
+
+
+def walk_find(d):
+    # find -printf '%s' stats every name (fstatat), as make and rsync would.
+    run(["find", d, "-printf", "%s\n"])
+
+
+def walk_lstat(d):
+    for top, dirs, files in os.walk(d):
+        for name in files:
+            os.lstat(os.path.join(top, name))
+
+
+def walk_du(d):
+    run(["du", "-s", d])
+
+
+# Every file's path relative to a target's root, listed once before timing:
+# the files a build or `git status` checks by name, without listing a
+# directory (no READDIRPLUS to refresh the kernel's names in bulk).
+KNOWN = []
+
+
+def stat_known(d):
+    for rel in KNOWN:
+        os.lstat(os.path.join(d, rel))
+
+
+# (name, function(dir)); each timed once per repetition after IDLE seconds.
+WORKLOADS = [
+    ("find -printf %s", walk_find),
+    ("lstat every file (python)", walk_lstat),
+    ("du -s", walk_du),
+    ("lstat known paths (python)", stat_known),
+]
+
+
+def timed(fn, d):
+    t0 = time.perf_counter()
+    fn(d)
+    return time.perf_counter() - t0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--files", type=int, default=20000)
+    ap.add_argument("--dirs", type=int, default=200)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--idle", type=float, default=1.5,
+                    help="seconds between the cold walk and each timed workload")
+    ap.add_argument("--targets", default="", help="comma-separated subset of target names")
+    ap.add_argument("--baseline", default="",
+                    help="a directory holding an older nvfs daemon: adds targets base-none "
+                         "and base-page (same image, same run)")
+    ap.add_argument("--json-out", default=os.path.join(WORK, "walks-results.json"))
+    args = ap.parse_args()
+
+    chosen = targets(args.baseline)
+    if args.targets:
+        names = args.targets.split(",")
+        chosen = [t for t in chosen if t.name in names]
+    os.makedirs(WORK, exist_ok=True)
+    os.makedirs(MNT, exist_ok=True)
+    image = os.path.join(WORK, "meta.img")
+    run([os.path.join(BUILD, "mkfs.nvfs"), "-q", "-f", "-s", "1G", "-N",
+         str(args.files + args.dirs + 1000), image])
+    run([os.path.join(BUILD, "nvfs-populate"), "-n", str(args.files), "-d", str(args.dirs), image])
+    times = {t.name: {w: [] for w, _ in [("cold find", None)] + WORKLOADS} for t in chosen}
+    try:
+        tmpfs = next((t for t in chosen if t.kind == "tmpfs"), None)
+        if tmpfs is not None:
+            # The same tree: copied out of an nvfs mount.
+            src = Target("nvfs-copy", "nvfs")
+            src.mount(image)
+            shutil.rmtree(tmpfs.dir, ignore_errors=True)
+            shutil.copytree(src.dir, tmpfs.dir, symlinks=True)
+            src.unmount()
+        for rep in range(args.reps):
+            for t in chosen:
+                t.mount(image)
+                try:
+                    if t.kind == "tmpfs":
+                        run(["sh", "-c", "echo 2 > /proc/sys/vm/drop_caches"], check=False)
+                    times[t.name]["cold find"].append(timed(walk_find, t.dir))
+                    if not KNOWN:
+                        for top, _, files in os.walk(t.dir):
+                            KNOWN.extend(os.path.relpath(os.path.join(top, f), t.dir)
+                                         for f in files)
+                    for name, fn in WORKLOADS:
+                        time.sleep(args.idle)
+                        times[t.name][name].append(timed(fn, t.dir))
+                finally:
+                    t.unmount()
+            print(f"rep {rep + 1}/{args.reps} done", file=sys.stderr)
+    finally:
+        for t in chosen:
+            t.unmount()
+        os.unlink(image)
+
+    med = {t: {w: statistics.median(v) for w, v in ws.items()} for t, ws in times.items()}
+    columns = [t.name for t in chosen]
+    print(f"\nmetadata walks of {args.files} files in {args.dirs} directories, "
+          f"median of {args.reps} (ms), {args.idle:g} s idle before each timed walk")
+    print(f"{'workload':28}" + "".join(f"{c:>14}" for c in columns))
+    for w in times[columns[0]]:
+        print(f"{w:28}" + "".join(f"{med[c][w] * 1000:14.1f}" for c in columns))
+    for mode in ("none", "page"):
+        new = f"nvfs-{mode}"
+        for old, what in ((f"nvfs-{mode}-1s", "1 s timeouts"), (f"base-{mode}", "baseline")):
+            if old in med and new in med:
+                print(f"\ncache={mode}: {what} / this daemon's defaults")
+                for w in med[old]:
+                    print(f"  {w:28}{med[old][w] / med[new][w]:8.2f}x")
+    with open(args.json_out, "w") as f:
+        json.dump({"args": vars(args), "times_s": times, "median_s": med}, f, indent=1)
+    print(f"\nraw figures: {args.json_out}")
+
+
+if __name__ == "__main__":
+    main()
