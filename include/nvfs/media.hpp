@@ -30,6 +30,12 @@ enum class Granularity {
   kByte,       // eADR: stores are durable once visible; flushes are no-ops
   kCacheLine,  // ADR: cache lines must be flushed (clwb/clflushopt) and fenced
   kPage,       // not DAX: pages are flushed with msync
+  // An image file on tmpfs (the embedded default, /dev/shm): the mapping is
+  // the page cache, the only copy there is. It outlives the daemon (kill -9
+  // loses nothing stored) and nothing of it outlives the host, and msync of
+  // a tmpfs page writes nowhere, so flushes are no-ops and a drain is a
+  // fence, as with kByte. PMEM2_FORCE_GRANULARITY=page keeps msync (tests).
+  kMemory,
 };
 
 const char* GranularityName(Granularity g);

@@ -6,9 +6,11 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <linux/falloc.h>
+#include <linux/magic.h>
 
 #include <algorithm>
 #include <chrono>
@@ -30,6 +32,7 @@ const char* GranularityName(Granularity g) {
     case Granularity::kByte: return "byte";
     case Granularity::kCacheLine: return "cache line";
     case Granularity::kPage: return "page";
+    case Granularity::kMemory: return "memory (tmpfs)";
   }
   return "?";
 }
@@ -276,6 +279,12 @@ Error Pmem2Error(const std::string& path, const char* what, int pmem2_ret) {
   return MakeError(code, "%s: %s: %s", path.c_str(), what, pmem2_errormsg());
 }
 
+// A file whose pages are tmpfs's (Granularity::kMemory).
+static bool OnTmpfs(int fd) {
+  struct statfs sfs;
+  return fstatfs(fd, &sfs) == 0 && sfs.f_type == TMPFS_MAGIC;
+}
+
 Result<std::unique_ptr<Media>> Pmem2Media::Open(const std::string& path,
                                                 const MediaOptions& options) {
   const char* p = path.c_str();
@@ -373,6 +382,15 @@ Result<std::unique_ptr<Media>> Pmem2Media::Open(const std::string& path,
   media->flush_ = pmem2_get_flush_fn(media->map_);
   media->drain_ = pmem2_get_drain_fn(media->map_);
   media->memcpy_ = pmem2_get_memcpy_fn(media->map_);
+  if (media->granularity_ == Granularity::kPage && OnTmpfs(media->fd_) &&
+      std::getenv("PMEM2_FORCE_GRANULARITY") == nullptr) {
+    media->granularity_ = Granularity::kMemory;
+    media->flush_ = [](const void*, size_t) {};
+    media->drain_ = [] { std::atomic_thread_fence(std::memory_order_seq_cst); };
+    media->memcpy_ = [](void* dst, const void* src, size_t len, unsigned) {
+      return std::memcpy(dst, src, len);
+    };
+  }
   if (!options.read_only) media->ScanBacking(st);
   media->is_file_ = S_ISREG(st.st_mode);
   media->ReadBadBlocks();
