@@ -102,6 +102,17 @@ std::vector<Workload> MetadataWorkloads() {
   w.push_back(W("rename-noreplace", {S("rename noreplace /d1/f2 /d2/f2", [](auto& c) {
                   Rename(c, "/d1/f2", "/d2/f2", RENAME_NOREPLACE);
                 })}));
+  // RENAME_WHITEOUT: the rename and the whiteout left at the old name are
+  // one operation.
+  w.push_back(W("rename-whiteout", {S("rename whiteout /d1/f1 /d1/f1-moved", [](auto& c) {
+                  Rename(c, "/d1/f1", "/d1/f1-moved", RENAME_WHITEOUT);
+                })}));
+  w.push_back(W("rename-whiteout-over-file", {S("rename whiteout /d1/f2 /d2/g1", [](auto& c) {
+                  Rename(c, "/d1/f2", "/d2/g1", RENAME_WHITEOUT);
+                })}));
+  w.push_back(W("rename-whiteout-dir", {S("rename whiteout /d1/full /d2/full2", [](auto& c) {
+                  Rename(c, "/d1/full", "/d2/full2", RENAME_WHITEOUT | RENAME_NOREPLACE);
+                })}));
   w.push_back(W("rename-symlink", {S("rename /sl /d1/sl", [](auto& c) { Rename(c, "/sl", "/d1/sl"); })}));
   w.push_back(W("setattr-mode", {S("chmod /d1/f1", [](auto& c) { SetAttr(c, "/d1/f1", Mode(04711)); })}));
   w.push_back(W("setattr-owner", {S("chown /d2/g1", [](auto& c) {

@@ -21,6 +21,7 @@ namespace {
 // on the thread that read it).
 thread_local bool request_kills_privs = false;
 thread_local bool request_writes_back = false;
+thread_local bool request_is_tmpfile = false;
 
 // A request header followed by at least `Arg`, as the kernel sent it.
 template <class Arg>
@@ -32,9 +33,10 @@ bool ReadArg(const void* buf, size_t len, Arg* arg) {
 
 }  // namespace
 
-ssize_t ObserveRequest(const void* buf, ssize_t n, void* userdata) {
+ssize_t ObserveRequest(void* buf, ssize_t n, void* userdata) {
   request_kills_privs = false;
   request_writes_back = false;
+  request_is_tmpfile = false;
   if (n < static_cast<ssize_t>(sizeof(fuse_in_header))) return n;
   const size_t len = static_cast<size_t>(n);
   fuse_in_header header;
@@ -69,6 +71,12 @@ ssize_t ObserveRequest(const void* buf, ssize_t n, void* userdata) {
       p.init_unique = header.unique;
       break;
     }
+    case FUSE_TMPFILE:
+      // Served as the CREATE it resembles (transport.hpp).
+      request_is_tmpfile = true;
+      header.opcode = FUSE_CREATE;
+      std::memcpy(buf, &header, sizeof header);
+      break;
     default:
       break;
   }
@@ -135,5 +143,7 @@ int InstallTransport(fuse_session* se) {
 bool RequestKillsPrivs() { return request_kills_privs; }
 
 bool RequestWritesBack() { return request_writes_back; }
+
+bool RequestIsTmpfile() { return request_is_tmpfile; }
 
 }  // namespace nvfs
