@@ -293,7 +293,7 @@ class Filesystem {
   // unless `cred` owns the inode or is root, and for a change of
   // FS_IMMUTABLE_FL or FS_APPEND_FL unless it is root (the kernel checks
   // CAP_LINUX_IMMUTABLE first; a FUSE daemon knows only the uid); while
-  // immutable, no flag but FS_IMMUTABLE_FL may change. Atomic, sets ctime.
+  // immutable and staying so, no other flag may change. Atomic, sets ctime.
   Result<uint32_t> GetInodeFlags(uint64_t ino);
   Status SetInodeFlags(uint64_t ino, uint32_t fs_flags, const Cred& cred);
 

@@ -171,7 +171,11 @@ Status Filesystem::SetInodeFlags(uint64_t ino, uint32_t fs_flags, const Cred& cr
   if ((changed & (format::kInodeFlagImmutable | format::kInodeFlagAppend)) && cred.uid != 0) {
     return Error(EPERM);
   }
-  if (FsOps::Immutable(inode) && (changed & ~format::kInodeFlagImmutable)) return Error(EPERM);
+  // ext4's rule: a file that is and stays immutable keeps its other flags.
+  if (FsOps::Immutable(inode) && (wanted & format::kInodeFlagImmutable) &&
+      (changed & ~format::kInodeFlagImmutable)) {
+    return Error(EPERM);
+  }
   if (changed == 0) return Status::Ok();
   Tx tx(*journal_, "setflags");
   std::lock_guard orphans(orphan_mu_);
