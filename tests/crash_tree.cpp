@@ -108,6 +108,11 @@ Status Walk(Filesystem& fs, uint64_t dir, const std::string& path, uint64_t pare
     node.size = attr->size;
     node.blocks = attr->blocks;
     node.rdev = attr->rdev;
+    if (S_ISREG(node.mode) || S_ISDIR(node.mode)) {
+      Result<uint32_t> flags = fs.GetInodeFlags(e.ino);
+      if (!flags.ok()) return PathError(child, "getflags", flags.error());
+      node.attr_flags = *flags;
+    }
     NVFS_TRY(ReadXattrs(fs, e.ino, child, &node));
     NVFS_TRY(ReadContent(fs, e.ino, child, &node));
     if (S_ISDIR(node.mode)) node.parent = dir;
@@ -121,9 +126,9 @@ std::string Describe(const TreeNode& n) {
   char buf[256];
   std::snprintf(buf, sizeof buf,
                 "ino %" PRIu64 " mode 0%o uid %u gid %u nlink %u size %" PRIu64
-                " blocks %" PRIu64 " rdev %" PRIu64 " parent %" PRIu64 " xattrs %zu",
+                " blocks %" PRIu64 " rdev %" PRIu64 " parent %" PRIu64 " xattrs %zu flags 0x%x",
                 n.ino, n.mode, n.uid, n.gid, n.nlink, n.size, n.blocks, n.rdev, n.parent,
-                n.xattrs.size());
+                n.xattrs.size(), n.attr_flags);
   return buf;
 }
 
@@ -263,6 +268,8 @@ Status CheckExtensionsRead0(Filesystem& fs, const Tree& tree, uint64_t extra) {
   std::string buffer(extra, '\0');
   for (const auto& [path, node] : tree) {
     if (!S_ISREG(node.mode) || !done.insert(node.ino).second) continue;
+    // chattr's immutable and append-only would refuse the truncation.
+    if (node.attr_flags != 0) NVFS_TRY(fs.SetInodeFlags(node.ino, 0, Cred{}));
     SetAttrRequest grow;
     grow.valid = kSetSize;
     grow.size = node.size + extra;
@@ -293,6 +300,10 @@ Status EmptyDir(Filesystem& fs, uint64_t dir) {
   for (const Entry& e : *entries) {
     Result<Attr> attr = fs.GetAttr(e.ino);
     if (!attr.ok()) return attr.take_error();
+    // chattr's immutable and append-only would refuse the removal.
+    if (S_ISREG(attr->mode) || S_ISDIR(attr->mode)) {
+      NVFS_TRY(fs.SetInodeFlags(e.ino, 0, Cred{}));
+    }
     if (S_ISDIR(attr->mode)) {
       NVFS_TRY(EmptyDir(fs, e.ino));
       if (dir == format::kRootIno && e.name == "lost+found") continue;

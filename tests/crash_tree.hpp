@@ -27,6 +27,7 @@ struct TreeNode {
   uint64_t parent = 0;   // directories: what ".." names
   std::string content;   // regular files: every byte; symlinks: the target
   std::map<std::string, std::string> xattrs;
+  uint32_t attr_flags = 0;  // regular files and directories: chattr's (FS_*_FL)
   bool operator==(const TreeNode&) const = default;
 };
 

@@ -128,6 +128,59 @@ std::vector<Workload> MetadataWorkloads() {
   w.push_back(W("rename-noreplace", {S("rename noreplace /d1/f2 /d2/f2", [](auto& c) {
                   Rename(c, "/d1/f2", "/d2/f2", RENAME_NOREPLACE);
                 })}));
+  // RENAME_WHITEOUT: the rename and the whiteout left at the old name are
+  // one operation.
+  w.push_back(W("rename-whiteout", {S("rename whiteout /d1/f1 /d1/f1-moved", [](auto& c) {
+                  Rename(c, "/d1/f1", "/d1/f1-moved", RENAME_WHITEOUT);
+                })}));
+  w.push_back(W("rename-whiteout-over-file", {S("rename whiteout /d1/f2 /d2/g1", [](auto& c) {
+                  Rename(c, "/d1/f2", "/d2/g1", RENAME_WHITEOUT);
+                })}));
+  w.push_back(W("rename-whiteout-dir", {S("rename whiteout /d1/full /d2/full2", [](auto& c) {
+                  Rename(c, "/d1/full", "/d2/full2", RENAME_WHITEOUT | RENAME_NOREPLACE);
+                })}));
+  // chattr: one logged store of the flags (and ctime); the directory's
+  // append-only flag, set in the setup, cleared by the step.
+  w.push_back(W("setflags", {S("chattr +i /d1/f1", [](auto& c) {
+                  c.Expect(c.fs().SetInodeFlags(c.Ino("/d1/f1"), FS_IMMUTABLE_FL | FS_NODUMP_FL,
+                                                Cred{}),
+                           "setflags /d1/f1");
+                }),
+                S("chattr -a /d2", [](auto& c) {
+                  c.Expect(c.fs().SetInodeFlags(c.Ino("/d2"), 0, Cred{}), "setflags /d2");
+                })},
+                [](auto& c) {
+                  c.Expect(c.fs().SetInodeFlags(c.Ino("/d2"), FS_APPEND_FL, Cred{}),
+                           "setflags /d2");
+                }));
+  // O_TMPFILE: made unnamed (on the orphan list), written, linked (off it)
+  // in one transaction; a second never linked, released: reclaimed.
+  w.push_back(W("tmpfile", {S("tmpfile in /d1", [](auto& c) {
+                  Attr attr;
+                  c.Keep("tmp", c.Expect(c.fs().Tmpfile(c.Ino("/d1"), 0600, O_RDWR, kUser, &attr),
+                                         "tmpfile"));
+                  c.fs().Forget(attr.ino, 1);
+                }),
+                S("write it", [](auto& c) {
+                  FileHandle f = c.Handle("tmp");
+                  const std::string data = Bytes(10000, 3);
+                  c.Expect(c.fs().Write(f, 0, data.data(), data.size()), "write tmpfile");
+                }),
+                S("link it as /d1/named", [](auto& c) {
+                  FileHandle f = c.Handle("tmp");
+                  const uint64_t ino = c.fs().HandleIno(f);
+                  c.fs().Forget(c.Expect(c.fs().Link(ino, c.Ino("/d1"), "named"), "link").ino, 1);
+                }),
+                S("release it", [](auto& c) { c.Close("tmp"); }),
+                S("tmpfile never linked", [](auto& c) {
+                  Attr attr;
+                  FileHandle f = c.Expect(c.fs().Tmpfile(c.Ino("/d2"), 0600, O_RDWR, kUser, &attr),
+                                          "tmpfile");
+                  const std::string data = Bytes(20000, 5);
+                  c.Expect(c.fs().Write(f, 0, data.data(), data.size()), "write tmpfile");
+                  c.fs().Forget(attr.ino, 1);
+                  c.fs().Release(f);
+                })}));
   w.push_back(W("rename-symlink", {S("rename /sl /d1/sl", [](auto& c) { Rename(c, "/sl", "/d1/sl"); })}));
   w.push_back(W("setattr-mode", {S("chmod /d1/f1", [](auto& c) { SetAttr(c, "/d1/f1", Mode(04711)); })}));
   w.push_back(W("setattr-owner", {S("chown /d2/g1", [](auto& c) {

@@ -194,7 +194,18 @@ struct Inode {
 };
 
 inline constexpr uint32_t kInodeFlagOrphan = 1u << 0;  // on the orphan list
-inline constexpr uint32_t kInodeFlagsKnown = kInodeFlagOrphan;
+// The attributes chattr(1) sets (FS_IOC_SETFLAGS), each the filesystem's
+// rule, not the format's: fsck accepts them on any inode. Bits 1-15 are
+// left for the format's own marks.
+inline constexpr uint32_t kInodeFlagImmutable = 1u << 16;  // 'i': no change at all
+inline constexpr uint32_t kInodeFlagAppend = 1u << 17;     // 'a': bytes only added at the end
+inline constexpr uint32_t kInodeFlagNoDump = 1u << 18;     // 'd': dump(8) skips it
+inline constexpr uint32_t kInodeFlagNoAtime = 1u << 19;    // 'A': no atime updates
+inline constexpr uint32_t kInodeFlagSync = 1u << 20;       // 'S': synchronous updates
+inline constexpr uint32_t kInodeAttrFlags = kInodeFlagImmutable | kInodeFlagAppend |
+                                            kInodeFlagNoDump | kInodeFlagNoAtime |
+                                            kInodeFlagSync;
+inline constexpr uint32_t kInodeFlagsKnown = kInodeFlagOrphan | kInodeAttrFlags;
 
 // ---------------------------------------------------------------------------
 // Directories.

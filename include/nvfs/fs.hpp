@@ -136,6 +136,10 @@ enum IoFlags : unsigned {
   // mapping written back (FUSE_WRITE_CACHE), which belong where they were
   // mapped, whichever handle carries them.
   kAtOffset = 1u << 1,
+  // Open: the caller opened with O_APPEND, though `flags` may lack it (a
+  // cache=page mount leaves appending to the kernel): what an append-only
+  // file (chattr +a) asks of every writer.
+  kOpenAppend = 1u << 2,
 };
 
 // POSIX ACLs, with ext4's semantics (acl(5); src/fs/acl.cpp). Served as
@@ -288,9 +292,12 @@ class Filesystem {
   Result<Attr> Link(uint64_t ino, uint64_t new_parent, std::string_view new_name);
   Status Unlink(uint64_t parent, std::string_view name);
   Status Rmdir(uint64_t parent, std::string_view name);
-  // flags: 0, RENAME_NOREPLACE or RENAME_EXCHANGE.
+  // flags: 0, RENAME_NOREPLACE, RENAME_EXCHANGE, or RENAME_WHITEOUT (with
+  // or without RENAME_NOREPLACE): the source name is then left naming a new
+  // whiteout (a character device 0:0, mode 0, owned by `cred`), in the same
+  // atomic operation.
   Status Rename(uint64_t parent, std::string_view name, uint64_t new_parent,
-                std::string_view new_name, unsigned flags);
+                std::string_view new_name, unsigned flags, const Cred& cred = {});
   Result<std::string> Readlink(uint64_t ino);
 
   // Lists `dir` from `cookie` (0 to start): ".", "..", then the entries.
@@ -308,6 +315,18 @@ class Filesystem {
   Result<Attr> GetAttr(uint64_t ino);
   Result<Attr> SetAttr(uint64_t ino, const SetAttrRequest& request);
   Result<StatFs> GetStatFs();
+  // The attributes chattr(1) and lsattr(1) see (FS_IOC_GETFLAGS and
+  // FS_IOC_SETFLAGS), as FS_*_FL bits of <linux/fs.h>: FS_IMMUTABLE_FL,
+  // FS_APPEND_FL, FS_NODUMP_FL, FS_NOATIME_FL and FS_SYNC_FL (the last two
+  // change nothing: no atime is updated on reads, and every operation is
+  // synchronous already). Regular files and directories only (ENOTTY).
+  // SetInodeFlags replaces them all: EOPNOTSUPP for any other bit; EPERM
+  // unless `cred` owns the inode or is root, and for a change of
+  // FS_IMMUTABLE_FL or FS_APPEND_FL unless it is root (the kernel checks
+  // CAP_LINUX_IMMUTABLE first; a FUSE daemon knows only the uid); while
+  // immutable and staying so, no other flag may change. Atomic, sets ctime.
+  Result<uint32_t> GetInodeFlags(uint64_t ino);
+  Status SetInodeFlags(uint64_t ino, uint32_t fs_flags, const Cred& cred);
 
   // --- Files -----------------------------------------------------------------
   // Opens a regular file (O_TRUNC truncates, as one atomic operation); the
@@ -317,6 +336,13 @@ class Filesystem {
   Result<FileHandle> Create(uint64_t parent, std::string_view name, uint32_t mode, int flags,
                             const Cred& cred, Attr* attr);
   void Release(FileHandle file);
+  // O_TMPFILE: a regular file in directory `parent`'s group that no
+  // directory names (link count 0), open with `flags`, on the orphan list
+  // from the transaction that makes it, so that a crash or its release
+  // frees it; Link of it (linkat from /proc/self/fd) gives it a name and
+  // takes it off the list in one transaction. Adds one reference, as Create.
+  Result<FileHandle> Tmpfile(uint64_t parent, uint32_t mode, int flags, const Cred& cred,
+                             Attr* attr);
 
   // The three read paths; all return the same bytes: past EOF nothing, holes
   // zeros.

@@ -410,6 +410,9 @@ static Result<size_t> WriteCore(Filesystem& fs, FileHandle file, uint64_t offset
   if (S_ISDIR(inode.mode)) return Error(EISDIR);
   if (!S_ISREG(inode.mode)) return Error(EINVAL);
   if ((file->flags & O_APPEND) && !(io_flags & kAtOffset)) offset = inode.size;
+  // chattr's attributes, also through handles opened before they were set.
+  if (FsOps::Immutable(inode)) return Error(EPERM);
+  if (FsOps::AppendOnly(inode) && offset != inode.size) return Error(EPERM);
   const Geometry& g = FsOps::Geo(fs);
   const uint32_t shift = g.block_shift();
   const uint64_t mask = g.block_size() - 1;
@@ -563,6 +566,10 @@ Status Filesystem::Fallocate(FileHandle file, int mode, uint64_t offset, uint64_
   const Inode& inode = *ci->media;
   if (S_ISDIR(inode.mode)) return Error(EISDIR);
   if (!S_ISREG(inode.mode)) return Error(ENODEV);
+  // chattr's attributes (vfs_fallocate): nothing on an immutable file; on
+  // an append-only one only allocation that keeps the bytes.
+  if (FsOps::Immutable(inode)) return Error(EPERM);
+  if (FsOps::AppendOnly(inode) && (mode & ~FALLOC_FL_KEEP_SIZE)) return Error(EPERM);
   const Geometry& g = *geometry_;
   const uint32_t shift = g.block_shift();
   const uint64_t bs = g.block_size();

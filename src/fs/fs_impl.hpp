@@ -45,6 +45,23 @@ struct FsOps {
   static Result<InodeRef> Get(Filesystem& fs, uint64_t ino);
   static Attr MakeAttr(const Filesystem& fs, uint64_t ino, const format::Inode& inode);
 
+  // chattr's attributes (format.hpp kInodeFlag*, enforced as ext4 does;
+  // doc/format.md): an immutable inode changes in nothing — bytes, size,
+  // attributes, xattrs, names (no link, unlink or rename of it, no entry
+  // added to or removed from it as a directory); an append-only one takes
+  // bytes only at its end and keeps its names and attributes likewise, but
+  // as a directory takes new entries. Both EPERM. REQUIRES: inode lock held.
+  static bool Immutable(const format::Inode& inode) {
+    return inode.flags & format::kInodeFlagImmutable;
+  }
+  static bool AppendOnly(const format::Inode& inode) {
+    return inode.flags & format::kInodeFlagAppend;
+  }
+  // Neither its names nor its attributes may change (either flag).
+  static bool Pinned(const format::Inode& inode) {
+    return inode.flags & (format::kInodeFlagImmutable | format::kInodeFlagAppend);
+  }
+
   // Sets mtime and/or ctime to `now`, logged. REQUIRES: inode lock held.
   static void Touch(Tx& tx, const format::Inode& inode, bool mtime, bool ctime, timespec now);
   // Logs and stores the bytes where `updated` differs from the on-media inode,

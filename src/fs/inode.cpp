@@ -1,5 +1,6 @@
 // Attributes, open and release.
 #include <fcntl.h>
+#include <linux/fs.h>
 #include <sys/stat.h>
 
 #include <optional>
@@ -68,6 +69,13 @@ Result<Attr> Filesystem::SetAttr(uint64_t ino, const SetAttrRequest& req) {
     if (S_ISDIR(inode.mode)) return Error(EISDIR);
     if (!S_ISREG(inode.mode)) return Error(EINVAL);
   }
+  // chattr's attributes (notify_change, do_truncate): nothing changes an
+  // immutable inode; an append-only one may only have its times set to now.
+  if (FsOps::Immutable(inode)) return Error(EPERM);
+  if (FsOps::AppendOnly(inode) &&
+      (req.valid & (kSetMode | kSetUid | kSetGid | kSetSize | kSetAtime | kSetMtime))) {
+    return Error(EPERM);
+  }
   const timespec now = FsOps::Now();
   Tx tx(*journal_, "setattr");
   // Privileges go in the same transaction as the size or owner change that
@@ -113,6 +121,79 @@ Result<Attr> Filesystem::SetAttr(uint64_t ino, const SetAttrRequest& req) {
   return FsOps::MakeAttr(*this, ino, inode);
 }
 
+namespace {
+
+// FS_*_FL (<linux/fs.h>, what FS_IOC_GETFLAGS speaks) <-> kInodeFlag*.
+struct FlagName {
+  uint32_t fs;
+  uint32_t media;
+};
+constexpr FlagName kFlagNames[] = {
+    {FS_IMMUTABLE_FL, format::kInodeFlagImmutable}, {FS_APPEND_FL, format::kInodeFlagAppend},
+    {FS_NODUMP_FL, format::kInodeFlagNoDump},       {FS_NOATIME_FL, format::kInodeFlagNoAtime},
+    {FS_SYNC_FL, format::kInodeFlagSync},
+};
+
+uint32_t ToFsFlags(uint32_t media) {
+  uint32_t fs = 0;
+  for (const FlagName& f : kFlagNames) {
+    if (media & f.media) fs |= f.fs;
+  }
+  return fs;
+}
+
+// UINT32_MAX for a bit nvfs does not keep.
+uint32_t ToMediaFlags(uint32_t fs) {
+  uint32_t media = 0;
+  for (const FlagName& f : kFlagNames) {
+    if (fs & f.fs) {
+      media |= f.media;
+      fs &= ~f.fs;
+    }
+  }
+  return fs == 0 ? media : UINT32_MAX;
+}
+
+}  // namespace
+
+Result<uint32_t> Filesystem::GetInodeFlags(uint64_t ino) {
+  Result<InodeRef> ref = FsOps::Get(*this, ino);
+  if (!ref.ok()) return ref.take_error();
+  std::shared_lock lock(ref.value()->lock);
+  const Inode& inode = ref->media();
+  if (!S_ISREG(inode.mode) && !S_ISDIR(inode.mode)) return Error(ENOTTY);
+  return ToFsFlags(inode.flags);
+}
+
+// One logged store of `flags` (the orphan bit kept as it is: orphan_mu_,
+// which guards it, is held) and ctime.
+Status Filesystem::SetInodeFlags(uint64_t ino, uint32_t fs_flags, const Cred& cred) {
+  if (read_only_) return Error(EROFS);
+  const uint32_t wanted = ToMediaFlags(fs_flags);
+  if (wanted == UINT32_MAX) return Error(EOPNOTSUPP);
+  Result<InodeRef> ref = FsOps::Get(*this, ino);
+  if (!ref.ok()) return ref.take_error();
+  std::unique_lock lock(ref.value()->lock);
+  const Inode& inode = ref->media();
+  if (!S_ISREG(inode.mode) && !S_ISDIR(inode.mode)) return Error(ENOTTY);
+  if (cred.uid != 0 && cred.uid != inode.uid) return Error(EPERM);
+  const uint32_t changed = (inode.flags & format::kInodeAttrFlags) ^ wanted;
+  if ((changed & (format::kInodeFlagImmutable | format::kInodeFlagAppend)) && cred.uid != 0) {
+    return Error(EPERM);
+  }
+  // ext4's rule: a file that is and stays immutable keeps its other flags.
+  if (FsOps::Immutable(inode) && (wanted & format::kInodeFlagImmutable) &&
+      (changed & ~format::kInodeFlagImmutable)) {
+    return Error(EPERM);
+  }
+  if (changed == 0) return Status::Ok();
+  Tx tx(*journal_, "setflags");
+  std::lock_guard orphans(orphan_mu_);
+  tx.Set(inode.flags, (inode.flags & ~format::kInodeAttrFlags) | wanted);
+  FsOps::Touch(tx, inode, false, true, FsOps::Now());
+  return tx.Commit();
+}
+
 Result<FileHandle> Filesystem::Open(uint64_t ino, int flags, unsigned io_flags) {
   Result<InodeRef> ref = FsOps::Get(*this, ino);
   if (!ref.ok()) return ref.take_error();
@@ -122,6 +203,13 @@ Result<FileHandle> Filesystem::Open(uint64_t ino, int flags, unsigned io_flags) 
     const Inode& inode = ref->media();
     if (S_ISDIR(inode.mode) && access != O_RDONLY) return Error(EISDIR);
     if (access != O_RDONLY && read_only_) return Error(EROFS);
+    // chattr's attributes (may_open): no writer of an immutable file; an
+    // append-only one only through O_APPEND, and never truncated.
+    if (access != O_RDONLY && FsOps::Immutable(inode)) return Error(EPERM);
+    const bool append = (flags & O_APPEND) || (io_flags & kOpenAppend);
+    if (access != O_RDONLY && FsOps::AppendOnly(inode) && (!append || (flags & O_TRUNC))) {
+      return Error(EPERM);
+    }
     const bool truncating = (flags & O_TRUNC) && access != O_RDONLY && S_ISREG(inode.mode);
     const bool suidgid = io_flags & kKillSuidgid;
     if (truncating && inode.size != 0) {

@@ -54,6 +54,10 @@ struct CachedInode : public boost::intrusive::set_base_hook<> {
   uint32_t pins = 0;     // operations in progress
   bool reclaiming = false;  // being freed: no new references
 
+  // Made by Filesystem::Tmpfile and not linked since: Link may give it its
+  // first name (the kernel's I_LINKABLE). Protected by `lock`.
+  bool linkable = false;
+
   bool Idle() const { return lookups == 0 && opens == 0 && pins == 0; }
 };
 

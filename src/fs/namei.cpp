@@ -109,6 +109,7 @@ static Result<Attr> CreateEntry(Filesystem& fs, uint64_t parent, std::string_vie
   std::unique_lock dir_lock(dir.value()->lock);
   const Inode& d = dir->media();
   NVFS_TRY(CheckParent(d));
+  if (FsOps::Immutable(d)) return Error(EPERM);
   Result<DirEntryRef> existing = FsOps::DirOf(fs).Lookup(d, name);
   if (existing.ok()) return Error(EEXIST);
   if (existing.error().code != ENOENT) return Error(EIO);
@@ -197,6 +198,43 @@ Result<FileHandle> Filesystem::Create(uint64_t parent, std::string_view name, ui
   return new OpenFile{ref.get(), flags};
 }
 
+// One transaction: the inode (fresh), link count 0, onto the orphan list.
+// No directory changes, so no tree_mu_; the parent is only read (its group,
+// its set-group-ID bit) under its shared lock.
+Result<FileHandle> Filesystem::Tmpfile(uint64_t parent, uint32_t mode, int flags,
+                                       const Cred& cred, Attr* attr) {
+  if (read_only_) return Error(EROFS);
+  Result<InodeRef> dir = FsOps::Get(*this, parent);
+  if (!dir.ok()) return dir.take_error();
+  uint64_t ino;
+  {
+    std::shared_lock dir_lock(dir.value()->lock);
+    const Inode& d = dir->media();
+    NVFS_TRY(CheckParent(d));
+    if (FsOps::Immutable(d)) return Error(EPERM);
+    const timespec now = FsOps::Now();
+    Tx tx(*journal_, "tmpfile");
+    Result<uint64_t> made =
+        FsOps::NewInode(*this, tx, d, parent, S_IFREG | (mode & 07777), 0, cred, now);
+    if (!made.ok()) return made.take_error();
+    ino = *made;
+    tx.Set(FsOps::InodeAt(*this, ino).nlink, uint32_t{0});
+    std::lock_guard orphans(orphan_mu_);
+    FsOps::OrphanAdd(*this, tx, ino);
+    NVFS_TRY(tx.Commit());
+  }
+  Result<InodeRef> file = FsOps::Get(*this, ino);
+  if (!file.ok()) return file.take_error();
+  {
+    std::unique_lock lock(file.value()->lock);
+    file.value()->linkable = true;
+    if (attr != nullptr) *attr = FsOps::MakeAttr(*this, ino, file->media());
+  }
+  cache_->AddLookups(file->get(), 1);
+  cache_->AddOpen(file->get());
+  return new OpenFile{file->get(), flags};
+}
+
 Result<Attr> Filesystem::Link(uint64_t ino, uint64_t new_parent, std::string_view new_name) {
   if (read_only_) return Error(EROFS);
   if (IsDotOrDotDot(new_name)) return Error(EEXIST);
@@ -213,7 +251,10 @@ Result<Attr> Filesystem::Link(uint64_t ino, uint64_t new_parent, std::string_vie
   const Inode& inode = target->media();
   NVFS_TRY(CheckParent(d));
   if (S_ISDIR(inode.mode)) return Error(EPERM);
-  if (inode.nlink == 0) return Error(ENOENT);
+  if (FsOps::Immutable(d) || FsOps::Pinned(inode)) return Error(EPERM);
+  // Of the unlinked, only a file made by Tmpfile gets a name again.
+  const bool first_name = inode.nlink == 0 && target.value()->linkable;
+  if (inode.nlink == 0 && !first_name) return Error(ENOENT);
   if (inode.nlink >= kLinkMax) return Error(EMLINK);
   Result<DirEntryRef> existing = dir_->Lookup(d, new_name);
   if (existing.ok()) return Error(EEXIST);
@@ -222,9 +263,15 @@ Result<Attr> Filesystem::Link(uint64_t ino, uint64_t new_parent, std::string_vie
   Tx tx(*journal_, "link");
   NVFS_TRY(dir_->Insert(tx, d, new_name, ino, DirType(inode.mode)));
   tx.Set(inode.nlink, inode.nlink + 1);
+  std::unique_lock orphan_lock(orphan_mu_, std::defer_lock);
+  if (first_name) {
+    orphan_lock.lock();
+    NVFS_TRY(FsOps::OrphanRemove(*this, tx, ino));
+  }
   FsOps::Touch(tx, inode, false, true, now);
   FsOps::Touch(tx, d, true, true, now);
   NVFS_TRY(tx.Commit());
+  if (first_name) target.value()->linkable = false;
   cache_->AddLookups(target->get(), 1);
   return FsOps::MakeAttr(*this, ino, inode);
 }
@@ -256,6 +303,7 @@ static Status RemoveEntry(Filesystem& fs, uint64_t parent, std::string_view name
   } else if (S_ISDIR(inode.mode)) {
     return Error(EISDIR);
   }
+  if (FsOps::Pinned(d) || FsOps::Pinned(inode)) return Error(EPERM);
   const timespec now = FsOps::Now();
   Tx tx(FsOps::Jnl(fs), rmdir ? "rmdir" : "unlink");
   NVFS_TRY(FsOps::DirOf(fs).Remove(tx, d, name));
@@ -294,12 +342,20 @@ static Result<bool> IsWithin(Filesystem& fs, uint64_t ino, uint64_t ancestor) {
   }
 }
 
+// RENAME_WHITEOUT (overlayfs): the source name is left naming a new
+// whiteout, a character device 0:0 of mode 0 owned by the caller, made in
+// the same transaction (so no crash shows the rename without it, nor the
+// whiteout without the rename). Only CAP_MKNOD may ask (the kernel checks).
 Status Filesystem::Rename(uint64_t parent, std::string_view name, uint64_t new_parent,
-                          std::string_view new_name, unsigned flags) {
+                          std::string_view new_name, unsigned flags, const Cred& cred) {
   if (read_only_) return Error(EROFS);
-  if (flags & ~(RENAME_NOREPLACE | RENAME_EXCHANGE)) return Error(EINVAL);
-  if ((flags & RENAME_NOREPLACE) && (flags & RENAME_EXCHANGE)) return Error(EINVAL);
+  if (flags & ~(RENAME_NOREPLACE | RENAME_EXCHANGE | RENAME_WHITEOUT)) return Error(EINVAL);
+  // As do_renameat2: EXCHANGE goes with neither of the others.
+  if ((flags & RENAME_EXCHANGE) && (flags & (RENAME_NOREPLACE | RENAME_WHITEOUT))) {
+    return Error(EINVAL);
+  }
   const bool exchange = flags & RENAME_EXCHANGE;
+  const bool whiteout = flags & RENAME_WHITEOUT;
   if (IsDotOrDotDot(name) || IsDotOrDotDot(new_name)) return Error(EINVAL);
   NVFS_TRY(CheckName(name));
   NVFS_TRY(CheckName(new_name));
@@ -349,6 +405,10 @@ Status Filesystem::Rename(uint64_t parent, std::string_view name, uint64_t new_p
   const Inode* t = have_dst ? &dst.media() : nullptr;
   const bool dst_is_dir = have_dst && S_ISDIR(t->mode);
 
+  // chattr's attributes: the source name is removed, the target name
+  // replaced (or, exchanged, removed too): as unlink, on both sides.
+  if (FsOps::Pinned(sd) || FsOps::Pinned(s) || FsOps::Immutable(dd)) return Error(EPERM);
+  if (have_dst && (FsOps::AppendOnly(dd) || FsOps::Pinned(*t))) return Error(EPERM);
   if (!exchange && have_dst) {
     if (src_is_dir && !dst_is_dir) return Error(ENOTDIR);
     if (!src_is_dir && dst_is_dir) return Error(EISDIR);
@@ -376,7 +436,7 @@ Status Filesystem::Rename(uint64_t parent, std::string_view name, uint64_t new_p
   if (src_dir_delta > 0 && sd.nlink >= kLinkMax) return Error(EMLINK);
 
   const timespec now = FsOps::Now();
-  Tx tx(*journal_, exchange ? "rename-exchange" : "rename");
+  Tx tx(*journal_, exchange ? "rename-exchange" : whiteout ? "rename-whiteout" : "rename");
   // The new name is made to point at the source before the old name goes, so
   // even inside the transaction the inode is never in neither directory.
   if (exchange) {
@@ -389,7 +449,15 @@ Status Filesystem::Rename(uint64_t parent, std::string_view name, uint64_t new_p
     } else {
       NVFS_TRY(dir_->Insert(tx, dd, new_name, src_ino, DirType(s.mode)));
     }
-    NVFS_TRY(dir_->Remove(tx, sd, name));
+    if (whiteout) {
+      // The whiteout takes the old name's entry over (a Replace, as
+      // RENAME_EXCHANGE does), so the name never stops existing.
+      Result<uint64_t> wh = FsOps::NewInode(*this, tx, sd, parent, S_IFCHR, 0, cred, now);
+      if (!wh.ok()) return wh.take_error();
+      NVFS_TRY(dir_->Replace(tx, sd, name, *wh, DirType(S_IFCHR)));
+    } else {
+      NVFS_TRY(dir_->Remove(tx, sd, name));
+    }
   }
   if (src_is_dir && new_parent != parent) tx.Set(s.parent, new_parent);
   if (src_dir_delta != 0) tx.Set(sd.nlink, static_cast<uint32_t>(int64_t{sd.nlink} + src_dir_delta));

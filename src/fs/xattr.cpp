@@ -237,6 +237,7 @@ static Status ChangeAttributes(Filesystem& fs, uint64_t ino, Change&& change) {
   Result<InodeRef> ref = FsOps::Get(fs, ino);
   if (!ref.ok()) return ref.take_error();
   std::unique_lock lock(ref.value()->lock);
+  if (FsOps::Pinned(ref->media())) return Error(EPERM);  // chattr +i or +a
   Result<std::vector<Attribute>> attrs = Load(FsOps::Ctx(fs), ref->media());
   if (!attrs.ok()) return attrs.take_error();
   NVFS_TRY(change(*attrs));

@@ -65,6 +65,7 @@ void OpInit(void* userdata, fuse_conn_info* conn) {
   want(FUSE_CAP_PARALLEL_DIROPS);  // lookups and readdir take shared locks only
   want(FUSE_CAP_READDIRPLUS);
   want(FUSE_CAP_READDIRPLUS_AUTO);
+  want(FUSE_CAP_IOCTL_DIR);        // chattr of a directory (OpIoctl)
   // Listings cached by the kernel, and no OPENDIR/RELEASEDIR trips (dir.cpp),
   // only where names are cached too: a cached listing spares READDIRPLUS,
   // which revalidates a directory's names a hundred a request, so with
@@ -148,6 +149,7 @@ const fuse_lowlevel_ops& FuseAdapter::Ops() {
     o.create = OpCreate;
     o.fallocate = OpFallocate;
     o.lseek = OpLseek;
+    o.ioctl = OpIoctl;
     return o;
   }();
   return ops;

@@ -1,5 +1,8 @@
 // Attributes (getattr, setattr, statfs) and extended attributes.
+#include <linux/fs.h>
 #include <sys/statvfs.h>
+
+#include <cstring>
 
 
 #include "fuse/ops.hpp"
@@ -149,6 +152,109 @@ void OpListxattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
 void OpRemovexattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
   Guarded(req, [&] {
     ReplyStatus(req, AdapterOf(req).fs().RemoveXattr(ino, name));
+  });
+}
+
+namespace {
+
+// FS_XFLAG_* (struct fsxattr, FS_IOC_FSGETXATTR) <-> FS_*_FL: the five
+// attributes the core keeps (Filesystem::GetInodeFlags).
+constexpr struct {
+  uint32_t xflag;
+  uint32_t flag;
+} kXflags[] = {
+    {FS_XFLAG_IMMUTABLE, FS_IMMUTABLE_FL}, {FS_XFLAG_APPEND, FS_APPEND_FL},
+    {FS_XFLAG_NODUMP, FS_NODUMP_FL},       {FS_XFLAG_NOATIME, FS_NOATIME_FL},
+    {FS_XFLAG_SYNC, FS_SYNC_FL},
+};
+
+}  // namespace
+
+// chattr, lsattr, xfs_io's chattr/lsattr: the kernel answers FS_IOC_GETFLAGS,
+// FS_IOC_SETFLAGS, FS_IOC_FSGETXATTR and FS_IOC_FSSETXATTR itself
+// (vfs_fileattr_get/set, which check ownership and CAP_LINUX_IMMUTABLE) and
+// asks the daemon through fuse_fileattr_get/set (fs/fuse/ioctl.c): a
+// restricted FUSE_IOCTL of the same command on a handle it opened O_RDONLY
+// for the purpose (none for a directory without OPENDIR: so only `ino` is
+// used), the flags as a 4-byte unsigned int (not the ioctl's long), or a
+// struct fsxattr. Every other command is ENOTTY, as for a filesystem
+// without ioctls.
+void OpIoctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void* /*arg*/, fuse_file_info* /*fi*/,
+             unsigned /*flags*/, const void* in_buf, size_t in_bufsz, size_t out_bufsz) {
+  Guarded(req, [&] {
+    FuseAdapter& adapter = AdapterOf(req);
+    Filesystem& fs = adapter.fs();
+    const auto set = [&](uint32_t fs_flags) {
+      const Status st = fs.SetInodeFlags(ino, fs_flags, CredOf(req));
+      if (st.ok()) adapter.ForgetCachedAttr(ino);  // its ctime moved
+      if (!st.ok()) {
+        fuse_reply_err(req, st.code());
+      } else {
+        fuse_reply_ioctl(req, 0, nullptr, 0);
+      }
+    };
+    switch (cmd) {
+      case FS_IOC_GETFLAGS: {
+        uint32_t value = 0;
+        if (out_bufsz < sizeof value) break;
+        Result<uint32_t> got = fs.GetInodeFlags(ino);
+        if (!got.ok()) {
+          fuse_reply_err(req, got.code());
+          return;
+        }
+        value = *got;
+        fuse_reply_ioctl(req, 0, &value, sizeof value);
+        return;
+      }
+      case FS_IOC_SETFLAGS: {
+        uint32_t value = 0;
+        if (in_bufsz < sizeof value) break;
+        std::memcpy(&value, in_buf, sizeof value);
+        set(value);
+        return;
+      }
+      case FS_IOC_FSGETXATTR: {
+        fsxattr fsx{};
+        if (out_bufsz < sizeof fsx) break;
+        Result<uint32_t> got = fs.GetInodeFlags(ino);
+        if (!got.ok()) {
+          fuse_reply_err(req, got.code());
+          return;
+        }
+        for (const auto& x : kXflags) {
+          if (*got & x.flag) fsx.fsx_xflags |= x.xflag;
+        }
+        fuse_reply_ioctl(req, 0, &fsx, sizeof fsx);
+        return;
+      }
+      case FS_IOC_FSSETXATTR: {
+        fsxattr fsx{};
+        if (in_bufsz < sizeof fsx) break;
+        std::memcpy(&fsx, in_buf, sizeof fsx);
+        // No extent size hints, no project quotas.
+        if (fsx.fsx_extsize != 0 || fsx.fsx_projid != 0 || fsx.fsx_cowextsize != 0) {
+          fuse_reply_err(req, EOPNOTSUPP);
+          return;
+        }
+        uint32_t value = 0;
+        for (const auto& x : kXflags) {
+          if (fsx.fsx_xflags & x.xflag) {
+            value |= x.flag;
+            fsx.fsx_xflags &= ~x.xflag;
+          }
+        }
+        if (fsx.fsx_xflags != 0) {
+          fuse_reply_err(req, EOPNOTSUPP);
+          return;
+        }
+        set(value);
+        return;
+      }
+      default:
+        fuse_reply_err(req, ENOTTY);
+        return;
+    }
+    fuse_reply_err(req, EINVAL);  // a buffer too small for the command
   });
 }
 

@@ -60,8 +60,9 @@ void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   Guarded(req, [&] {
     FuseAdapter& adapter = AdapterOf(req);
     // O_TRUNC by a caller without CAP_FSETID (FUSE_OPEN_KILL_SUIDGID).
-    Result<FileHandle> file = adapter.fs().Open(ino, CoreOpenFlags(adapter, fi->flags),
-                                                RequestKillsPrivs() ? kKillSuidgid : 0u);
+    const unsigned io_flags = (RequestKillsPrivs() ? kKillSuidgid : 0u) |
+                              ((fi->flags & O_APPEND) ? kOpenAppend : 0u);
+    Result<FileHandle> file = adapter.fs().Open(ino, CoreOpenFlags(adapter, fi->flags), io_flags);
     if (!file.ok()) {
       fuse_reply_err(req, file.code());
       return;
@@ -97,7 +98,10 @@ void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
     Filesystem& fs = adapter.fs();
     const int flags = CoreOpenFlags(adapter, fi->flags);
     Attr attr;
-    Result<FileHandle> file = fs.Create(parent, name, mode, flags, CredOf(req), &attr);
+    // O_TMPFILE arrives here as a CREATE of the name "/" (transport.hpp).
+    Result<FileHandle> file = RequestIsTmpfile()
+                                  ? fs.Tmpfile(parent, mode, flags, CredOf(req), &attr)
+                                  : fs.Create(parent, name, mode, flags, CredOf(req), &attr);
     if (!file.ok() && file.code() == EEXIST && !(fi->flags & O_EXCL)) {
       fuse_reply_err(req, ESTALE);
       return;

@@ -83,7 +83,8 @@ void OpRmdir(fuse_req_t req, fuse_ino_t parent, const char* name) {
 void OpRename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t new_parent,
               const char* new_name, unsigned int flags) {
   Guarded(req, [&] {
-    ReplyStatus(req, AdapterOf(req).fs().Rename(parent, name, new_parent, new_name, flags));
+    ReplyStatus(req, AdapterOf(req).fs().Rename(parent, name, new_parent, new_name, flags,
+                                                  CredOf(req)));
   });
 }
 

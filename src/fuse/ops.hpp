@@ -107,6 +107,8 @@ void OpSetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* va
 void OpGetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size);
 void OpListxattr(fuse_req_t req, fuse_ino_t ino, size_t size);
 void OpRemovexattr(fuse_req_t req, fuse_ino_t ino, const char* name);
+void OpIoctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void* arg, fuse_file_info* fi,
+             unsigned flags, const void* in_buf, size_t in_bufsz, size_t out_bufsz);
 
 // Files and the data path (file.cpp)
 void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi);

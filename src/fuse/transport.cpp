@@ -22,6 +22,7 @@ namespace {
 thread_local bool request_kills_privs = false;
 thread_local bool request_writes_back = false;
 thread_local bool request_kills_sgid = false;
+thread_local bool request_is_tmpfile = false;
 
 // A request header followed by at least `Arg`, as the kernel sent it.
 template <class Arg>
@@ -37,6 +38,7 @@ ssize_t ObserveRequest(void* buf, ssize_t n, void* userdata) {
   request_kills_privs = false;
   request_writes_back = false;
   request_kills_sgid = false;
+  request_is_tmpfile = false;
   if (n < static_cast<ssize_t>(sizeof(fuse_in_header))) return n;
   const size_t len = static_cast<size_t>(n);
   fuse_in_header header;
@@ -89,6 +91,12 @@ ssize_t ObserveRequest(void* buf, ssize_t n, void* userdata) {
       p.init_unique = header.unique;
       break;
     }
+    case FUSE_TMPFILE:
+      // Served as the CREATE it resembles (transport.hpp).
+      request_is_tmpfile = true;
+      header.opcode = FUSE_CREATE;
+      std::memcpy(buf, &header, sizeof header);
+      break;
     default:
       break;
   }
@@ -157,5 +165,6 @@ bool RequestKillsPrivs() { return request_kills_privs; }
 bool RequestWritesBack() { return request_writes_back; }
 
 bool RequestKillsSgid() { return request_kills_sgid; }
+bool RequestIsTmpfile() { return request_is_tmpfile; }
 
 }  // namespace nvfs

@@ -63,11 +63,21 @@ bool RequestWritesBack();
 // set-group-ID (posix_acl_update_mode).
 bool RequestKillsSgid();
 
+// True if the request the calling thread is serving is the kernel's
+// FUSE_TMPFILE (O_TMPFILE; kernel 6.1+), which libfuse 3.14 cannot
+// dispatch (its table ends before opcode 51: ENOSYS, and the kernel would
+// stop asking). Its arguments are CREATE's (fuse_create_in, then the name
+// "/") and so is its reply (entry and open), so the transport hands it to
+// libfuse as a FUSE_CREATE, and OpCreate, seeing this, makes an unnamed
+// file (Filesystem::Tmpfile) instead.
+bool RequestIsTmpfile();
+
 // What the transport notes of each request as it arrives (the marks above,
 // INIT's offer), for a request of `n` bytes in `buf` that did not come
-// through the session's read (a ring entry, uring.hpp). Returns the
-// request's length, which is less than `n` where it rewrote the request in
-// place for libfuse (SETXATTR, above).
+// through the session's read (a ring entry, uring.hpp). It changes two
+// requests in place for libfuse: SETXATTR (above) and FUSE_TMPFILE's
+// opcode. Returns the request's length, which is less than `n` where it
+// rewrote SETXATTR.
 ssize_t ObserveRequest(void* buf, ssize_t n, void* userdata);
 
 }  // namespace nvfs
