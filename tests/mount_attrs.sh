@@ -153,6 +153,12 @@ link_fd(fd, f"{d}/named")
 os.close(fd)
 if open(f"{d}/named").read() != "anonymous" or os.stat(f"{d}/named").st_nlink != 1:
     print("linked tmpfile is wrong"); sys.exit()
+old_umask = os.umask(0o027)  # the kernel leaves the umask to nvfs (FUSE_DONT_MASK)
+masked = os.open(d, os.O_TMPFILE | os.O_RDWR, 0o666)
+os.umask(old_umask)
+if os.fstat(masked).st_mode & 0o7777 != 0o640:
+    print("tmpfile mode %o under umask 027" % (os.fstat(masked).st_mode & 0o7777)); sys.exit()
+os.close(masked)
 excl = os.open(d, os.O_TMPFILE | os.O_RDWR | os.O_EXCL, 0o600)
 try:
     link_fd(excl, f"{d}/never")

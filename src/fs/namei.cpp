@@ -212,13 +212,20 @@ Result<FileHandle> Filesystem::Tmpfile(uint64_t parent, uint32_t mode, int flags
     const Inode& d = dir->media();
     NVFS_TRY(CheckParent(d));
     if (FsOps::Immutable(d)) return Error(EPERM);
+    // As for a named file: the parent's default ACL, else the umask (the
+    // kernel applies neither with FUSE_DONT_MASK).
+    FsOps::InheritedAcl acl;
+    Result<uint32_t> masked =
+        FsOps::InheritAcl(*this, parent, d, S_IFREG | (mode & 07777), cred.umask, &acl);
+    if (!masked.ok()) return masked.take_error();
     const timespec now = FsOps::Now();
     Tx tx(*journal_, "tmpfile");
-    Result<uint64_t> made =
-        FsOps::NewInode(*this, tx, d, parent, S_IFREG | (mode & 07777), 0, cred, now);
+    Result<uint64_t> made = FsOps::NewInode(*this, tx, d, parent, *masked, 0, cred, now);
     if (!made.ok()) return made.take_error();
     ino = *made;
-    tx.Set(FsOps::InodeAt(*this, ino).nlink, uint32_t{0});
+    const Inode& inode = FsOps::InodeAt(*this, ino);
+    NVFS_TRY(FsOps::StoreInheritedAcl(*this, tx, ino, inode, acl, now));
+    tx.Set(inode.nlink, uint32_t{0});
     std::lock_guard orphans(orphan_mu_);
     FsOps::OrphanAdd(*this, tx, ino);
     NVFS_TRY(tx.Commit());
