@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <linux/aio_abi.h>
 #include <linux/falloc.h>
 #include <linux/fs.h>
 #include <signal.h>
@@ -15,12 +16,15 @@
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <sys/types.h>
+#include <sys/wait.h>
 #include <sys/xattr.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
+#include <memory>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -2629,6 +2633,150 @@ TEST_CASE("mount: fallocate of all the space statfs says is available succeeds",
   REQUIRE(statvfs(m.dir().c_str(), &sv) == 0);
   CHECK(sv.f_bavail < 64);  // nearly nothing left: the estimate is close
   REQUIRE(unlink(m.path("all").c_str()) == 0);
+}
+
+// fstests runs fsck after every test and mounts again at once: umount(2)
+// returns before the daemon has even seen its session end, so an fsck or
+// a mount started right then found the image "in use" (12 of 20 fscks
+// right after umount with 926e0ad's daemon, on a loaded machine). The
+// daemon now marks the namespace as served through its mount; once the
+// mount is gone, openers wait for the daemon to let go.
+TEST_CASE("mount: fsck and a new mount right after umount wait for the daemon", "[mount]") {
+  NVFS_REQUIRE_FUSE();
+  MountedFs m;
+  for (int i = 0; i < 5; ++i) {
+    INFO("cycle " << i);
+    m.Start();
+    {
+      Fd fd(m.path("f" + std::to_string(i)), O_WRONLY | O_CREAT, 0644);
+      REQUIRE(fd.ok());
+      REQUIRE(write(fd.get(), "x", 1) == 1);
+    }
+    // Still mounted: refused at once.
+    const auto asked = std::chrono::steady_clock::now();
+    const FsckResult busy = FsckImage(m.image());
+    CHECK(busy.exit_code == 8);
+    CHECK(busy.output.find("in use") != std::string::npos);
+    CHECK(std::chrono::steady_clock::now() - asked < std::chrono::seconds(2));
+    // (umount may find the mount busy for a moment: the kernel sends the
+    // file's RELEASE in the background.)
+    REQUIRE(Eventually([&] { return RunProgram({"umount", m.dir()}) == 0; }));
+    const FsckResult after = FsckImage(m.image());
+    INFO("fsck: " << after.output);
+    CHECK(after.exit_code == 0);
+    CHECK(m.WaitExit() == 0);
+  }
+  m.Start();
+  REQUIRE(Eventually([&] { return RunProgram({"umount", m.dir()}) == 0; }));
+  const char* daemon = std::getenv("NVFS_DAEMON");
+  REQUIRE(daemon != nullptr);
+  const std::string log = m.dir() + ".again.log";
+  const int rc = RunProgram({daemon, m.image(), m.dir()}, log);  // detaches once mounted
+  INFO("second daemon: " << ReadAll(log));
+  std::remove(log.c_str());
+  CHECK(rc == 0);
+  if (rc == 0) {
+    CHECK(IsMountPoint(m.dir()));
+    CHECK(PathExists(m.path("f4")));
+    CHECK(Eventually([&] { return RunProgram({"umount", m.dir()}) == 0; }));
+    CHECK(WaitImageFree(m.image(), 10));
+  }
+  CHECK(m.WaitExit() == 0);  // the first daemon, long gone
+  CHECK(FsckImage(m.image()).exit_code == 0);
+}
+
+// fstests generic/451: buffered reads racing asynchronous direct writes of
+// the same file (cache=page). The kernel drops no page after an
+// asynchronous direct write (fs/fuse/file.c, fuse_aio_complete), so a page
+// a reader cached while the write was in flight kept the old bytes, across
+// opens (keep_cache). Readers in two processes reopen and read the file
+// while one process overwrites it with io_submit(O_DIRECT) and then reads
+// it back through a fresh buffered open, as generic/451 does, for 4 s.
+// Timing-dependent: on 926e0ad's daemon this case (3 s then) failed 3 of 4
+// runs and generic/451 (30 s) 4 of 4, on a loaded machine.
+TEST_CASE("mount: buffered reads after asynchronous direct writes see the new bytes",
+          "[mount]") {
+  NVFS_REQUIRE_FUSE();
+  MountedFs m;
+  m.Start("cache=page");
+  const std::string f = m.path("cycle");
+  constexpr size_t kSize = 640 * 1024;
+  {
+    Fd fd(f, O_RDWR | O_CREAT, 0644);
+    REQUIRE(fd.ok());
+    const std::string zeros(kSize, '\0');
+    REQUIRE(pwrite(fd.get(), zeros.data(), kSize, 0) == static_cast<ssize_t>(kSize));
+  }
+  const std::string stop = m.dir() + ".stop";
+  std::remove(stop.c_str());
+  std::vector<pid_t> readers;
+  for (int r = 0; r < 2; ++r) {
+    const pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      std::vector<char> buf(kSize);
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+      while (access(stop.c_str(), F_OK) != 0 && std::chrono::steady_clock::now() < until) {
+        const int fd = open(f.c_str(), O_RDWR | O_CREAT, 0644);  // as xfs_io -f
+        if (fd >= 0) {
+          struct stat st;
+          (void)fstat(fd, &st);
+          (void)!pread(fd, buf.data(), kSize, 0);
+          close(fd);
+        }
+      }
+      _exit(0);
+    }
+    readers.push_back(pid);
+  }
+  void* mem = nullptr;
+  REQUIRE(posix_memalign(&mem, 4096, kSize) == 0);
+  std::unique_ptr<char, void (*)(void*)> buf(static_cast<char*>(mem), std::free);
+  aio_context_t ctx = 0;
+  REQUIRE(syscall(SYS_io_setup, 1, &ctx) == 0);
+  int stale_rounds = 0, rounds = 0;
+  std::string first_stale;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(4);
+  while (std::chrono::steady_clock::now() < until) {
+    ++rounds;
+    const char value = static_cast<char>(rounds % 2 ? 0xaa : 0x55);
+    std::memset(buf.get(), value, kSize);
+    Fd dio(f, O_RDWR | O_DIRECT);
+    REQUIRE(dio.ok());
+    iocb cb{};
+    cb.aio_fildes = static_cast<uint32_t>(dio.get());
+    cb.aio_lio_opcode = IOCB_CMD_PWRITE;
+    cb.aio_buf = reinterpret_cast<uint64_t>(buf.get());
+    cb.aio_nbytes = kSize;
+    cb.aio_offset = 0;
+    iocb* cbs[1] = {&cb};
+    REQUIRE(syscall(SYS_io_submit, ctx, 1, cbs) == 1);
+    io_event ev{};
+    REQUIRE(syscall(SYS_io_getevents, ctx, 1, 1, &ev, nullptr) == 1);
+    REQUIRE(ev.res == static_cast<int64_t>(kSize));
+    std::string back(kSize, '\0');
+    {
+      Fd check(f, O_RDONLY);
+      REQUIRE(check.ok());
+      REQUIRE(pread(check.get(), back.data(), kSize, 0) == static_cast<ssize_t>(kSize));
+    }
+    const size_t at = back.find_first_not_of(value);
+    if (at != std::string::npos) {
+      if (stale_rounds++ == 0) {
+        first_stale = "round " + std::to_string(rounds) + ": stale from byte " + std::to_string(at);
+      }
+    }
+  }
+  syscall(SYS_io_destroy, ctx);
+  { Fd done(stop, O_WRONLY | O_CREAT, 0644); }
+  for (pid_t pid : readers) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+  }
+  std::remove(stop.c_str());
+  INFO(rounds << " rounds; " << first_stale);
+  CHECK(stale_rounds == 0);
+  CHECK(rounds > 10);
 }
 
 }  // namespace

@@ -460,6 +460,10 @@ int main(int argc, char** argv) {
     (void)UnmountCore(std::move(fs), device);
     return 1;
   }
+  // The mount shows in mountinfo now, with the device as its source (unless
+  // fsname= said otherwise): an opener of the namespace refuses while it
+  // does, and waits for this process once umount has taken it away.
+  if (!cl.have_fsname) fs->ServeThroughMount();
   const bool use_ring = adapter.protocol().io_uring;
   if (uring_mode == nvfs::UringMode::kOn && !use_ring) {
     Say("io_uring=on: the kernel did not offer FUSE over io_uring in INIT");
@@ -527,6 +531,7 @@ int main(int argc, char** argv) {
     fuse_loop_cfg_destroy(config);
   }
   if (ring != nullptr) ring->Stop();
+  adapter.StopInvalidations();  // it notifies through the session freed below
   // Every worker has returned: nothing runs in the core any more. A mount
   // of the namespace from now on waits for this process to exit.
   fs->EndService();
