@@ -2779,5 +2779,30 @@ TEST_CASE("mount: buffered reads after asynchronous direct writes see the new by
   CHECK(rounds > 10);
 }
 
+// mount -o remount,ro of a fuse.nvfs mount (fstests' _scratch_remount,
+// generic/306, or a user's fstab mount) has mount.fuse3 run
+// "nvfs DEVICE DIR -o remount,ro,...": 926e0ad's daemon refused the option
+// (libfuse: "unknown option(s): -o remount", exit 1). It hands the change
+// to the kernel (mount -i), and starts no second daemon.
+TEST_CASE("mount: nvfs -o remount,ro and remount,rw change the running mount", "[mount]") {
+  NVFS_REQUIRE_FUSE();
+  MountedFs m;
+  m.Start();
+  const char* daemon = std::getenv("NVFS_DAEMON");
+  REQUIRE(daemon != nullptr);
+  const std::string log = m.dir() + ".remount.log";
+  WriteFile(m.path("before"), "x");
+  const int ro = RunProgram({daemon, m.image(), m.dir(), "-o", "remount,ro,cache=page"}, log);
+  INFO("remount: " << ReadAll(log));
+  CHECK(ro == 0);
+  CHECK(Err(open(m.path("after").c_str(), O_CREAT | O_WRONLY, 0644)) == EROFS);
+  CHECK(ReadAll(m.path("before")) == "x");
+  CHECK(RunProgram({daemon, m.image(), m.dir(), "-o", "remount,rw"}, log) == 0);
+  WriteFile(m.path("after"), "y");
+  std::remove(log.c_str());
+  CHECK(m.Stop() == 0);
+  CHECK(FsckImage(m.image()).exit_code == 0);
+}
+
 }  // namespace
 }  // namespace nvfs::test
