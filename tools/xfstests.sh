@@ -146,14 +146,16 @@ take_shared() {
   elif [ ! -e "$shared/ours.$subtype" ]; then
     say "using the $helper already installed (not ours: left in place)"
   fi
-  getent group fsgqa >/dev/null || { groupadd fsgqa; touch "$shared/ours.group"; }
+  # As fstests' README has it: each user with a group of its own name
+  # (fsgqa2's is required by some tests), and a group fsgqa.
   local u
   for u in "${users[@]}"; do
     if ! id "$u" >/dev/null 2>&1; then
-      useradd -m -g fsgqa "$u" 2>/dev/null || useradd -m --badname -g fsgqa "$u"
+      useradd -m -U "$u" 2>/dev/null || useradd -m -U --badname "$u"
       touch "$shared/ours.user.$u"
     fi
   done
+  getent group fsgqa >/dev/null || { groupadd fsgqa; touch "$shared/ours.group"; }
   flock -u 9
 }
 give_back_shared() {
