@@ -270,6 +270,15 @@ int MountedFs::Stop() {
   return code;
 }
 
+int MountedFs::WaitExit() {
+  REQUIRE(pid_ > 0);
+  INFO("daemon log: " << log());
+  const int code = Reap(10);
+  REQUIRE(code >= 0);
+  REQUIRE_FALSE(IsMountPoint(dir_));
+  return code;
+}
+
 int MountedFs::Signal(int sig) {
   REQUIRE(pid_ > 0);
   kill(pid_, sig);

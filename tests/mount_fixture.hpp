@@ -75,6 +75,9 @@ class MountedFs {
   // (128 + signal if it died of it). For SIGKILL the dead mount is then
   // unmounted (fusermount3 -u).
   int Signal(int sig);
+  // The caller took the mount away itself (umount): waits for the daemon
+  // to exit and returns its status, as Stop does.
+  int WaitExit();
 
   const std::string& dir() const { return dir_; }
   const std::string& image() const { return image_; }

@@ -579,5 +579,35 @@ TEST_CASE("OpenMedia: waits for a holder that is releasing the namespace, not fo
   CHECK(stuck.error().message.find("still in use") != std::string::npos);
 }
 
+// A daemon marks the namespace as served through its FUSE mount
+// (ServeThroughMount); with no such mount in mountinfo (here: none at all,
+// as after umount) an opener waits for the holder instead of refusing.
+TEST_CASE("OpenMedia: a holder serving through a mount that is gone is waited for",
+          "[media][lock]") {
+  TempPath image("served");
+  MakeFile(image.path(), 1 * kMiB);
+  MediaOptions options;
+  options.release_wait_ms = 5000;
+  auto holder = OpenMedia(image.path(), options);
+  REQUIRE(holder.ok());
+  (*holder)->ServeThroughMount();
+  std::thread releaser([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    holder->reset();
+  });
+  const auto from = std::chrono::steady_clock::now();
+  auto next = OpenMedia(image.path(), options);
+  const auto waited = std::chrono::steady_clock::now() - from;
+  releaser.join();
+  INFO((next.ok() ? std::string("ok") : next.error().message));
+  REQUIRE(next.ok());
+  CHECK(waited >= std::chrono::milliseconds(250));
+  // Its own mark is byte 0 again: a live holder that never served through
+  // a mount is refused at once.
+  auto refused = OpenMedia(image.path(), options);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.error().message.find("in use") != std::string::npos);
+}
+
 }  // namespace
 }  // namespace nvfs

@@ -268,6 +268,11 @@ class Filesystem {
   // on waits for this process to let go of it instead of failing with "in
   // use" (Media::EndService). Thread-safe; idempotent.
   void EndService();
+  // The daemon has mounted the namespace through FUSE with its absolute
+  // path as the mount's source: openers refuse at once only while that
+  // mount exists, and wait for this process once it is gone
+  // (Media::ServeThroughMount). Call once the mount is in place.
+  void ServeThroughMount();
   // Writes exact counters and marks the filesystem clean. Nothing may run
   // concurrently; no call may follow but the destructor.
   Status Unmount();

@@ -138,6 +138,14 @@ class Media {
   // with EBUSY
   // (OpenMedia). The lock itself is held until the media is destroyed.
   virtual void EndService() {}
+  // The holder now serves the namespace through a FUSE mount whose source
+  // (fsname) is the namespace's absolute path. From now on an opener that
+  // finds the namespace locked refuses at once only while such a mount
+  // shows in its /proc/self/mountinfo; once the mount is gone (umount(2)
+  // returns before the daemon has noticed the end of its session, let
+  // alone released the namespace) the opener waits for the holder as it
+  // does after EndService (release_wait_ms).
+  virtual void ServeThroughMount() {}
 
   // Bytes stored since the media was opened (all kinds of store).
   uint64_t bytes_stored() const { return bytes_stored_.load(std::memory_order_relaxed); }

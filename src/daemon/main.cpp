@@ -90,7 +90,9 @@ constexpr const char* kUsage =
     "Usual FUSE and mount options are passed to libfuse: allow_other,\n"
     "default_permissions (always on: the kernel checks permissions), fsname=\n"
     "(default DEVICE), subtype= (default nvfs), max_read=N, noatime, nodev,\n"
-    "nosuid, noexec, ... Also usable as: mount -t fuse.nvfs DEVICE MOUNTPOINT -o ...\n";
+    "nosuid, noexec, ... Also usable as: mount -t fuse.nvfs DEVICE MOUNTPOINT -o ...\n"
+    "(with -o remount,...: the mount at MOUNTPOINT changes its flags, ro/rw among\n"
+    "them, through mount(8); no daemon starts)\n";
 
 enum Key {
   kKeyForeground,
@@ -102,6 +104,7 @@ enum Key {
   kKeyReadWrite,
   kKeyFsname,
   kKeySubtype,
+  kKeyRemount,
 };
 
 struct CommandLine {
@@ -122,6 +125,8 @@ struct CommandLine {
   bool read_only = false;
   bool have_fsname = false;
   bool have_subtype = false;
+  bool remount = false;
+  std::vector<std::string> vfs_options;  // ro, nosuid, ...: what a remount may change
   std::vector<std::string> positional;
 
   ~CommandLine() {
@@ -155,14 +160,31 @@ const fuse_opt kOptions[] = {
     FUSE_OPT_KEY("rw", kKeyReadWrite),
     FUSE_OPT_KEY("fsname=", kKeyFsname),
     FUSE_OPT_KEY("subtype=", kKeySubtype),
+    FUSE_OPT_KEY("remount", kKeyRemount),
     FUSE_OPT_END,
 };
 #undef NVFS_OPT
 
 // Returns 0 to take an argument out of what libfuse sees, 1 to keep it.
+// The mount flags a remount may change (the kernel changes ro/rw of a FUSE
+// superblock and the mount's own flags; nothing of FUSE's).
+bool IsVfsOption(const char* arg) {
+  static const char* const kVfs[] = {"ro",         "rw",        "nosuid",      "suid",
+                                     "nodev",      "dev",       "noexec",      "exec",
+                                     "noatime",    "atime",     "nodiratime",  "diratime",
+                                     "relatime",   "norelatime", "strictatime", "nostrictatime",
+                                     "sync",       "async",     "dirsync"};
+  for (const char* v : kVfs) {
+    if (std::strcmp(arg, v) == 0) return true;
+  }
+  return false;
+}
+
 int ProcessOption(void* data, const char* arg, int key, fuse_args* /*out*/) {
   auto& cl = *static_cast<CommandLine*>(data);
+  if (key != FUSE_OPT_KEY_NONOPT && IsVfsOption(arg)) cl.vfs_options.emplace_back(arg);
   switch (key) {
+    case kKeyRemount: cl.remount = true; return 0;
     case FUSE_OPT_KEY_NONOPT: cl.positional.emplace_back(arg); return 0;
     case kKeyForeground: cl.foreground = true; return 0;
     case kKeyDebug: cl.debug = cl.foreground = true; return 1;
@@ -299,6 +321,20 @@ int main(int argc, char** argv) {
     return UsageError(cl.positional.empty()      ? "no DEVICE and MOUNTPOINT given"
                       : cl.positional.size() == 1 ? "no MOUNTPOINT given"
                                                   : "too many arguments");
+  }
+  // mount -o remount,... of a fuse.nvfs mount runs us (mount.fuse3) with
+  // "remount": the namespace is served already, by the daemon of that
+  // mount, and the kernel makes the change itself (ro/rw, the mount's
+  // flags). Hand it to mount(8) (-i: no helper, so not us again), as
+  // libfuse's own mount helpers do; no second daemon starts.
+  if (cl.remount) {
+    std::string opts = "remount";
+    for (const std::string& o : cl.vfs_options) opts += "," + o;
+    const std::string mountpoint = cl.positional[1];
+    execlp("mount", "mount", "-i", "-o", opts.c_str(), mountpoint.c_str(),
+           static_cast<char*>(nullptr));
+    Say("remount: cannot run mount(8): %s", std::strerror(errno));
+    return 1;
   }
   nvfs::AdapterOptions adapter_options;
   if (cl.read_path != nullptr) {
@@ -463,6 +499,10 @@ int main(int argc, char** argv) {
     (void)UnmountCore(std::move(fs), device);
     return 1;
   }
+  // The mount shows in mountinfo now, with the device as its source (unless
+  // fsname= said otherwise): an opener of the namespace refuses while it
+  // does, and waits for this process once umount has taken it away.
+  if (!cl.have_fsname) fs->ServeThroughMount();
   const bool use_ring = adapter.protocol().io_uring;
   if (uring_mode == nvfs::UringMode::kOn && !use_ring) {
     Say("io_uring=on: the kernel did not offer FUSE over io_uring in INIT");
@@ -530,6 +570,7 @@ int main(int argc, char** argv) {
     fuse_loop_cfg_destroy(config);
   }
   if (ring != nullptr) ring->Stop();
+  adapter.StopInvalidations();  // it notifies through the session freed below
   // Every worker has returned: nothing runs in the core any more. A mount
   // of the namespace from now on waits for this process to exit.
   fs->EndService();

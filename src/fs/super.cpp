@@ -215,6 +215,8 @@ Status Filesystem::MountInternal(const MountOptions& options) {
 
 void Filesystem::EndService() { media_->EndService(); }
 
+void Filesystem::ServeThroughMount() { media_->ServeThroughMount(); }
+
 // Clean unmount: exact counters in every group descriptor and in the dynamic
 // superblock, then state = clean, each batch in a transaction so a crash
 // here leaves either the old or the new descriptors, never a torn one.

@@ -2,6 +2,8 @@
 // callbacks live in namei.cpp, attr.cpp, file.cpp and dir.cpp (ops.hpp).
 #include "fuse/adapter.hpp"
 
+#include <algorithm>
+
 #include "fuse/kernel_abi.hpp"
 #include "fuse/ops.hpp"
 #include "fuse/uring_abi.hpp"
@@ -26,6 +28,52 @@ void FuseAdapter::ForgetCachedAttr(fuse_ino_t ino) const {
   // A negative offset: attributes only. An error (ENOENT: the kernel no
   // longer has the inode) leaves nothing cached to forget.
   if (se_ != nullptr) (void)fuse_lowlevel_notify_inval_inode(se_, ino, -1, 0);
+}
+
+void FuseAdapter::DirectWritten(fuse_ino_t ino, uint64_t off, uint64_t len) {
+  if (len == 0) return;
+  std::lock_guard lock(inval_mu_);
+  if (inval_stop_) return;
+  direct_written_.insert(ino);
+  const Range range{off, off + len};
+  auto [it, inserted] = inval_pending_.try_emplace(ino, range);
+  if (!inserted) {
+    it->second.begin = std::min(it->second.begin, range.begin);
+    it->second.end = std::max(it->second.end, range.end);
+  }
+  if (!inval_thread_.joinable()) inval_thread_ = std::thread([this] { InvalidateLoop(); });
+  inval_cv_.notify_one();
+}
+
+bool FuseAdapter::TakeDirectWritten(fuse_ino_t ino) {
+  std::lock_guard lock(inval_mu_);
+  return direct_written_.erase(ino) != 0;
+}
+
+void FuseAdapter::InvalidateLoop() {
+  std::unique_lock lock(inval_mu_);
+  for (;;) {
+    inval_cv_.wait(lock, [this] { return inval_stop_ || !inval_pending_.empty(); });
+    if (inval_pending_.empty()) return;  // stopping, nothing left
+    const auto node = inval_pending_.begin();
+    const fuse_ino_t ino = node->first;
+    const Range range = node->second;
+    inval_pending_.erase(node);
+    lock.unlock();
+    // ENOENT: the kernel has no such inode cached, so no page either.
+    (void)fuse_lowlevel_notify_inval_inode(se_, ino, static_cast<off_t>(range.begin),
+                                           static_cast<off_t>(range.end - range.begin));
+    lock.lock();
+  }
+}
+
+void FuseAdapter::StopInvalidations() {
+  {
+    std::lock_guard lock(inval_mu_);
+    inval_stop_ = true;
+  }
+  inval_cv_.notify_one();
+  if (inval_thread_.joinable()) inval_thread_.join();
 }
 
 void FuseAdapter::TrackOpen(FileHandle file) {

@@ -95,8 +95,11 @@
 #endif
 #include <fuse_lowlevel.h>
 
+#include <condition_variable>
 #include <cstdint>
 #include <mutex>
+#include <thread>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "nvfs/fs.hpp"
@@ -144,6 +147,7 @@ inline constexpr uint32_t kFuseMaxIo = 1u << 20;
 class FuseAdapter {
  public:
   explicit FuseAdapter(const AdapterOptions& options) : options_(options) {}
+  ~FuseAdapter() { StopInvalidations(); }
   FuseAdapter(const FuseAdapter&) = delete;
   FuseAdapter& operator=(const FuseAdapter&) = delete;
 
@@ -188,6 +192,32 @@ class FuseAdapter {
   Protocol& protocol() { return protocol_; }
   const Protocol& protocol() const { return protocol_; }
 
+  // cache=page: a direct write (O_DIRECT, not a mapping's write-back) of
+  // [off, off + len) of `ino` has been stored. The kernel drops the range's
+  // cached pages before it sends a direct write, and again after one that
+  // completed synchronously (mm/filemap.c, generic_file_direct_write); after
+  // an asynchronous one (io_submit, io_uring) it drops nothing
+  // (fs/fuse/file.c, fuse_aio_complete). A buffered read served while such a
+  // write was in flight leaves pages of the old bytes in the cache, and with
+  // keep_cache they would stay there, across opens, for as long as the
+  // inode is cached (fstests generic/451). So the adapter
+  //   - replies to the next OPEN of `ino` without keep_cache, which makes
+  //     the kernel drop all of the inode's pages before that open returns;
+  //   - has a thread of its own drop the range's pages for those who have
+  //     the file open already (fuse_lowlevel_notify_inval_inode with a
+  //     range: the kernel locks each page, so it waits for reads in flight,
+  //     which may sit in the queue of the very thread serving this write;
+  //     a worker thread must not wait for it).
+  // Both happen after the bytes are stored, so a page read after either
+  // has the new ones.
+  void DirectWritten(fuse_ino_t ino, uint64_t off, uint64_t len);
+  // True once after DirectWritten(ino, ...): the open being replied to must
+  // not keep the cache (above).
+  bool TakeDirectWritten(fuse_ino_t ino);
+  // Stops the invalidation thread, after sending what it still had.
+  // REQUIRES: before the session is destroyed; no request is being served.
+  void StopInvalidations();
+
   // Handles handed to the kernel (open, create) and not yet released. A
   // session can end (SIGTERM, umount) with files still open, their RELEASE
   // or the kernel's FORGETs still in flight: EndSession gives the core back
@@ -208,6 +238,21 @@ class FuseAdapter {
 
   std::mutex open_mu_;  // a leaf lock: never held while calling the core
   std::unordered_set<FileHandle> open_;  // protected by open_mu_
+
+  // DirectWritten's state; inval_mu_ is a leaf lock, never held across a
+  // notification. Ranges waiting for the thread merge per inode (the
+  // smallest range covering them), so the map holds an inode once.
+  struct Range {
+    uint64_t begin;
+    uint64_t end;
+  };
+  std::mutex inval_mu_;
+  std::condition_variable inval_cv_;
+  std::unordered_map<fuse_ino_t, Range> inval_pending_;  // protected by inval_mu_
+  std::unordered_set<fuse_ino_t> direct_written_;        // protected by inval_mu_
+  bool inval_stop_ = false;                              // protected by inval_mu_
+  std::thread inval_thread_;  // started by the first DirectWritten
+  void InvalidateLoop();
 };
 
 }  // namespace nvfs

@@ -28,7 +28,7 @@ int CoreOpenFlags(const FuseAdapter& adapter, int flags) {
 // Fills the open reply for `file`, which the adapter then tracks until
 // RELEASE (or session end). If tracking fails (std::bad_alloc) the file is
 // released and the exception goes on to Guarded.
-void SetOpenReply(FuseAdapter& adapter, fuse_file_info* fi, FileHandle file) {
+void SetOpenReply(FuseAdapter& adapter, fuse_ino_t ino, fuse_file_info* fi, FileHandle file) {
   try {
     adapter.TrackOpen(file);
   } catch (...) {
@@ -39,7 +39,9 @@ void SetOpenReply(FuseAdapter& adapter, fuse_file_info* fi, FileHandle file) {
   if (adapter.options().cache == CacheMode::kNone) {
     fi->direct_io = 1;
   } else {
-    fi->keep_cache = 1;  // only the kernel changes the file: its cached pages stay valid
+    // Only the kernel changes the file, so its cached pages stay valid;
+    // but for an asynchronous direct write's (adapter.hpp, DirectWritten).
+    fi->keep_cache = adapter.TakeDirectWritten(ino) ? 0 : 1;
   }
   fi->noflush = 1;  // flush has nothing to do: spare close(2) a round trip
 }
@@ -67,7 +69,7 @@ void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
       fuse_reply_err(req, file.code());
       return;
     }
-    SetOpenReply(adapter, fi, *file);
+    SetOpenReply(adapter, ino, fi, *file);
     if (fuse_reply_open(req, fi) != 0) {
       adapter.UntrackOpen(*file);
       adapter.fs().Release(*file);
@@ -112,7 +114,7 @@ void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
     }
     const fuse_entry_param e = ToEntry(adapter, attr);
     try {
-      SetOpenReply(adapter, fi, *file);
+      SetOpenReply(adapter, attr.ino, fi, *file);
     } catch (...) {
       fs.Forget(attr.ino, 1);
       throw;
@@ -238,7 +240,18 @@ static unsigned WriteFlags() {
   return (RequestKillsPrivs() ? kKillSuidgid : 0u) | (RequestWritesBack() ? kAtOffset : 0u);
 }
 
-void OpWrite(fuse_req_t req, fuse_ino_t /*ino*/, const char* buf, size_t size, off_t off,
+// After a direct write with the page cache on, pages of the old bytes may
+// be cached (adapter.hpp, DirectWritten). The flags are the file's at the
+// time of the write (fcntl F_SETFL O_DIRECT included).
+static void AfterWrite(FuseAdapter& adapter, fuse_ino_t ino, const fuse_file_info* fi,
+                       uint64_t off, size_t written) {
+  if (adapter.options().cache == CacheMode::kPage && (fi->flags & O_DIRECT) &&
+      !RequestWritesBack()) {
+    adapter.DirectWritten(ino, off, written);
+  }
+}
+
+void OpWrite(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, off_t off,
              fuse_file_info* fi) {
   Guarded(req, [&] {
     FuseAdapter& adapter = AdapterOf(req);
@@ -249,6 +262,7 @@ void OpWrite(fuse_req_t req, fuse_ino_t /*ino*/, const char* buf, size_t size, o
       fuse_reply_err(req, n.code());
       return;
     }
+    AfterWrite(adapter, ino, fi, static_cast<uint64_t>(off), *n);
     fuse_reply_write(req, *n);
   });
 }
@@ -256,7 +270,7 @@ void OpWrite(fuse_req_t req, fuse_ino_t /*ino*/, const char* buf, size_t size, o
 // With splice off, libfuse hands write_buf the request's own memory: those
 // buffers go to WriteIter as they are, with no copy in the daemon. A buffer
 // that is a file descriptor (splice) is copied into the thread's buffer.
-void OpWriteBuf(fuse_req_t req, fuse_ino_t /*ino*/, fuse_bufvec* bufv, off_t off,
+void OpWriteBuf(fuse_req_t req, fuse_ino_t ino, fuse_bufvec* bufv, off_t off,
                 fuse_file_info* fi) {
   Guarded(req, [&] {
     FuseAdapter& adapter = AdapterOf(req);
@@ -297,6 +311,7 @@ void OpWriteBuf(fuse_req_t req, fuse_ino_t /*ino*/, fuse_bufvec* bufv, off_t off
       fuse_reply_err(req, n.code());
       return;
     }
+    AfterWrite(adapter, ino, fi, static_cast<uint64_t>(off), *n);
     fuse_reply_write(req, *n);
   });
 }

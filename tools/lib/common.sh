@@ -14,6 +14,16 @@ NVFS_PACKAGES=(
   acl  # tests/mount_acl.sh: setfacl, getfacl
 )
 
+# What fstests needs (tools/xfstests.sh only: check.sh never runs fstests):
+# its build, the tools its tests call, and the peer's build (g++, fuse3).
+NVFS_XFSTESTS_PACKAGES=(
+  acl attr automake autoconf bc dbench dump e2fsprogs fio gawk gcc g++ indent
+  libacl1-dev libaio-dev libcap-dev libgdbm-dev libgdbm-compat-dev libtool
+  libtool-bin liburing-dev libuuid1 make psmisc python3 quota sed sqlite3
+  uuid-dev uuid-runtime xfsdump xfsprogs xfslibs-dev libfuse3-dev fuse3
+  pkg-config patch util-linux duperemove
+)
+
 nvfs_install_deps() {
   local missing=() pkg
   for pkg in "${NVFS_PACKAGES[@]}" "$@"; do
