@@ -1047,7 +1047,7 @@ TEST_CASE("fsck: a system. xattr stored before they were refused is kept and hid
   Populated p;
   const std::string old_name = "system.col";  // as long as "user.color"
   const uint64_t name_at = p.g.BlockOffset(p.Inode(p.with_xattr).xattr_block) +
-                           sizeof(format::XattrHeader) + sizeof(format::XattrEntry);
+                           sizeof(format::XattrBlockHeader) + sizeof(format::XattrEntry);
   REQUIRE(std::string(ReadAt(p.path(), name_at, old_name.size()).data(), old_name.size()) ==
           "user.color");
   test::WriteAt(p.path(), name_at, old_name.data(), old_name.size());

@@ -74,6 +74,12 @@ struct FsOps {
   // (xattr.cpp).
   static Result<bool> HasCapability(Filesystem& fs, const format::Inode& inode);
   static Status RemoveCapability(Filesystem& fs, uint64_t ino, const format::Inode& inode, Tx& tx);
+  // Frees the inode's extended attributes (blocks and value runs) in `tx`,
+  // a record or block at a time while the slot has room: true when none is
+  // left, false when the caller must commit and call again. EIO for damage
+  // (nothing damaged is followed or freed). REQUIRES: inode lock held
+  // exclusively, or no one else referencing the inode (xattr.cpp).
+  static Result<bool> FreeXattrs(Filesystem& fs, Tx& tx, const format::Inode& inode);
 
   // Allocates an inode near `parent` and writes it whole (fresh).
   static Result<uint64_t> NewInode(Filesystem& fs, Tx& tx, const format::Inode& parent_inode,

@@ -50,6 +50,8 @@ const char* XattrFaultName(XattrFault fault) {
     case XattrFault::kBadEntry: return "holding a damaged entry";
     case XattrFault::kNoNamespace: return "holding an attribute of no known namespace";
     case XattrFault::kTrailingBytes: return "holding bytes past its last entry";
+    case XattrFault::kReserved: return "holding reserved bits";
+    case XattrFault::kBadRuns: return "holding a value of damaged runs";
   }
   return nullptr;
 }
@@ -177,7 +179,7 @@ bool Checker::ReviveInode(uint64_t ino) {
   if ((state & kKindMask) == kDirectory) {
     DirInfo info;
     info.ino = ino;
-    info.xattr = (state & kHasXattr) ? 1 : 0;
+    info.xattr = links_[ino];
     info.nlink = inode.nlink;
     revived_dirs_.push_back(info);
   }
@@ -223,7 +225,7 @@ void Checker::BuildDirList() {
     if ((state & kKindMask) != kDirectory) continue;
     DirInfo info;
     info.ino = ino;
-    info.xattr = (state & kHasXattr) ? 1 : 0;
+    info.xattr = links_[ino];
     if (ino == format::kRootIno && root_made_) {
       info.nlink = 2;
       info.empty_root = true;
@@ -322,7 +324,8 @@ void Checker::CheckInode(uint64_t ino, const Inode& inode) {
   }
   state_[ino] = static_cast<uint8_t>(kind | (orphan ? kOrphanFlag : 0) |
                                      (kind == kDirectory && blocks != 0 ? kHasXattr : 0));
-  if (kind != kDirectory) links_[ino] = inode.nlink;
+  // Directories: their xattr blocks, added to their nodes by pass 2.
+  links_[ino] = kind != kDirectory ? inode.nlink : static_cast<uint32_t>(blocks);
 }
 
 // The target of a symlink: no NUL byte in it, and for a long one a block
@@ -339,26 +342,89 @@ bool Checker::ValidSymlink(uint64_t ino, const Inode& inode, bool in_block) {
   return std::memchr(target, 0, size) == nullptr;
 }
 
+// The inode's xattr blocks, following the chain (one block without
+// kIncompatXattrChain): each block is checked (range, metadata, claimed
+// before: a loop ends there) and decoded with the core's validator before
+// it is claimed and its `next` followed; each value run's blocks are checked
+// and claimed. A damaged block is dropped with the rest of the chain after
+// it (the pointer naming it cleared); a damaged value run drops its
+// attribute only (the record made free). Returns the blocks counted.
 uint64_t Checker::CheckXattrBlock(uint64_t ino, const Inode& inode) {
-  const uint64_t block_no = inode.xattr_block;
-  if (block_no == 0) return 0;
-  const BlockFault fault = CheckBlock(block_no);
-  const char* what = nullptr;
-  if (fault != BlockFault::kNone) {
-    what = FaultName(fault);
-  } else {
-    what = XattrFaultName(nvfs::CheckXattrBlock({Block(block_no), block_size_}));
-  }
-  if (what == nullptr) {
+  const bool chain = geometry_.xattr_chain();
+  uint64_t blocks = 0;
+  uint64_t link_at = InodeOffset(ino) + offsetof(Inode, xattr_block);
+  uint64_t block_no = inode.xattr_block;
+  while (block_no != 0) {
+    const BlockFault fault = CheckBlock(block_no);
+    const char* what = nullptr;
+    XattrBlockView view;
+    // Records whose runs are damaged: dropped below, after the decode.
+    struct BadRecord {
+      uint32_t offset, length;
+    };
+    std::vector<BadRecord> bad;
+    std::vector<format::XattrValueRun> good_runs;
+    if (fault != BlockFault::kNone) {
+      what = FaultName(fault);
+    } else {
+      what = XattrFaultName(DecodeXattrBlock(
+          {Block(block_no), block_size_}, chain,
+          [&](const XattrRecord& record) {
+            bool ok = true;
+            const size_t first_run = good_runs.size();
+            for (uint32_t r = 0; r < record.runs && ok; ++r) {
+              const format::XattrValueRun run = record.Run(r);
+              if (!geometry_.IsDataRun(run.first, run.count)) {
+                ok = false;
+                break;
+              }
+              for (uint64_t b = run.first; b < run.first + run.count; ++b) {
+                // A block of an earlier run of this same record counts too.
+                bool mine = false;
+                for (size_t i = first_run; i < good_runs.size(); ++i) {
+                  mine |= b >= good_runs[i].first && b - good_runs[i].first < good_runs[i].count;
+                }
+                if (mine || CheckBlock(b) != BlockFault::kNone) ok = false;
+              }
+              if (ok) good_runs.push_back(run);
+            }
+            if (!ok) {
+              good_runs.resize(first_run);
+              bad.push_back({record.offset, record.length});
+            }
+          },
+          &view));
+    }
+    if (what != nullptr) {
+      if (Problem(Repair::kDecision, "inode %" PRIu64 ": extended attribute block %" PRIu64
+                  " %s%s; dropping it%s", ino, block_no,
+                  fault != BlockFault::kNone ? "points " : "is ", what,
+                  chain ? " and the blocks after it" : "")) {
+        Write64(link_at, 0);
+        Fixed();
+      }
+      return blocks;
+    }
     Claim(block_no);
-    return 1;
+    ++blocks;
+    for (const format::XattrValueRun& run : good_runs) {
+      for (uint64_t b = run.first; b < run.first + run.count; ++b) Claim(b);
+      blocks += run.count;
+    }
+    for (const BadRecord& record : bad) {
+      if (Problem(Repair::kDecision, "inode %" PRIu64 ": extended attribute block %" PRIu64
+                  ": the value at offset %u names blocks not its own; dropping that attribute",
+                  ino, block_no, record.offset)) {
+        format::XattrEntry entry{};
+        entry.value_len = record.length - static_cast<uint32_t>(sizeof entry);
+        Write(OffsetIn(block_no, Block(block_no) + record.offset), &entry, sizeof entry);
+        Fixed();
+      }
+    }
+    link_at = OffsetIn(block_no, Block(block_no) + offsetof(format::XattrBlockHeader, next));
+    block_no = view.next;
   }
-  if (Problem(Repair::kDecision, "inode %" PRIu64 ": extended attribute block %" PRIu64 " %s%s; "
-              "dropping it", ino, block_no, fault != BlockFault::kNone ? "points " : "is ", what)) {
-    WriteField(ino, inode.xattr_block, uint64_t{0});
-    Fixed();
-  }
-  return 0;
+  return blocks;
 }
 
 void Checker::BadPointer(uint64_t ino, uint64_t slot_at, uint64_t block_no, const char* what,
