@@ -322,6 +322,7 @@ TEST_CASE("fsck refuses another major version without using the backup", "[fsck]
   MakeNvfsImage(image.path());
   format::SuperStatic sb = ReadStatic(image.path(), 0);
   sb.version_major = format::kVersionMajor + 1;
+  sb.version_minor = 0;
   sb.checksum = SuperStaticChecksum(sb);
   WriteStatic(image.path(), 0, sb);
   const FileDigest before = DigestFile(image.path());
@@ -339,6 +340,7 @@ TEST_CASE("fsck and mount refuse a version 1 image (the steerable hash) in one l
   MakeNvfsImage(image.path());
   format::SuperStatic sb = ReadStatic(image.path(), 0);
   sb.version_major = 1;
+  sb.version_minor = 0;
   sb.checksum = SuperStaticChecksum(sb);
   WriteStatic(image.path(), 0, sb);
   const FileDigest before = DigestFile(image.path());
