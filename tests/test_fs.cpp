@@ -1464,4 +1464,75 @@ TEST_CASE("xattrs: a namespace of the one-block format (mkfs 2.0) is read and ke
   RequireFsckClean(img, "one-block xattrs");
 }
 
+
+// fsck's repairs of a chain: a value whose run names another file's blocks
+// loses that attribute only; a chain looped back on itself is damage to the
+// core (the walk is bounded by the inode's blocks) and fsck cuts the loop.
+TEST_CASE("xattrs: fsck drops a damaged value and cuts a looped chain, keeping the rest",
+          "[fs][xattr]") {
+  FsImage img;
+  // `other` first: pass 1 claims its blocks before f's runs (the first
+  // claimant of a block keeps it; a later xattr run naming it is dropped).
+  const uint64_t other = MustCreate(img.fs(), kRoot, "other", std::string(8192, 'o'));
+  const uint64_t f = MustCreate(img.fs(), kRoot, "f");
+  REQUIRE(img->SetXattr(f, "user.a", "1", 1, 0).ok());
+  const std::string big = BigValue(9000, 'e');
+  REQUIRE(img->SetXattr(f, "user.big", big.data(), big.size(), 0).ok());
+  REQUIRE(img->SetXattr(f, "user.c", "3", 1, 0).ok());
+  const Geometry& g = img->geometry();
+  auto* base = const_cast<std::byte*>(img->media().base());
+  const auto& inode = *reinterpret_cast<const format::Inode*>(base + g.InodeOffset(f));
+  const auto& other_inode = *reinterpret_cast<const format::Inode*>(base + g.InodeOffset(other));
+  std::byte* block = base + g.BlockOffset(inode.xattr_block);
+  const auto fsck = [&](RepairMode mode) {
+    img.Unmount();
+    std::vector<std::string> lines;
+    FsckReport report;
+    {
+      auto media = OpenMedia(img.path(), MediaOptions{});
+      REQUIRE(media.ok());
+      report =
+          CheckNamespace(**media, mode, [&](const std::string& line) { lines.push_back(line); });
+    }
+    std::string all;
+    for (const std::string& line : lines) all += line + "\n";
+    img.Mount();
+    return std::make_pair(report, all);
+  };
+  SECTION("a run naming another file's block") {
+    // The record of user.big: after user.a's (8 + 6 + 1 -> 16 bytes).
+    format::XattrEntry entry;
+    const uint32_t at = sizeof(format::XattrBlockHeader) + 16;
+    std::memcpy(&entry, block + at, sizeof entry);
+    REQUIRE(entry.runs >= 1);
+    const uint64_t stolen = other_inode.map.file.direct[0];
+    std::memcpy(block + at + 8 + 8, &stolen, sizeof stolen);  // name "user.big" is 8 bytes
+    auto [report, out] = fsck(RepairMode::kYes);
+    INFO(out);
+    CHECK(report.problems >= 1);
+    CHECK(out.find("dropping that attribute") != std::string::npos);
+    CHECK(img->GetXattr(f, "user.big", nullptr, 0).code() == ENODATA);
+    CHECK(GetString(img.fs(), f, "user.a") == "1");
+    CHECK(GetString(img.fs(), f, "user.c") == "3");
+    CHECK(ReadAll(img.fs(), other) == std::string(8192, 'o'));
+  }
+  SECTION("a chain whose next names its own block") {
+    format::XattrBlockHeader header;
+    std::memcpy(&header, block, sizeof header);
+    header.next = inode.xattr_block;
+    std::memcpy(block, &header, sizeof header);
+    CHECK(img->GetXattr(f, "user.zz", nullptr, 0).code() == EIO);
+    CHECK(img->read_only());
+    img.mount_options = MountOptions{};
+    auto [report, out] = fsck(RepairMode::kYes);
+    INFO(out);
+    CHECK(report.problems >= 1);
+    INFO("exit " << report.exit_code << " read-only " << img->read_only());
+    // The loop is cut where the block comes round again: the block is kept.
+    CHECK(GetString(img.fs(), f, "user.a") == "1");
+    CHECK(GetString(img.fs(), f, "user.big") == big);
+  }
+  RequireFsckClean(img, "the repair");
+}
+
 }  // namespace nvfs::test
