@@ -299,9 +299,12 @@ struct Space {
 // new record into the old one's place or a free record (L, the remainder a
 // free record, L, and `count` L), or the tail of a block (F, then `count`
 // and `used` L), or a new block (A + F, linked at the chain's head by L of
-// xattr_block); `blocks` L; ctime L. REQUIRES: inode lock held exclusively.
-Status SetChained(Filesystem& fs, uint64_t ino, const Inode& inode, std::string_view name,
-                  const void* value, size_t size, int flags) {
+// xattr_block); `blocks` L; ctime L; all in `tx` (which a caller may share
+// with other changes of the same inode: each walk sees the stores of the
+// ones before). REQUIRES: inode lock held exclusively until tx commits.
+Status SetChainedIn(Filesystem& fs, Tx& tx, uint64_t ino, const Inode& inode,
+                    std::string_view name, const void* value, size_t size, int flags,
+                    timespec now) {
   FsContext& ctx = FsOps::Ctx(fs);
   const Geometry& g = ctx.geometry;
   const uint32_t bs = g.block_size();
@@ -345,7 +348,6 @@ Status SetChained(Filesystem& fs, uint64_t ino, const Inode& inode, std::string_
     return Error(ENOSPC);  // listxattr could not return every name
   }
 
-  Tx tx(FsOps::Jnl(fs), "xattr");
   const uint64_t goal = g.FirstDataBlock(g.InodeGroup(ino));
   std::vector<XattrValueRun> runs;
   uint64_t added = 0;
@@ -432,7 +434,15 @@ Status SetChained(Filesystem& fs, uint64_t ino, const Inode& inode, std::string_
     ++added;
   }
   if (added != freed) tx.Set(inode.blocks, inode.blocks + added - freed);
-  FsOps::Touch(tx, inode, false, true, FsOps::Now());
+  FsOps::Touch(tx, inode, false, true, now);
+  return Status::Ok();
+}
+
+// The same as one transaction of its own.
+Status SetChained(Filesystem& fs, uint64_t ino, const Inode& inode, std::string_view name,
+                  const void* value, size_t size, int flags) {
+  Tx tx(FsOps::Jnl(fs), "xattr");
+  NVFS_TRY(SetChainedIn(fs, tx, ino, inode, name, value, size, flags, FsOps::Now()));
   return tx.Commit();
 }
 
