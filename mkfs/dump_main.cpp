@@ -125,8 +125,10 @@ int main(int argc, char** argv) {
   std::printf("Filesystem:          nvfs %u.%u\n", sb.version_major, sb.version_minor);
   std::printf("UUID:                %s\n", nvfs::FormatUuid(uuid).c_str());
   std::printf("Label:               \"%.*s\"\n", static_cast<int>(strnlen(sb.label, sizeof sb.label)), sb.label);
-  std::printf("Features:            compat 0x%" PRIx64 ", incompat 0x%" PRIx64 ", ro_compat 0x%" PRIx64 "\n",
-              sb.feature_compat, sb.feature_incompat, sb.feature_ro_compat);
+  std::printf("Features:            compat 0x%" PRIx64 ", incompat 0x%" PRIx64 "%s, ro_compat 0x%" PRIx64 "\n",
+              sb.feature_compat, sb.feature_incompat,
+              (sb.feature_incompat & nvfs::format::kIncompatXattrChain) ? " (xattr_chain)" : "",
+              sb.feature_ro_compat);
   std::printf("Created:             %s\n", Time(sb.mkfs_time).c_str());
   std::printf("Directory hash:      %s\n", HashKeyNote(sb).c_str());
   std::printf("Size:                %s (%" PRIu64 " blocks of %u bytes)\n",

@@ -17,7 +17,7 @@ namespace {
 
 constexpr const char* kUsage =
     "Usage: mkfs.nvfs [-b BLOCK_SIZE] [-N INODES | -i BYTES_PER_INODE] [-L LABEL]\n"
-    "                 [-U UUID] [-s SIZE] [-P] [-f] [-n] [-q] [-V] DEVICE\n"
+    "                 [-U UUID] [-O [^]FEATURE] [-s SIZE] [-P] [-f] [-n] [-q] [-V] DEVICE\n"
     "Formats DEVICE (a DAX character device or an image file) as nvfs.\n"
     "\n"
     "  -b BLOCK_SIZE       block size: 4k (default), 8k, ... 1M\n"
@@ -25,6 +25,10 @@ constexpr const char* kUsage =
     "  -i BYTES_PER_INODE  one inode per this many bytes (default 16k)\n"
     "  -L LABEL            volume label, at most 63 bytes\n"
     "  -U UUID             filesystem UUID (default: random)\n"
+    "  -O [^]FEATURE       turn a feature on (default) or, with ^, off; one:\n"
+    "                      xattr_chain  xattrs past one block (64 KiB values,\n"
+    "                                   thousands of names); without it, the\n"
+    "                                   format 2.0 nvfs reads (one block per file)\n"
     "  -s SIZE             create the image file, or extend it, to SIZE (e.g. 1G)\n"
     "  -P, --preallocate   have the host filesystem back the whole image now\n"
     "                      (fallocate), so a sparse image never runs out of\n"
@@ -58,7 +62,7 @@ int main(int argc, char** argv) {
                                  {"preallocate", no_argument, nullptr, 'P'},
                                  {nullptr, 0, nullptr, 0}};
   int opt;
-  while ((opt = getopt_long(argc, argv, "b:N:i:L:U:s:PfnqVh", kLong, nullptr)) != -1) {
+  while ((opt = getopt_long(argc, argv, "b:N:i:L:U:O:s:PfnqVh", kLong, nullptr)) != -1) {
     switch (opt) {
       case 'b': {
         auto v = nvfs::ParseSize(optarg);
@@ -83,6 +87,19 @@ int main(int argc, char** argv) {
         auto v = nvfs::ParseUuid(optarg);
         if (!v) return Usage("invalid UUID (expected xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)");
         options.uuid = *v;
+        break;
+      }
+      case 'O': {
+        const std::string feature = optarg;
+        const bool off = feature.starts_with("^");
+        if ((off ? feature.substr(1) : feature) != "xattr_chain") {
+          return Usage(("unknown feature: " + feature).c_str());
+        }
+        if (off) {
+          options.feature_incompat &= ~nvfs::format::kIncompatXattrChain;
+        } else {
+          options.feature_incompat |= nvfs::format::kIncompatXattrChain;
+        }
         break;
       }
       case 's': {

@@ -247,6 +247,38 @@ std::vector<Workload> MetadataWorkloads() {
                  S("mkdir /d2/newdir", [](auto& c) { Mkdir(c, "/d2/newdir", 0777); }),
                  S("mknod /d2/newdir/fifo", [](auto& c) { Mknod(c, "/d2/newdir/fifo", S_IFIFO | 0640, 0); })},
                 [](auto& c) { SetXattr(c, "/d2", kAclDefault, NamedAcl()); }));
+  // Chained xattrs (issue 14): a 64 KiB value in runs of its own, replaced
+  // and removed (also on a full filesystem: no allocation), a thousand names.
+  w.push_back(W("setxattr-64k", {S("setxattr 64 KiB /d1/f1", [](auto& c) {
+                  SetXattr(c, "/d1/f1", "user.huge", Bytes(65536, 21));
+                })}));
+  w.push_back(W("setxattr-64k-replace",
+                {S("replace 64 KiB by 64 KiB", [](auto& c) {
+                   SetXattr(c, "/d1/f1", "user.huge", Bytes(65536, 23), XATTR_REPLACE);
+                 }),
+                 S("replace 64 KiB by 3 bytes", [](auto& c) {
+                   SetXattr(c, "/d1/f1", "user.huge", "abc", XATTR_REPLACE);
+                 })},
+                [](StepContext& c) { SetXattr(c, "/d1/f1", "user.huge", Bytes(65536, 22)); }));
+  w.push_back(W("removexattr-64k-when-full",
+                {S("removexattr 64 KiB on a full filesystem", [](auto& c) {
+                   RemoveXattr(c, "/d1/f1", "user.huge");
+                 })},
+                [](StepContext& c) {
+                  SetXattr(c, "/d1/f1", "user.huge", Bytes(65536, 24));
+                  FillUp(c);
+                }));
+  w.push_back(W("xattr-1000-names",
+                {S("setxattr the 1001st", [](auto& c) { SetXattr(c, "/d2/g1", "user.n1000", "v"); }),
+                 S("removexattr one of 1000", [](auto& c) { RemoveXattr(c, "/d2/g1", "user.n500"); }),
+                 S("unlink the file of 1000 names", [](auto& c) { Unlink(c, "/d2/g1"); })},
+                [](StepContext& c) {
+                  for (int i = 0; i < 1000; ++i) {
+                    SetXattr(c, "/d2/g1", "user.n" + std::to_string(i),
+                             i % 25 == 0 ? Bytes(5000, static_cast<char>(i)) : "v" + std::to_string(i));
+                  }
+                },
+                kSmallSlots));
   w.push_back(W("fallocate-keep-size", {S("fallocate keep size /d1/f1", [](auto& c) {
                   Fallocate(c, "/d1/f1", FALLOC_FL_KEEP_SIZE, 20000, 50000);
                 })}));

@@ -18,7 +18,7 @@ namespace nvfs::test {
 class FsImage {
  public:
   explicit FsImage(uint64_t size = 128ull << 20, uint32_t block_size = 4096,
-                   uint64_t inodes = 0)
+                   uint64_t inodes = 0, uint64_t feature_incompat = format::kIncompatKnown)
       : path_("fsimage") {
     MakeFile(path_.path(), size);
     {
@@ -27,6 +27,7 @@ class FsImage {
       MkfsOptions options;
       options.block_size = block_size;
       options.inode_count = inodes;
+      options.feature_incompat = feature_incompat;
       auto plan = PlanMkfs((*media)->size(), options);
       if (!plan.ok()) throw std::runtime_error(plan.error().message);
       if (!WriteMkfs(**media, *plan).ok()) throw std::runtime_error("mkfs");

@@ -204,7 +204,7 @@ TEST_CASE("containment: an xattr block fsck would drop is damage to the core too
   auto* bytes = const_cast<std::byte*>(img->media().base()) + img->geometry().BlockOffset(block);
   SECTION("a name of no namespace") {
     // "user.a" -> "usex.a"
-    bytes[sizeof(format::XattrHeader) + sizeof(format::XattrEntry) + 3] = std::byte{'x'};
+    bytes[sizeof(format::XattrBlockHeader) + sizeof(format::XattrEntry) + 3] = std::byte{'x'};
   }
   SECTION("bytes past the last entry") {
     format::XattrHeader header;

@@ -586,6 +586,7 @@ TEST_CASE("CheckSuperStatic checks magic, checksum, version and features", "[sup
   // what to do.
   s = good;
   s.version_major = 1;
+  s.version_minor = 0;
   s.checksum = SuperStaticChecksum(s);
   r = CheckSuperStatic(s, size);
   CHECK(r.code() == EPROTONOSUPPORT);

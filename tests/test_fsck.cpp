@@ -322,6 +322,7 @@ TEST_CASE("fsck refuses another major version without using the backup", "[fsck]
   MakeNvfsImage(image.path());
   format::SuperStatic sb = ReadStatic(image.path(), 0);
   sb.version_major = format::kVersionMajor + 1;
+  sb.version_minor = 0;
   sb.checksum = SuperStaticChecksum(sb);
   WriteStatic(image.path(), 0, sb);
   const FileDigest before = DigestFile(image.path());
@@ -339,6 +340,7 @@ TEST_CASE("fsck and mount refuse a version 1 image (the steerable hash) in one l
   MakeNvfsImage(image.path());
   format::SuperStatic sb = ReadStatic(image.path(), 0);
   sb.version_major = 1;
+  sb.version_minor = 0;
   sb.checksum = SuperStaticChecksum(sb);
   WriteStatic(image.path(), 0, sb);
   const FileDigest before = DigestFile(image.path());
@@ -1047,7 +1049,7 @@ TEST_CASE("fsck: a system. xattr stored before they were refused is kept and hid
   Populated p;
   const std::string old_name = "system.col";  // as long as "user.color"
   const uint64_t name_at = p.g.BlockOffset(p.Inode(p.with_xattr).xattr_block) +
-                           sizeof(format::XattrHeader) + sizeof(format::XattrEntry);
+                           sizeof(format::XattrBlockHeader) + sizeof(format::XattrEntry);
   REQUIRE(std::string(ReadAt(p.path(), name_at, old_name.size()).data(), old_name.size()) ==
           "user.color");
   test::WriteAt(p.path(), name_at, old_name.data(), old_name.size());

@@ -2772,3 +2772,85 @@ TEST_CASE("mount: nvfs -o remount,ro and remount,rw change the running mount", "
 
 }  // namespace
 }  // namespace nvfs::test
+
+namespace nvfs::test {
+
+// Issue 14, item 5 (fstests generic/020 on FUSE): 64 KiB values and a
+// thousand attributes per file, through the kernel and the attr tools,
+// and a remove on a filesystem left without a free block.
+TEST_CASE("mount: a 64 KiB xattr, 1000 attributes, the list, a remove on a full filesystem",
+          "[mount]") {
+  NVFS_REQUIRE_FUSE();
+  MountedFs m(32ull << 20);
+  m.Start();
+  const std::string f = m.path("f");
+  WriteFile(f, "");
+  // 1000 names in one setfattr --restore (one process, not a thousand).
+  const std::string dump = m.image() + ".dump";
+  {
+    std::ofstream out(dump);
+    out << "# file: " << f << "\n";
+    for (int i = 0; i < 1000; ++i) out << "user.attribute_" << i << "=\"value_" << i << "\"\n";
+    out << "\n";
+  }
+  REQUIRE(RunProgram({"setfattr", "--restore=" + dump}) == 0);
+  unlink(dump.c_str());
+  // A 64 KiB value (XATTR_SIZE_MAX), and one byte more refused by the kernel.
+  std::string big(65536, '\0');
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>('a' + i % 26);
+  REQUIRE(setxattr(f.c_str(), "user.big", big.data(), big.size(), 0) == 0);
+  CHECK(Err(setxattr(f.c_str(), "user.bigger", big.data(), big.size() + 1, 0)) == E2BIG);
+  std::string back(65536, '\0');
+  REQUIRE(getxattr(f.c_str(), "user.big", back.data(), back.size()) == 65536);
+  CHECK(back == big);
+  CHECK(Err(getxattr(f.c_str(), "user.big", back.data(), 100)) == ERANGE);
+  // getfattr reads the list and every value back.
+  const std::string out = m.image() + ".getfattr";
+  REQUIRE(RunProgram({"sh", "-c", "getfattr -d '" + f + "' > '" + out + "'"}) == 0);
+  {
+    std::ifstream in(out);
+    int attributes = 0;
+    bool big_seen = false;
+    for (std::string line; std::getline(in, line);) {
+      if (line.starts_with("user.attribute_")) ++attributes;
+      if (line.starts_with("user.big=\"abcdefghij")) big_seen = true;
+    }
+    CHECK(attributes == 1000);
+    CHECK(big_seen);
+  }
+  unlink(out.c_str());
+  const ssize_t list_size = listxattr(f.c_str(), nullptr, 0);
+  REQUIRE(list_size > 0);
+  std::string list(static_cast<size_t>(list_size), '\0');
+  CHECK(Err(listxattr(f.c_str(), list.data(), list.size() - 1)) == ERANGE);
+  REQUIRE(listxattr(f.c_str(), list.data(), list.size()) == list_size);
+  // Fill the filesystem, then remove: no block is needed.
+  {
+    const int fd = open(m.path("filler").c_str(), O_WRONLY | O_CREAT, 0644);
+    REQUIRE(fd >= 0);
+    const std::string chunk(1 << 20, 'z');
+    while (write(fd, chunk.data(), chunk.size()) > 0) {}
+    while (write(fd, chunk.data(), 4096) > 0) {}
+    close(fd);
+  }
+  struct statvfs sv;
+  REQUIRE(statvfs(m.dir().c_str(), &sv) == 0);
+  CHECK(sv.f_bavail == 0);
+  CHECK(Err(setxattr(f.c_str(), "user.more", big.data(), big.size(), 0)) == ENOSPC);
+  REQUIRE(RunProgram({"setfattr", "-x", "user.attribute_500", f}) == 0);
+  REQUIRE(removexattr(f.c_str(), "user.big") == 0);
+  CHECK(Err(getxattr(f.c_str(), "user.big", nullptr, 0)) == ENODATA);
+  CHECK(Err(getxattr(f.c_str(), "user.attribute_500", nullptr, 0)) == ENODATA);
+  CHECK(getxattr(f.c_str(), "user.attribute_501", nullptr, 0) == 9);
+  REQUIRE(statvfs(m.dir().c_str(), &sv) == 0);
+  UNSCOPED_INFO("free after the removes: " << sv.f_bavail << " of " << sv.f_frsize);
+  CHECK(sv.f_bavail > 0);
+  // The freed blocks are usable: a new 64 KiB value fits again.
+  CHECK(setxattr(f.c_str(), "user.again", big.data(), 40000, 0) == 0);
+  REQUIRE(m.Stop() == 0);
+  const FsckResult fsck = FsckImage(m.image());
+  INFO(fsck.output);
+  CHECK(fsck.exit_code == 0);
+}
+
+}  // namespace nvfs::test

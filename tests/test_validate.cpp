@@ -136,8 +136,8 @@ class XattrBlock {
   std::vector<std::pair<std::string, std::string>> decoded;
   XattrFault Decode() {
     decoded.clear();
-    return DecodeXattrBlock(span(), [&](std::string_view name, std::string_view value) {
-      decoded.emplace_back(std::string(name), std::string(value));
+    return DecodeXattrBlock(span(), false, [&](const XattrRecord& record) {
+      decoded.emplace_back(std::string(record.name), std::string(record.value));
     });
   }
 
@@ -154,7 +154,9 @@ TEST_CASE("xattr blocks: decoded in order, each fault named, entries before it p
   REQUIRE(block.decoded.size() == 2);
   CHECK(block.decoded[0] == std::pair<std::string, std::string>("user.a", "1"));
   CHECK(block.decoded[1].first == "system.posix_acl_access");
-  CHECK(CheckXattrBlock(block.span()) == XattrFault::kNone);
+  CHECK(CheckXattrBlock(block.span(), false) == XattrFault::kNone);
+  // A one-block namespace's block is no chain block, and the other way round.
+  CHECK(CheckXattrBlock(block.span(), true) == XattrFault::kNoMagic);
 
   SECTION("magic") {
     block.header().magic ^= 1;
@@ -191,6 +193,105 @@ TEST_CASE("xattr blocks: decoded in order, each fault named, entries before it p
     other.Sync();
     CHECK(other.Decode() == XattrFault::kBadEntry);
     CHECK(other.decoded.empty());
+  }
+}
+
+// A block of a chain (kIncompatXattrChain): free records, values in runs.
+class XattrChainBlock {
+ public:
+  XattrChainBlock() : bytes_(4096) {
+    header_.magic = format::kXattrChainMagic;
+    Sync();
+  }
+  uint32_t end() const { return sizeof header_ + header_.used; }
+  void Put(const void* record, size_t length) {
+    std::memcpy(bytes_.data() + end(), record, length);
+    header_.used += static_cast<uint32_t>(length);
+    ++header_.count;
+    Sync();
+  }
+  void AddFree(uint32_t length) {
+    format::XattrEntry entry{};
+    entry.value_len = length - 8;
+    std::vector<std::byte> r(length);
+    std::memcpy(r.data(), &entry, sizeof entry);
+    Put(r.data(), r.size());
+  }
+  void AddRuns(const std::string& name, uint32_t value_len,
+               const std::vector<format::XattrValueRun>& runs) {
+    format::XattrEntry entry{};
+    entry.name_len = static_cast<uint8_t>(name.size());
+    entry.flags = format::kXattrValueInRuns;
+    entry.runs = static_cast<uint16_t>(runs.size());
+    entry.value_len = value_len;
+    std::vector<std::byte> r(format::XattrRunEntryLength(name.size(), runs.size()));
+    std::memcpy(r.data(), &entry, sizeof entry);
+    std::memcpy(r.data() + sizeof entry, name.data(), name.size());
+    std::memcpy(r.data() + sizeof entry + ((name.size() + 7) & ~size_t{7}), runs.data(),
+                runs.size() * sizeof(format::XattrValueRun));
+    Put(r.data(), r.size());
+  }
+  format::XattrBlockHeader& header() { return header_; }
+  void Sync() { std::memcpy(bytes_.data(), &header_, sizeof header_); }
+  std::span<const std::byte> span() const { return bytes_; }
+  std::vector<XattrRecord> decoded;
+  XattrFault Decode(XattrBlockView* view = nullptr) {
+    decoded.clear();
+    return DecodeXattrBlock(span(), true, [&](const XattrRecord& r) { decoded.push_back(r); },
+                            view);
+  }
+
+ private:
+  format::XattrBlockHeader header_{};
+  std::vector<std::byte> bytes_;
+};
+
+TEST_CASE("xattr chain blocks: free records, values in runs, the next link, each fault") {
+  XattrChainBlock block;
+  block.header().next = 1234;
+  block.Sync();
+  block.AddFree(24);
+  block.AddRuns("user.big", 65536, {{100, 10}, {200, 6}});  // 16 blocks of 4 KiB
+  XattrBlockView view;
+  REQUIRE(block.Decode(&view) == XattrFault::kNone);
+  CHECK(view.next == 1234);
+  CHECK(view.header_size == 32);
+  REQUIRE(block.decoded.size() == 2);
+  CHECK(block.decoded[0].free);
+  CHECK(block.decoded[0].length == 24);
+  CHECK(block.decoded[1].name == "user.big");
+  CHECK(block.decoded[1].runs == 2);
+  CHECK(block.decoded[1].Run(1).first == 200);
+  CHECK(block.decoded[1].Run(1).count == 6);
+  CHECK(block.decoded[1].value_len == 65536);
+
+  SECTION("a reserved header field") {
+    block.header().reserved1 = 1;
+    block.Sync();
+    CHECK(block.Decode() == XattrFault::kReserved);
+  }
+  SECTION("runs not adding up to the value's blocks") {
+    XattrChainBlock other;
+    other.AddRuns("user.big", 65536, {{100, 10}, {200, 5}});
+    CHECK(other.Decode() == XattrFault::kBadRuns);
+  }
+  SECTION("a run of no blocks") {
+    XattrChainBlock other;
+    other.AddRuns("user.big", 4096, {{100, 0}});
+    CHECK(other.Decode() == XattrFault::kBadRuns);
+  }
+  SECTION("more runs than the largest value needs") {
+    XattrChainBlock other;
+    std::vector<format::XattrValueRun> runs(17, {100, 1});
+    other.AddRuns("user.big", 65536, runs);
+    CHECK(other.Decode() == XattrFault::kBadRuns);
+  }
+  SECTION("a free record running past `used`") {
+    XattrChainBlock other;
+    other.AddFree(16);
+    other.header().used -= 8;
+    other.Sync();
+    CHECK(other.Decode() == XattrFault::kBadEntry);
   }
 }
 

@@ -50,15 +50,19 @@ inline constexpr char kSuperDynamicMagic[8] = {'n', 'v', 'f', 's', '-', 'd', 'y'
 // Version 2 keyed the directory hash (SipHash-2-4 under dir_hash_key) and
 // widened the collision sequence numbers; version 1 images are refused.
 inline constexpr uint32_t kVersionMajor = 2;  // a different major is refused
-inline constexpr uint32_t kVersionMinor = 0;  // informational
+inline constexpr uint32_t kVersionMinor = 1;  // informational (2.1: chained xattrs)
 
 // Feature masks. A set bit the code does not know:
 //  - in incompat: refuse to open at all;
 //  - in ro_compat: open read-only only;
 //  - in compat: ignore.
-// Version 2 defines no feature bits yet.
+// Chained extended attributes (version 2.1, set by mkfs): xattr_block names
+// a chain of XattrBlockHeader blocks whose records may be free or keep their
+// value in runs of blocks of its own. Without it (a namespace made before),
+// xattr_block names one XattrHeader block, replaced whole on each change.
+inline constexpr uint64_t kIncompatXattrChain = uint64_t{1} << 0;
 inline constexpr uint64_t kCompatKnown = 0;
-inline constexpr uint64_t kIncompatKnown = 0;
+inline constexpr uint64_t kIncompatKnown = kIncompatXattrChain;
 inline constexpr uint64_t kRoCompatKnown = 0;
 
 // The static half: written by mkfs (and by a future grow), never by the running
@@ -183,7 +187,7 @@ struct Inode {
   uint32_t flags;         // kInodeFlag*
   uint64_t parent;        // directories: the parent's inode number (root: itself)
   uint64_t rdev;          // character and block devices
-  uint64_t xattr_block;   // block holding the extended attributes; 0 none
+  uint64_t xattr_block;   // first block of the extended attributes (a chain); 0 none
   uint64_t orphan_next;   // next inode on the orphan list; 0 at its end
   uint64_t reserved1;     // must be zero
   union {
@@ -267,9 +271,15 @@ inline constexpr uint32_t DirRecordLength(uint32_t name_len) {
 }
 
 // ---------------------------------------------------------------------------
-// Extended attributes: one block per inode, replaced whole (copy on write).
+// Extended attributes. With kIncompatXattrChain, xattr_block heads a chain
+// of blocks (XattrBlockHeader, linked by `next`), each holding records back
+// to back: live ones (a name and its value, inline or in runs of blocks of
+// its own) and free ones (name_len 0), changed in place through the journal.
+// Without it, xattr_block names one block (XattrHeader) of live inline
+// records, replaced whole (copy on write) on every change.
 // ---------------------------------------------------------------------------
-inline constexpr uint32_t kXattrMagic = 0x41585653;  // "SVXA"
+inline constexpr uint32_t kXattrMagic = 0x41585653;       // "SVXA": the one block, no chain
+inline constexpr uint32_t kXattrChainMagic = 0x43585653;  // "SVXC": a block of a chain
 
 struct XattrHeader {
   uint32_t magic;         // kXattrMagic
@@ -278,12 +288,33 @@ struct XattrHeader {
   uint32_t reserved;      // must be zero
 };
 
+struct XattrBlockHeader {
+  uint32_t magic;         // kXattrChainMagic
+  uint32_t count;         // records, live and free
+  uint32_t used;          // bytes of records after the header
+  uint32_t reserved0;     // must be zero
+  uint64_t next;          // the chain's next block; 0 at its end
+  uint64_t reserved1;     // must be zero
+};
+
+// A record. Live: name_len 1..255, then the name; the value follows the name
+// directly (inline), or, with kXattrValueInRuns, after the name padded to 8
+// bytes as `runs` XattrValueRun (block runs holding value_len bytes from the
+// first block's start on). Free (chains only): name_len 0, flags and runs 0,
+// value_len the bytes after this 8-byte header (a multiple of 8).
 struct XattrEntry {
-  uint8_t name_len;       // 1..kXattrNameMax, full name including its namespace prefix
-  uint8_t reserved0;      // must be zero
-  uint16_t reserved1;     // must be zero
+  uint8_t name_len;       // 1..kXattrNameMax, full name including its namespace prefix; 0 free
+  uint8_t flags;          // kXattrValueInRuns; must be zero in an XattrHeader block
+  uint16_t runs;          // value runs (kXattrValueInRuns), else zero
   uint32_t value_len;     // bytes, at most kXattrValueMax
   // char name[name_len], then the value; the entry is padded to 8 bytes
+};
+
+inline constexpr uint8_t kXattrValueInRuns = 1u << 0;
+
+struct XattrValueRun {
+  uint64_t first;         // first block
+  uint64_t count;         // blocks, >= 1
 };
 
 inline constexpr uint32_t kXattrNameMax = 255;     // XATTR_NAME_MAX
@@ -292,6 +323,17 @@ inline constexpr uint32_t kXattrValueMax = 65536;  // XATTR_SIZE_MAX
 inline constexpr uint64_t XattrEntryLength(uint64_t name_len, uint64_t value_len) {
   return (sizeof(XattrEntry) + name_len + value_len + 7) & ~uint64_t{7};
 }
+// A record whose value lies in `runs` runs: header, name padded, the runs.
+inline constexpr uint64_t XattrRunEntryLength(uint64_t name_len, uint64_t runs) {
+  return sizeof(XattrEntry) + ((name_len + 7) & ~uint64_t{7}) + runs * sizeof(XattrValueRun);
+}
+// Runs a value may take: at most one per block of the largest value.
+inline constexpr uint32_t XattrMaxRuns(uint32_t block_size) {
+  return (kXattrValueMax + block_size - 1) / block_size;
+}
+// The names of one inode, each with its NUL, fit in this (the kernel's
+// XATTR_LIST_MAX): a set that would list more is refused (ENOSPC).
+inline constexpr uint32_t kXattrListMax = 65536;
 
 // The namespace an attribute's name begins with. A name on the media is one
 // of the four prefixes followed by at least one byte; which names the
@@ -431,6 +473,9 @@ static_assert(kIsMediaStruct<XattrEntry> && sizeof(XattrEntry) == 8);
 static_assert(kIsMediaStruct<AclXattrHeader> && sizeof(AclXattrHeader) == 4);
 static_assert(kIsMediaStruct<AclXattrEntry> && sizeof(AclXattrEntry) == 8);
 static_assert(offsetof(AclXattrEntry, id) == 4);
+static_assert(kIsMediaStruct<XattrBlockHeader> && sizeof(XattrBlockHeader) == 32);
+static_assert(offsetof(XattrBlockHeader, next) == 16);
+static_assert(kIsMediaStruct<XattrValueRun> && sizeof(XattrValueRun) == 16);
 static_assert(kIsMediaStruct<JournalSlotHeader> && sizeof(JournalSlotHeader) == 64);
 static_assert(kIsMediaStruct<JournalRecord> && sizeof(JournalRecord) == 32);
 static_assert(DirRecordLength(kNameMax) == 280);

@@ -19,6 +19,9 @@ struct GeometryRequest {
   uint64_t bytes_per_inode = 0;    // -i: one inode per this many bytes (default 16 KiB)
   uint32_t journal_slots = 0;      // default kDefaultJournalSlots
   uint32_t journal_slot_size = 0;  // default kDefaultJournalSlotSize
+  // Features to write: every known one unless a test asks for an image as an
+  // older mkfs made it (0: the one-block xattrs of version 2.0).
+  uint64_t feature_incompat = format::kIncompatKnown;
 };
 
 inline constexpr uint64_t kDefaultBytesPerInode = 16384;
@@ -62,6 +65,11 @@ class Geometry {
   uint64_t journal_block() const { return journal_block_; }
   uint32_t journal_blocks() const { return journal_blocks_; }
   uint32_t pointers_per_block() const { return block_size_ / 8; }
+  // The superblock's incompatible features (all known ones: FromSuper
+  // refuses others); Compute gives what mkfs writes, every known feature.
+  uint64_t feature_incompat() const { return feature_incompat_; }
+  // Extended attributes as a chain of blocks (format::kIncompatXattrChain).
+  bool xattr_chain() const { return (feature_incompat_ & format::kIncompatXattrChain) != 0; }
 
   uint64_t BlockOffset(uint64_t block_no) const { return block_no << block_shift_; }
   uint64_t GroupFirstBlock(uint32_t group) const {
@@ -139,6 +147,7 @@ class Geometry {
   uint32_t journal_slot_size_ = 0;
   uint64_t journal_block_ = 0;
   uint32_t journal_blocks_ = 0;
+  uint64_t feature_incompat_ = format::kIncompatKnown;
   // Derived, for IsDataBlock: log2(blocks_per_group) and GroupMetaBlocks of
   // group 0 and of the others.
   uint32_t group_shift_ = 0;

@@ -25,6 +25,9 @@ struct MkfsOptions {
   std::optional<Uuid> uuid;      // -U; random when absent
   uint32_t journal_slots = 0;
   uint32_t journal_slot_size = 0;
+  // Incompatible features (tests: 0 makes a namespace as mkfs 2.0 did, with
+  // one-block xattrs).
+  uint64_t feature_incompat = format::kIncompatKnown;
   int64_t now = 0;               // timestamps; 0: the current time
   // The directory hash key (tests: a fixed one); absent: 16 bytes of getrandom(2).
   std::optional<std::array<uint8_t, 16>> dir_hash_key;

@@ -101,48 +101,136 @@ class FileMapLayout {
 
 enum class XattrFault : uint8_t {
   kNone,
-  kNoMagic,       // header.magic is not kXattrMagic
+  kNoMagic,       // the magic is not the one the namespace's format uses
   kOverfull,      // header.used runs past the block
-  kShortEntries,  // fewer entries in `used` bytes than header.count
-  kBadEntry,      // a name of 0 bytes, a value past kXattrValueMax, or past `used`
+  kShortEntries,  // fewer records in `used` bytes than header.count
+  kBadEntry,      // a name of 0 bytes (one-block format), a value past kXattrValueMax, or past `used`
   kNoNamespace,   // a name of no known namespace (XattrNamespaceOf: kNone)
-  kTrailingBytes, // bytes in `used` after the last entry
+  kTrailingBytes, // bytes in `used` after the last record
+  kReserved,      // a reserved field or unknown flag set
+  kBadRuns,       // a value in runs: no runs, too many, or not adding up to its blocks
 };
 
-// Decodes an xattr block: checks each entry, in order, before it calls
-// fn(name, value) (views into `block`); returns the first fault, the entries
-// before it having been passed to fn. REQUIRES: block.size() is the block size.
+// One record of an xattr block, as DecodeXattrBlock hands it out. Views
+// point into the block.
+struct XattrRecord {
+  uint32_t offset = 0;         // of the record's header in the block
+  uint32_t length = 0;         // bytes of the record
+  bool free = false;           // a free record (chains only): no name, no value
+  std::string_view name;       // the full name
+  uint32_t value_len = 0;
+  std::string_view value;      // an inline value (empty when in runs)
+  uint16_t runs = 0;           // value runs; 0: the value is inline
+  const std::byte* run_at = nullptr;  // the XattrValueRun array (8-aligned in the block)
+
+  format::XattrValueRun Run(uint32_t i) const {
+    format::XattrValueRun run;
+    std::memcpy(&run, run_at + i * sizeof run, sizeof run);
+    return run;
+  }
+};
+
+// The header of an xattr block in either format: `chain` is the namespace's
+// format (Geometry::xattr_chain); only a chain block has a `next`.
+struct XattrBlockView {
+  uint32_t header_size = 0;  // where the records begin
+  uint32_t count = 0;
+  uint32_t used = 0;         // bytes of records
+  uint64_t next = 0;         // the chain's next block (not yet checked)
+};
+
+// Decodes an xattr block: checks the header, then each record in order
+// before it calls fn(const XattrRecord&) (free ones included); returns the
+// first fault, the records before it having been passed to fn. `view`, if
+// given, receives the header (valid once the header checks passed). Value
+// runs are checked for shape here (at most XattrMaxRuns, each of one block
+// or more, adding up to the value's blocks); whether their blocks are data
+// blocks in use is the caller's check (Geometry::IsDataRun and a bitmap).
+// REQUIRES: block.size() is the block size.
 template <class Fn>
-XattrFault DecodeXattrBlock(std::span<const std::byte> block, Fn&& fn) {
-  format::XattrHeader header;
-  std::memcpy(&header, block.data(), sizeof header);
-  if (header.magic != format::kXattrMagic) return XattrFault::kNoMagic;
-  if (header.used > block.size() - sizeof header) return XattrFault::kOverfull;
-  uint64_t pos = sizeof header;
-  const uint64_t end = sizeof header + uint64_t{header.used};
-  for (uint32_t i = 0; i < header.count; ++i) {
+XattrFault DecodeXattrBlock(std::span<const std::byte> block, bool chain, Fn&& fn,
+                            XattrBlockView* view = nullptr) {
+  XattrBlockView v;
+  if (chain) {
+    format::XattrBlockHeader header;
+    std::memcpy(&header, block.data(), sizeof header);
+    if (header.magic != format::kXattrChainMagic) return XattrFault::kNoMagic;
+    if (header.reserved0 != 0 || header.reserved1 != 0) return XattrFault::kReserved;
+    v = {sizeof header, header.count, header.used, header.next};
+  } else {
+    format::XattrHeader header;
+    std::memcpy(&header, block.data(), sizeof header);
+    if (header.magic != format::kXattrMagic) return XattrFault::kNoMagic;
+    v = {sizeof header, header.count, header.used, 0};
+  }
+  if (v.used > block.size() - v.header_size) return XattrFault::kOverfull;
+  if (view != nullptr) *view = v;
+  const uint64_t block_size = block.size();
+  uint64_t pos = v.header_size;
+  const uint64_t end = v.header_size + uint64_t{v.used};
+  for (uint32_t i = 0; i < v.count; ++i) {
     format::XattrEntry entry;
     if (end - pos < sizeof entry) return XattrFault::kShortEntries;
     std::memcpy(&entry, block.data() + pos, sizeof entry);
-    const uint64_t size = format::XattrEntryLength(entry.name_len, entry.value_len);
-    if (entry.name_len == 0 || entry.value_len > format::kXattrValueMax || size > end - pos) {
-      return XattrFault::kBadEntry;
+    XattrRecord record;
+    record.offset = static_cast<uint32_t>(pos);
+    if (entry.name_len == 0) {
+      // A free record: chains only, nothing in it but its length.
+      if (!chain) return XattrFault::kBadEntry;
+      if (entry.flags != 0 || entry.runs != 0) return XattrFault::kReserved;
+      if (entry.value_len % 8 != 0 || entry.value_len > end - pos - sizeof entry) {
+        return XattrFault::kBadEntry;
+      }
+      record.length = static_cast<uint32_t>(sizeof entry + entry.value_len);
+      record.free = true;
+      fn(static_cast<const XattrRecord&>(record));
+      pos += record.length;
+      continue;
     }
+    if (entry.value_len > format::kXattrValueMax) return XattrFault::kBadEntry;
+    const bool in_runs = (entry.flags & format::kXattrValueInRuns) != 0;
+    if ((entry.flags & ~format::kXattrValueInRuns) != 0 || (!chain && entry.flags != 0)) {
+      return XattrFault::kReserved;
+    }
+    if (!in_runs && entry.runs != 0) return XattrFault::kReserved;
+    const uint64_t size = in_runs ? format::XattrRunEntryLength(entry.name_len, entry.runs)
+                                  : format::XattrEntryLength(entry.name_len, entry.value_len);
+    if (size > end - pos) return XattrFault::kBadEntry;
     const char* name = reinterpret_cast<const char*>(block.data() + pos + sizeof entry);
-    const std::string_view name_view(name, entry.name_len);
+    record.name = std::string_view(name, entry.name_len);
     // Any system.* name is well-formed on the media, even those the
     // filesystem does not serve (doc/format.md).
-    if (format::XattrNamespaceOf(name_view) == format::XattrNamespace::kNone) {
+    if (format::XattrNamespaceOf(record.name) == format::XattrNamespace::kNone) {
       return XattrFault::kNoNamespace;
     }
-    fn(name_view, std::string_view(name + entry.name_len, entry.value_len));
+    record.length = static_cast<uint32_t>(size);
+    record.value_len = entry.value_len;
+    if (in_runs) {
+      const uint64_t blocks = (uint64_t{entry.value_len} + block_size - 1) / block_size;
+      if (entry.runs == 0 || entry.value_len == 0 ||
+          entry.runs > format::XattrMaxRuns(static_cast<uint32_t>(block_size))) {
+        return XattrFault::kBadRuns;
+      }
+      record.runs = entry.runs;
+      record.run_at = block.data() + pos + sizeof entry + ((entry.name_len + 7u) & ~7u);
+      uint64_t total = 0;
+      for (uint32_t r = 0; r < entry.runs; ++r) {
+        const format::XattrValueRun run = record.Run(r);
+        if (run.count == 0 || run.count > blocks - total) return XattrFault::kBadRuns;
+        total += run.count;
+      }
+      if (total != blocks) return XattrFault::kBadRuns;
+    } else {
+      record.value = std::string_view(name + entry.name_len, entry.value_len);
+    }
+    fn(static_cast<const XattrRecord&>(record));
     pos += size;
   }
   return pos == end ? XattrFault::kNone : XattrFault::kTrailingBytes;
 }
 
-inline XattrFault CheckXattrBlock(std::span<const std::byte> block) {
-  return DecodeXattrBlock(block, [](std::string_view, std::string_view) {});
+inline XattrFault CheckXattrBlock(std::span<const std::byte> block, bool chain) {
+  return DecodeXattrBlock(block, chain, [](const XattrRecord&) {});
 }
 
 // ---------------------------------------------------------------------------

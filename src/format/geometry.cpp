@@ -78,6 +78,7 @@ Result<Geometry> Geometry::Compute(const GeometryRequest& request) {
                      bs, page);
   }
   g.block_size_ = static_cast<uint32_t>(bs);
+  g.feature_incompat_ = request.feature_incompat & format::kIncompatKnown;
   g.block_shift_ = static_cast<uint32_t>(std::countr_zero(bs));
   g.blocks_per_group_ = g.block_size_ * 8;
   g.journal_slots_ = request.journal_slots ? request.journal_slots : kDefaultJournalSlots;
@@ -212,6 +213,7 @@ Result<Geometry> Geometry::FromSuper(const format::SuperStatic& sb, uint64_t nam
   g.journal_block_ = g.InodeTableBlock(0) + g.itable_blocks_;
   if (sb.journal_block != g.journal_block_) return bad("journal location");
   if (sb.root_ino != format::kRootIno) return bad("root inode");
+  g.feature_incompat_ = sb.feature_incompat;
   g.DeriveShortcuts();
   Status st = g.Check();
   if (!st.ok()) return bad(st.error().message.c_str());
@@ -219,6 +221,7 @@ Result<Geometry> Geometry::FromSuper(const format::SuperStatic& sb, uint64_t nam
 }
 
 void Geometry::FillSuper(format::SuperStatic* sb) const {
+  sb->feature_incompat = feature_incompat_;
   sb->block_size = block_size_;
   sb->block_shift = block_shift_;
   sb->block_count = block_count_;

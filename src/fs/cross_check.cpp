@@ -3,7 +3,8 @@
 // that a look at the inodes contradicts.
 //
 // One pass over every inode table, and over the pointer blocks, directory
-// nodes and xattr blocks the in-use inodes name (data blocks are not read):
+// nodes and xattr blocks the in-use inodes name (data blocks, and xattr
+// value runs, are marked but not read):
 //  - a block named twice (two files, or one file twice), or named but free in
 //    the block bitmap, is damage: reported (the mount turns read-only unless
 //    errors=continue) and, if free, reserved in DRAM so it is never handed
@@ -82,7 +83,7 @@ class CrossChecker {
 
  private:
   void Walk(uint64_t ino, const Inode& inode) {
-    if (inode.xattr_block != 0) Use(ino, inode.xattr_block);
+    if (inode.xattr_block != 0) WalkXattrs(ino, inode.xattr_block);
     if (S_ISREG(inode.mode) || (S_ISLNK(inode.mode) && inode.size > format::kInlineSymlinkMax)) {
       const format::InodeFileMap& map = inode.map.file;
       for (uint32_t i = 0; i < format::kDirectPointers; ++i) {
@@ -107,6 +108,29 @@ class CrossChecker {
       } else {
         WalkPointers(ino, ptr, height - 1);
       }
+    }
+  }
+
+  // The xattr chain: each block, and the blocks of each value run (not
+  // read). A block that does not decode ends the chain (the core refuses
+  // it when it reads it); a block seen before ends it too, so a loop ends.
+  void WalkXattrs(uint64_t ino, uint64_t block_no) {
+    const bool chain = g_.xattr_chain();
+    while (block_no != 0 && Use(ino, block_no)) {
+      XattrBlockView view;
+      std::vector<format::XattrValueRun> runs;
+      const XattrFault fault = DecodeXattrBlock(
+          {ctx_.Block(block_no), g_.block_size()}, chain,
+          [&](const XattrRecord& record) {
+            for (uint32_t r = 0; r < record.runs; ++r) runs.push_back(record.Run(r));
+          },
+          &view);
+      for (const format::XattrValueRun& run : runs) {
+        if (!g_.IsDataRun(run.first, run.count)) continue;
+        for (uint64_t b = run.first; b < run.first + run.count; ++b) Use(ino, b);
+      }
+      if (fault != XattrFault::kNone) return;
+      block_no = view.next;
     }
   }
 

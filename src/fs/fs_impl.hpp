@@ -97,6 +97,12 @@ struct FsOps {
   // (xattr.cpp).
   static Result<bool> HasCapability(Filesystem& fs, const format::Inode& inode);
   static Status RemoveCapability(Filesystem& fs, uint64_t ino, const format::Inode& inode, Tx& tx);
+  // Frees the inode's extended attributes (blocks and value runs) in `tx`,
+  // a record or block at a time while the slot has room: true when none is
+  // left, false when the caller must commit and call again. EIO for damage
+  // (nothing damaged is followed or freed). REQUIRES: inode lock held
+  // exclusively, or no one else referencing the inode (xattr.cpp).
+  static Result<bool> FreeXattrs(Filesystem& fs, Tx& tx, const format::Inode& inode);
 
   // Extended attributes for the core's own features (xattr.cpp): the two
   // calls the POSIX ACLs (acl.cpp) build on, whatever the storage beneath.

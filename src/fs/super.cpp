@@ -555,20 +555,14 @@ Status FsOps::Reclaim(Filesystem& fs, uint64_t ino) {
       done = fs.bmap_->Truncate(tx, inode, 0);
     }
     if (!done.ok()) return done.take_error();
+    // Then the extended attributes, as many transactions as they take. A
+    // damaged block or run is not followed, and the inode is not freed
+    // either: it stays on the orphan list for fsck.nvfs.
+    if (*done && inode.xattr_block != 0) done = FreeXattrs(fs, tx, inode);
+    if (!done.ok()) return done.take_error();
     if (!*done) {
       NVFS_TRY(tx.Commit());
       continue;
-    }
-    if (inode.xattr_block != 0) {
-      // A damaged pointer is not followed, and the inode is not freed
-      // either: it stays on the orphan list for fsck.nvfs.
-      if (!fs.ctx_->ValidBlock(inode.xattr_block)) {
-        return fs.ctx_->Damaged(MakeError(EIO, "inode %" PRIu64 ": xattr block %" PRIu64
-                                          " is not a data block; run fsck.nvfs", ino,
-                                          inode.xattr_block));
-      }
-      NVFS_TRY(fs.ctx_->Checked(fs.alloc_->FreeBlocks(tx, inode.xattr_block, 1)));
-      tx.Set(inode.xattr_block, uint64_t{0});
     }
     std::lock_guard lock(fs.orphan_mu_);
     NVFS_TRY(OrphanRemove(fs, tx, ino));

@@ -89,7 +89,7 @@ struct DirInfo {
   uint32_t walk = 0;          // pass 3: the walk that last visited it
   bool connected = false;     // pass 3: reaches the root
   bool reconnect = false;     // to be linked into lost+found
-  uint8_t xattr = 0;          // 1 if it holds a valid xattr block
+  uint32_t xattr = 0;         // blocks its extended attributes hold (pass 1)
   bool empty_root = false;    // a root made anew (-n: as if made): no tree to walk
 };
 
@@ -321,7 +321,8 @@ class Checker {
   std::vector<uint64_t> claimed_;  // one bit per block: metadata or referenced
   std::vector<uint8_t> state_;     // InodeState per inode
   // Non-directories: nlink from the media minus the entries found; 0 when
-  // they agree (wraps below zero).
+  // they agree (wraps below zero). Directories: the blocks their extended
+  // attributes hold, counted in pass 1 (pass 2 adds their nodes).
   std::vector<uint32_t> links_;
   std::vector<DirInfo> dirs_;      // in inode order
   // Directories pass 2 revived (an entry names them, their bit is clear):

@@ -47,11 +47,12 @@ bool IsAclName(std::string_view name) {
 
 // Whether a valid xattr block holds a POSIX ACL value that fails the
 // check the core makes where it reads one (a version before ACLs stored
-// any value under these names).
+// any value under these names). The one-block format's (a chain's are
+// checked record by record in CheckXattrBlock).
 bool HoldsBadAcl(std::span<const std::byte> block) {
   bool bad = false;
-  DecodeXattrBlock(block, [&](std::string_view name, std::string_view value) {
-    if (IsAclName(name) && DecodeAcl(value, nullptr) != AclFault::kNone) bad = true;
+  DecodeXattrBlock(block, false, [&](const XattrRecord& record) {
+    if (IsAclName(record.name) && DecodeAcl(record.value, nullptr) != AclFault::kNone) bad = true;
   });
   return bad;
 }
@@ -65,6 +66,8 @@ const char* XattrFaultName(XattrFault fault) {
     case XattrFault::kBadEntry: return "holding a damaged entry";
     case XattrFault::kNoNamespace: return "holding an attribute of no known namespace";
     case XattrFault::kTrailingBytes: return "holding bytes past its last entry";
+    case XattrFault::kReserved: return "holding reserved bits";
+    case XattrFault::kBadRuns: return "holding a value of damaged runs";
   }
   return nullptr;
 }
@@ -192,7 +195,7 @@ bool Checker::ReviveInode(uint64_t ino) {
   if ((state & kKindMask) == kDirectory) {
     DirInfo info;
     info.ino = ino;
-    info.xattr = (state & kHasXattr) ? 1 : 0;
+    info.xattr = links_[ino];
     info.nlink = inode.nlink;
     revived_dirs_.push_back(info);
   }
@@ -238,7 +241,7 @@ void Checker::BuildDirList() {
     if ((state & kKindMask) != kDirectory) continue;
     DirInfo info;
     info.ino = ino;
-    info.xattr = (state & kHasXattr) ? 1 : 0;
+    info.xattr = links_[ino];
     if (ino == format::kRootIno && root_made_) {
       info.nlink = 2;
       info.empty_root = true;
@@ -337,7 +340,8 @@ void Checker::CheckInode(uint64_t ino, const Inode& inode) {
   }
   state_[ino] = static_cast<uint8_t>(kind | (orphan ? kOrphanFlag : 0) |
                                      (kind == kDirectory && blocks != 0 ? kHasXattr : 0));
-  if (kind != kDirectory) links_[ino] = inode.nlink;
+  // Directories: their xattr blocks, added to their nodes by pass 2.
+  links_[ino] = kind != kDirectory ? inode.nlink : static_cast<uint32_t>(blocks);
 }
 
 // The target of a symlink: no NUL byte in it, and for a long one a block
@@ -354,35 +358,118 @@ bool Checker::ValidSymlink(uint64_t ino, const Inode& inode, bool in_block) {
   return std::memchr(target, 0, size) == nullptr;
 }
 
+// The inode's xattr blocks, following the chain (one block without
+// kIncompatXattrChain): each block is checked (range, metadata, claimed
+// before: a loop ends there) and decoded with the core's validator before
+// it is claimed and its `next` followed; each value run's blocks are checked
+// and claimed. A damaged block is dropped with the rest of the chain after
+// it (the pointer naming it cleared); a damaged value run drops its
+// attribute only (the record made free). Returns the blocks counted.
 uint64_t Checker::CheckXattrBlock(uint64_t ino, const Inode& inode) {
-  const uint64_t block_no = inode.xattr_block;
-  if (block_no == 0) return 0;
-  const BlockFault fault = CheckBlock(block_no);
-  const char* what = nullptr;
-  if (fault != BlockFault::kNone) {
-    what = FaultName(fault);
-  } else {
-    what = XattrFaultName(nvfs::CheckXattrBlock({Block(block_no), block_size_}));
-  }
-  if (what == nullptr) {
+  const bool chain = geometry_.xattr_chain();
+  uint64_t blocks = 0;
+  uint64_t link_at = InodeOffset(ino) + offsetof(Inode, xattr_block);
+  uint64_t block_no = inode.xattr_block;
+  while (block_no != 0) {
+    const BlockFault fault = CheckBlock(block_no);
+    const char* what = nullptr;
+    XattrBlockView view;
+    // Records whose runs are damaged: dropped below, after the decode.
+    struct BadRecord {
+      uint32_t offset, length;
+      const char* acl_fault;  // null: its runs name blocks not its own
+      std::string_view name;
+    };
+    std::vector<BadRecord> bad;
+    std::vector<format::XattrValueRun> good_runs;
+    if (fault != BlockFault::kNone) {
+      what = FaultName(fault);
+    } else {
+      what = XattrFaultName(DecodeXattrBlock(
+          {Block(block_no), block_size_}, chain,
+          [&](const XattrRecord& record) {
+            bool ok = true;
+            const size_t first_run = good_runs.size();
+            for (uint32_t r = 0; r < record.runs && ok; ++r) {
+              const format::XattrValueRun run = record.Run(r);
+              if (!geometry_.IsDataRun(run.first, run.count)) {
+                ok = false;
+                break;
+              }
+              for (uint64_t b = run.first; b < run.first + run.count; ++b) {
+                // A block of an earlier run of this same record counts too.
+                bool mine = false;
+                for (size_t i = first_run; i < good_runs.size(); ++i) {
+                  mine |= b >= good_runs[i].first && b - good_runs[i].first < good_runs[i].count;
+                }
+                if (mine || CheckBlock(b) != BlockFault::kNone) ok = false;
+              }
+              if (ok) good_runs.push_back(run);
+            }
+            if (!ok) {
+              good_runs.resize(first_run);
+              bad.push_back({record.offset, record.length, nullptr, {}});
+              return;
+            }
+            // On a chain a malformed ACL is dropped in place, as a value of
+            // bad runs (one free record header); an ACL in runs (over 1 KiB,
+            // some 125 entries) is not decoded here.
+            if (chain && !record.free && record.runs == 0 && IsAclName(record.name)) {
+              const AclFault acl = DecodeAcl(record.value, nullptr);
+              if (acl != AclFault::kNone) {
+                bad.push_back({record.offset, record.length, AclFaultName(acl), record.name});
+              }
+            }
+          },
+          &view));
+    }
+    if (what != nullptr) {
+      if (Problem(Repair::kDecision, "inode %" PRIu64 ": extended attribute block %" PRIu64
+                  " %s%s; dropping it%s", ino, block_no,
+                  fault != BlockFault::kNone ? "points " : "is ", what,
+                  chain ? " and the blocks after it" : "")) {
+        Write64(link_at, 0);
+        Fixed();
+      }
+      return blocks;
+    }
     Claim(block_no);
-    if (HoldsBadAcl({Block(block_no), block_size_})) {
-      // Reported and dropped once every claim is known (DropBadAcls); a
-      // pass on several threads is run again on one.
+    if (!chain && HoldsBadAcl({Block(block_no), block_size_})) {
+      // Reported and dropped once every claim is known (DropBadAcls: the
+      // block copied without them); a pass on several threads is run again
+      // on one.
       if (parallel_) {
         trouble_.store(true, std::memory_order_relaxed);
       } else {
         bad_acls_.push_back({ino, block_no});
       }
     }
-    return 1;
+    ++blocks;
+    for (const format::XattrValueRun& run : good_runs) {
+      for (uint64_t b = run.first; b < run.first + run.count; ++b) Claim(b);
+      blocks += run.count;
+    }
+    for (const BadRecord& record : bad) {
+      const bool dropped =
+          record.acl_fault != nullptr
+              ? Problem(Repair::kDecision, "inode %" PRIu64 ": extended attribute %.*s is not a "
+                        "valid POSIX ACL (%s); dropping it", ino,
+                        static_cast<int>(record.name.size()), record.name.data(),
+                        record.acl_fault)
+              : Problem(Repair::kDecision, "inode %" PRIu64 ": extended attribute block %" PRIu64
+                        ": the value at offset %u names blocks not its own; dropping that "
+                        "attribute", ino, block_no, record.offset);
+      if (dropped) {
+        format::XattrEntry entry{};
+        entry.value_len = record.length - static_cast<uint32_t>(sizeof entry);
+        Write(OffsetIn(block_no, Block(block_no) + record.offset), &entry, sizeof entry);
+        Fixed();
+      }
+    }
+    link_at = OffsetIn(block_no, Block(block_no) + offsetof(format::XattrBlockHeader, next));
+    block_no = view.next;
   }
-  if (Problem(Repair::kDecision, "inode %" PRIu64 ": extended attribute block %" PRIu64 " %s%s; "
-              "dropping it", ino, block_no, fault != BlockFault::kNone ? "points " : "is ", what)) {
-    WriteField(ino, inode.xattr_block, uint64_t{0});
-    Fixed();
-  }
-  return 0;
+  return blocks;
 }
 
 void Checker::DropBadAcls() {
@@ -397,7 +484,9 @@ void Checker::DropBadAcls() {
     uint64_t pos = sizeof header;
     uint32_t count = 0;
     bool drop = false;
-    DecodeXattrBlock({block, block_size_}, [&](std::string_view name, std::string_view value) {
+    DecodeXattrBlock({block, block_size_}, false, [&](const XattrRecord& record) {
+      const std::string_view name = record.name;
+      const std::string_view value = record.value;
       const AclFault fault = IsAclName(name) ? DecodeAcl(value, nullptr) : AclFault::kNone;
       if (fault != AclFault::kNone) {
         if (Problem(Repair::kDecision, "inode %" PRIu64 ": extended attribute %.*s is not a "

@@ -93,6 +93,7 @@ Result<MkfsPlan> PlanMkfs(uint64_t namespace_size, const MkfsOptions& options) {
   request.bytes_per_inode = options.bytes_per_inode;
   request.journal_slots = options.journal_slots;
   request.journal_slot_size = options.journal_slot_size;
+  request.feature_incompat = options.feature_incompat;
   Result<Geometry> geometry = Geometry::Compute(request);
   if (!geometry.ok()) return geometry.take_error();
   if (options.label.size() >= sizeof(SuperStatic::label)) {

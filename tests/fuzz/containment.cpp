@@ -17,6 +17,7 @@
 #include "nvfs/bitmap.hpp"
 #include "nvfs/format.hpp"
 #include "nvfs/superblock.hpp"
+#include "nvfs/validate.hpp"
 
 namespace nvfs::fuzz {
 
@@ -363,6 +364,23 @@ void Census::OwnDirNode(const std::byte* image, uint64_t ptr, int depth, uint64_
   }
 }
 
+void Census::OwnXattrs(const std::byte* image, uint64_t block_no, uint64_t ino) {
+  const Geometry& g = geometry_;
+  for (int chain = 0; block_no != 0 && block_no < g.block_count() && chain < 4096; ++chain) {
+    Own(block_no, ino);
+    XattrBlockView view;
+    DecodeXattrBlock({image + g.BlockOffset(block_no), g.block_size()}, g.xattr_chain(),
+                     [&](const XattrRecord& record) {
+                       for (uint32_t r = 0; r < record.runs; ++r) {
+                         const format::XattrValueRun run = record.Run(r);
+                         for (uint64_t i = 0; i < run.count && i < 64; ++i) Own(run.first + i, ino);
+                       }
+                     },
+                     &view);
+    block_no = view.next;
+  }
+}
+
 void Census::AddOwners(const std::byte* image) {
   const Geometry& g = geometry_;
   for (uint64_t ino = 1; ino < g.inode_count(); ++ino) {
@@ -372,7 +390,7 @@ void Census::AddOwners(const std::byte* image) {
     std::memcpy(&inode, image + g.InodeOffset(ino), sizeof inode);
     if (inode.mode == 0) continue;
     Own(g.InodeOffset(ino) >> g.block_shift(), ino);
-    Own(inode.xattr_block, ino);
+    OwnXattrs(image, inode.xattr_block, ino);
     if (S_ISREG(inode.mode) || (S_ISLNK(inode.mode) && inode.size > format::kInlineSymlinkMax)) {
       for (uint64_t ptr : inode.map.file.direct) Own(ptr, ino);
       for (uint32_t d = 1; d <= format::kIndirectPointers; ++d) {

@@ -125,6 +125,8 @@ class Census {
   void Own(uint64_t block_no, uint64_t ino);
   void OwnTree(const std::byte* image, uint64_t block_no, uint32_t height, uint64_t ino);
   void OwnDirNode(const std::byte* image, uint64_t ptr, int depth, uint64_t ino);
+  // The xattr chain and its value runs (decoded by the core's validator).
+  void OwnXattrs(const std::byte* image, uint64_t block_no, uint64_t ino);
 
   Geometry geometry_;
   std::unordered_map<uint64_t, std::vector<uint64_t>> owners_;  // block -> inodes

@@ -12,6 +12,7 @@
 #include "nvfs/crc32c.hpp"
 #include "nvfs/format.hpp"
 #include "nvfs/superblock.hpp"
+#include "nvfs/validate.hpp"
 
 namespace nvfs::fuzz {
 
@@ -234,17 +235,37 @@ void Catalog::ParseInode(const Arena& arena, uint64_t ino) {
   } else if (S_ISLNK(inode.mode)) {
     Add(map, 1, FieldKind::kPlain, "symlink.byte");
   }
-  if (inode.xattr_block != 0 && inode.xattr_block < g.block_count()) {
-    const uint64_t x = g.BlockOffset(inode.xattr_block);
-    blocks_.push_back(inode.xattr_block);
+  // The xattr chain: each block's header (its `next` a block pointer), its
+  // first record, and the runs of values kept out of line.
+  uint64_t xattr = inode.xattr_block;
+  for (int chain = 0; xattr != 0 && xattr < g.block_count() && chain < 8; ++chain) {
+    const uint64_t x = g.BlockOffset(xattr);
+    blocks_.push_back(xattr);
     Add(x + offsetof(format::XattrHeader, magic), 4, FieldKind::kPlain, "xattr.magic");
     Add(x + offsetof(format::XattrHeader, count), 4, FieldKind::kPlain, "xattr.count");
     Add(x + offsetof(format::XattrHeader, used), 4, FieldKind::kPlain, "xattr.used");
-    const uint64_t entry = x + sizeof(format::XattrHeader);
+    const uint64_t entry =
+        x + (g.xattr_chain() ? sizeof(format::XattrBlockHeader) : sizeof(format::XattrHeader));
     Add(entry + offsetof(format::XattrEntry, name_len), 1, FieldKind::kPlain, "xattr.name_len");
+    Add(entry + offsetof(format::XattrEntry, flags), 1, FieldKind::kPlain, "xattr.flags");
     Add(entry + offsetof(format::XattrEntry, value_len), 4, FieldKind::kPlain, "xattr.value_len");
     Add(entry + sizeof(format::XattrEntry), 1, FieldKind::kPlain, "xattr.name");
     AddRegion(x, 256);
+    XattrBlockView view;
+    DecodeXattrBlock({arena.data() + x, g.block_size()}, g.xattr_chain(),
+                     [&](const XattrRecord& record) {
+                       for (uint32_t r = 0; r < record.runs; ++r) {
+                         const uint64_t run_offset = x + static_cast<uint64_t>(
+                             record.run_at - (arena.data() + x)) + r * sizeof(format::XattrValueRun);
+                         Add(run_offset, 8, FieldKind::kBlock, "xattr.run.first");
+                         Add(run_offset + 8, 8, FieldKind::kPlain, "xattr.run.count");
+                       }
+                     },
+                     &view);
+    if (g.xattr_chain()) {
+      Add(x + offsetof(format::XattrBlockHeader, next), 8, FieldKind::kBlock, "xattr.next");
+    }
+    xattr = view.next;
   }
 }
 

@@ -117,6 +117,10 @@ void Populate(Filesystem& fs, uint32_t block_size) {
   const uint64_t with_xattr = b.File(1, "xattrs", 0, "x");
   Check(fs.SetXattr(with_xattr, "user.color", "blue", 4, 0).ok(), "setxattr");
   Check(fs.SetXattr(with_xattr, "user.empty", "", 0, 0).ok(), "setxattr");
+  // A value in runs of its own (chained xattrs): its run pointer is a target.
+  const std::string runs_value(6000, 'R');
+  Check(fs.SetXattr(with_xattr, "user.runs", runs_value.data(), runs_value.size(), 0).ok(),
+        "setxattr in runs");
   Check(fs.SetXattr(1, "trusted.root", "r", 1, 0).ok(), "setxattr on a directory");
   b.Node(1, "fifo", S_IFIFO | 0600, 0);
   b.Node(1, "chardev", S_IFCHR | 0600, makedev(1, 3));
