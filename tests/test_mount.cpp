@@ -496,6 +496,21 @@ TEST_CASE("mount: a change by an unprivileged caller drops set-user-ID, set-grou
   REQUIRE(lock_failed == 0);
   CHECK((Stat(m.path("lock")).st_mode & 07777) == 02745);
   CHECK_FALSE(has_cap("lock"));
+  // ... but not for a caller outside the file's group (the kernel's
+  // setattr_should_drop_sgid; fstests generic/683-685): a write, truncate
+  // or fallocate by nobody of a root:root file clears it.
+  for (const size_t i : {size_t{0}, size_t{2}, size_t{4}}) {
+    const std::string name = "outsider-" + changes[i].first;
+    prepare(name, 0);
+    REQUIRE(chmod(m.path(name).c_str(), 02646) == 0);  // others may write
+    const int outsider_failed = RunInChild([&]() -> int {
+      if (!BecomeNobody()) return 100;
+      return changes[i].second(m.path(name));
+    });
+    INFO(name);
+    REQUIRE(outsider_failed == 0);
+    CHECK((Stat(m.path(name)).st_mode & 07777) == 0646);
+  }
   CHECK(m.Stop() == 0);
   const FsckResult fsck = FsckImage(m.image());
   INFO(fsck.output);

@@ -222,6 +222,14 @@ struct MountOptions {
   // kernel's attribute cache). From any thread, under the inode's lock: it
   // must not call into the filesystem. Empty: no one is told.
   std::function<void(uint64_t ino)> privs_dropped;
+  // Whether the caller of the operation this thread is serving belongs to
+  // group `gid` (its own or a supplementary group). Asked only where a
+  // caller without CAP_FSETID changes a file whose set-group-ID bit is on
+  // without group execution: outside the file's group it loses that bit,
+  // as the kernel rules for local filesystems. From the serving thread,
+  // possibly under the inode's lock: it must not call into the filesystem.
+  // Empty: every caller is a member (the bit stays; in-process callers).
+  std::function<bool(uint32_t gid)> caller_in_group;
 };
 
 // Held by a caller of Map from before the call until it has consumed the
@@ -461,7 +469,8 @@ class Filesystem {
   bool mounted_ = false;
   uint32_t extent_map_runs_ = 0;
   NameHashKey hash_key_;
-  std::function<void(uint64_t ino)> privs_dropped_;  // MountOptions::privs_dropped
+  std::function<void(uint64_t ino)> privs_dropped_;    // MountOptions::privs_dropped
+  std::function<bool(uint32_t gid)> caller_in_group_;  // MountOptions::caller_in_group
 
   std::shared_mutex tree_mu_;  // see the lock order above
   // Protects the orphan list (SuperDynamic::orphan_head, Inode::orphan_next,

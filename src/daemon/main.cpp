@@ -457,6 +457,7 @@ int main(int argc, char** argv) {
   // The core cleared set-user-ID on its own (a write by a caller without
   // CAP_FSETID): the kernel's cached mode is stale.
   mount_options.privs_dropped = [&adapter](uint64_t ino) { adapter.ForgetCachedAttr(ino); };
+  mount_options.caller_in_group = [](uint32_t gid) { return nvfs::CallerInGroup(gid); };
   if (cl.extent_map_runs >= 0) {
     mount_options.extent_map_runs = static_cast<uint32_t>(cl.extent_map_runs);
   }

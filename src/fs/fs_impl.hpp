@@ -78,6 +78,11 @@ struct FsOps {
     if ((mode & (S_ISGID | S_IXGRP)) == (S_ISGID | S_IXGRP)) kill |= S_ISGID;
     return mode & ~kill;
   }
+  // The same for a change by a caller known to lack CAP_FSETID (a write,
+  // truncate or fallocate it marked): set-group-ID without group execution
+  // goes too where the caller is outside the file's group `gid` (the
+  // kernel's setattr_should_drop_sgid; MountOptions::caller_in_group).
+  static uint32_t KilledModeFor(const Filesystem& fs, uint32_t mode, uint32_t gid);
   // True if there is something to take away; EIO if the attributes are
   // damaged. REQUIRES: inode lock held.
   static Result<bool> HasPrivs(Filesystem& fs, const format::Inode& inode, bool suidgid);

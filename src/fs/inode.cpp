@@ -18,9 +18,15 @@ Result<Attr> Filesystem::GetAttr(uint64_t ino) {
   return FsOps::MakeAttr(*this, ino, ref->media());
 }
 
+uint32_t FsOps::KilledModeFor(const Filesystem& fs, uint32_t mode, uint32_t gid) {
+  mode = KilledMode(mode);
+  if ((mode & S_ISGID) && fs.caller_in_group_ && !fs.caller_in_group_(gid)) mode &= ~S_ISGID;
+  return mode;
+}
+
 Result<bool> FsOps::HasPrivs(Filesystem& fs, const Inode& inode, bool suidgid) {
   if (!S_ISREG(inode.mode)) return false;
-  if (suidgid && KilledMode(inode.mode) != inode.mode) return true;
+  if (suidgid && KilledModeFor(fs, inode.mode, inode.gid) != inode.mode) return true;
   return HasCapability(fs, inode);
 }
 
@@ -29,7 +35,7 @@ Result<bool> FsOps::HasPrivs(Filesystem& fs, const Inode& inode, bool suidgid) {
 Status FsOps::KillPrivs(Filesystem& fs, uint64_t ino, const Inode& inode, bool suidgid, Tx& tx,
                         timespec now) {
   if (!S_ISREG(inode.mode)) return Status::Ok();
-  const uint32_t mode = suidgid ? KilledMode(inode.mode) : inode.mode;
+  const uint32_t mode = suidgid ? KilledModeFor(fs, inode.mode, inode.gid) : inode.mode;
   if (mode != inode.mode) tx.Set(inode.mode, static_cast<uint16_t>(mode));
   NVFS_TRY(RemoveCapability(fs, ino, inode, tx));
   Touch(tx, inode, false, true, now);
@@ -90,7 +96,10 @@ Result<Attr> Filesystem::SetAttr(uint64_t ino, const SetAttrRequest& req) {
   if (req.valid & kSetMode) mode = (inode.mode & S_IFMT) | (req.mode & 07777);
   if ((req.valid & kSetKillSuidgid) && (req.valid & (kSetSize | kSetUid | kSetGid)) &&
       !S_ISDIR(inode.mode)) {
-    mode = FsOps::KilledMode(mode);
+    // A truncate's mark says the caller lacks CAP_FSETID; a chown's is sent
+    // for every caller, root's too (the kernel's fuse_do_setattr).
+    const bool truncate_only = (req.valid & kSetSize) && !(req.valid & (kSetUid | kSetGid));
+    mode = truncate_only ? FsOps::KilledModeFor(*this, mode, inode.gid) : FsOps::KilledMode(mode);
   }
   // A chmod carries into the access ACL (posix_acl_chmod), before ctime is
   // set below.

@@ -320,7 +320,7 @@ void Checker::ChooseStaticCopy(FoundSuper* found) {
   const uint64_t own_backup = found->geometry.BackupSuperOffset();
   SuperStatic copy;
   std::memcpy(&copy, media_.base() + own_backup, sizeof copy);
-  if (std::memcmp(&copy, &found->sb, sizeof copy) == 0) return;
+  const bool backed = std::memcmp(&copy, &found->sb, sizeof copy) == 0;
   std::optional<FoundSuper> other;
   const auto consider = [&](uint64_t offset) {
     if (other.has_value()) return;
@@ -330,13 +330,27 @@ void Checker::ChooseStaticCopy(FoundSuper* found) {
     Result<Geometry> geometry = CheckSuperStatic(candidate, media_.size());
     if (!geometry.ok() || geometry->BackupSuperOffset() != offset) return;
     if (UnknownRoCompat(candidate) != 0) return;
+    // With the primary and its backup agreeing, only a larger copy of the
+    // same filesystem outweighs them (below).
+    if (backed && (std::memcmp(candidate.uuid, found->sb.uuid, sizeof candidate.uuid) != 0 ||
+                   candidate.block_count <= found->sb.block_count)) {
+      return;
+    }
     other = FoundSuper{geometry.value(), candidate, false, ""};
   };
-  consider(own_backup);
+  if (!backed) consider(own_backup);
   ForEachBackupCandidate(media_.size(), [&](uint64_t offset, uint32_t) { consider(offset); });
   if (!other.has_value()) return;
   const char* why = nullptr;
-  if (other->geometry.BackupSuperOffset() != own_backup) {
+  if (backed) {
+    // A namespace never shrinks (nvfs has no resize, and mkfs clears every
+    // backup candidate), so two copies of one filesystem (one uuid) of which
+    // the larger sits where its geometry puts its backup: the smaller pair
+    // was damaged together (a fuzz case rewrote both), and trusting it would
+    // clear every pointer past its end.
+    why = "and its backup describe a smaller filesystem than the copy of the same filesystem "
+          "found where that filesystem keeps its backup";
+  } else if (other->geometry.BackupSuperOffset() != own_backup) {
     why = "describes another geometry than the backup found where that geometry puts it";
   } else if (std::memcmp(other->sb.dir_hash_key, found->sb.dir_hash_key,
                          sizeof found->sb.dir_hash_key) != 0) {

@@ -3,6 +3,7 @@
 #include "fuse/adapter.hpp"
 
 #include <algorithm>
+#include <vector>
 
 #include "fuse/kernel_abi.hpp"
 #include "fuse/ops.hpp"
@@ -23,6 +24,21 @@ const char* ReadPathName(ReadPath path) {
 }
 
 const char* CacheModeName(CacheMode mode) { return mode == CacheMode::kNone ? "none" : "page"; }
+
+bool CallerInGroup(uint32_t gid) {
+  const fuse_req_t req = fuse_ops::current_request;
+  if (req == nullptr) return false;
+  if (fuse_req_ctx(req)->gid == gid) return true;
+  std::vector<gid_t> groups(32);
+  for (;;) {
+    const int n = fuse_req_getgroups(req, static_cast<int>(groups.size()), groups.data());
+    if (n < 0) return false;
+    if (static_cast<size_t>(n) <= groups.size()) {
+      return std::find(groups.begin(), groups.begin() + n, gid) != groups.begin() + n;
+    }
+    groups.resize(static_cast<size_t>(n));
+  }
+}
 
 void FuseAdapter::ForgetCachedAttr(fuse_ino_t ino) const {
   // A negative offset: attributes only. An error (ENOENT: the kernel no

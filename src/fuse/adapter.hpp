@@ -144,6 +144,12 @@ struct AdapterOptions {
 // the kernel for.
 inline constexpr uint32_t kFuseMaxIo = 1u << 20;
 
+// Whether the caller of the request this thread serves is in group `gid`
+// (MountOptions::caller_in_group): its fsgid, else its supplementary groups
+// (fuse_req_getgroups, from /proc). False where that cannot be told, and on
+// a thread serving no request.
+bool CallerInGroup(uint32_t gid);
+
 class FuseAdapter {
  public:
   explicit FuseAdapter(const AdapterOptions& options) : options_(options) {}

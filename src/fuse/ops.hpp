@@ -54,11 +54,17 @@ inline fuse_entry_param ToEntry(const FuseAdapter& adapter, const Attr& a) {
   return e;
 }
 
+// The request the calling thread is serving (set by Guarded), for the
+// core's questions about its caller (CallerInGroup).
+inline thread_local fuse_req_t current_request = nullptr;
+
 // Runs a callback body; an exception still owes the request its one reply
 // (bodies reply last, and fuse_reply_* do not throw, so an exception always
 // comes before the reply).
 template <class Body>
 void Guarded(fuse_req_t req, Body&& body) noexcept {
+  const fuse_req_t outer = current_request;
+  current_request = req;
   try {
     body();
   } catch (const std::bad_alloc&) {
@@ -66,6 +72,7 @@ void Guarded(fuse_req_t req, Body&& body) noexcept {
   } catch (...) {
     fuse_reply_err(req, EIO);
   }
+  current_request = outer;
 }
 
 // Replies to a request that hands the kernel one reference on success.
