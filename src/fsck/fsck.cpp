@@ -340,6 +340,23 @@ void Checker::ChooseStaticCopy(FoundSuper* found) {
   };
   if (!backed) consider(own_backup);
   ForEachBackupCandidate(media_.size(), [&](uint64_t offset, uint32_t) { consider(offset); });
+  // A copy equal to the primary where another geometry of its block size
+  // keeps its backup, and none where its own does: block_count was changed
+  // in both copies (the backup written where the true geometry puts it), so
+  // that place names the true size. The rest of the copy is kept.
+  if (!other.has_value() && !backed) {
+    ForEachBackupCandidate(media_.size(), [&](uint64_t offset, uint32_t bs) {
+      if (other.has_value() || offset == own_backup || bs != found->geometry.block_size()) return;
+      if (std::memcmp(media_.base() + offset, &found->sb, sizeof found->sb) != 0) return;
+      if ((offset + format::kSuperHalfSize) % bs != 0) return;
+      SuperStatic candidate = found->sb;
+      candidate.block_count = (offset + format::kSuperHalfSize) / bs;
+      candidate.checksum = SuperStaticChecksum(candidate);
+      Result<Geometry> geometry = CheckSuperStatic(candidate, media_.size());
+      if (!geometry.ok() || geometry->BackupSuperOffset() != offset) return;
+      other = FoundSuper{geometry.value(), candidate, false, ""};
+    });
+  }
   if (!other.has_value()) return;
   const char* why = nullptr;
   if (backed) {
