@@ -275,7 +275,11 @@ TEST_CASE("tmpfile: unnamed until linked, freed if never linked, also after a cr
   REQUIRE(held.ok());
   REQUIRE(fs.Unlink(1, "plain").ok());
   CHECK(Code(fs.Link(plain, 1, "back")) == ENOENT);
-  img.CrashAndMount();
+  // The handles a crash drops (given back after the crash state is taken).
+  img.CrashAndMount([&](Filesystem& crashed) {
+    crashed.Release(*v);
+    crashed.Release(*held);
+  });
   auto named = img->Lookup(1, "named");
   REQUIRE(named.ok());
   CHECK(named->nlink == 1);

@@ -29,6 +29,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -1909,6 +1910,11 @@ TEST_CASE("mount: seeded random exerciser against a shadow copy", "[mount]") {
   m.Start(options);
   char shadow_dir[] = "/dev/shm/nvfs-shadow-XXXXXX";
   REQUIRE(mkdtemp(shadow_dir) != nullptr);
+  // Removed on every exit, a failed REQUIRE's too.
+  struct RemoveDir {
+    const char* dir;
+    ~RemoveDir() { std::filesystem::remove_all(dir); }
+  } remove_shadow{shadow_dir};
   constexpr int kFiles = 3, kOps = 3000;
   constexpr uint64_t kMaxSize = 3 * kMiB;
   std::vector<ExercisedFile> files(kFiles);
@@ -2029,8 +2035,6 @@ TEST_CASE("mount: seeded random exerciser against a shadow copy", "[mount]") {
   compare_all("after remount");
   CHECK(m.Stop() == 0);
   CHECK(FsckImage(m.image()).exit_code == 0);
-  for (int i = 0; i < kFiles; ++i) unlink((std::string(shadow_dir) + "/" + name(i)).c_str());
-  rmdir(shadow_dir);
   for (const auto& [what, n] : counts) INFO(what << ": " << n);
   CHECK(counts["write"] > 0);
 }
