@@ -304,13 +304,16 @@ static Status RemoveEntry(Filesystem& fs, uint64_t parent, std::string_view name
   if (!child.ok()) return Error(EIO);
   std::unique_lock child_lock(child.value()->lock);
   const Inode& inode = child->media();
+  // EPERM first, as the kernel's may_delete answers it before any type or
+  // emptiness check (fstests generic/079: rmdir of a non-empty directory
+  // that is immutable or in an append-only one).
+  if (FsOps::Pinned(d) || FsOps::Pinned(inode)) return Error(EPERM);
   if (rmdir) {
     if (!S_ISDIR(inode.mode)) return Error(ENOTDIR);
     if (inode.map.dir.entries != 0) return Error(ENOTEMPTY);
   } else if (S_ISDIR(inode.mode)) {
     return Error(EISDIR);
   }
-  if (FsOps::Pinned(d) || FsOps::Pinned(inode)) return Error(EPERM);
   const timespec now = FsOps::Now();
   Tx tx(FsOps::Jnl(fs), rmdir ? "rmdir" : "unlink");
   NVFS_TRY(FsOps::DirOf(fs).Remove(tx, d, name));
