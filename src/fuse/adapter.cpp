@@ -51,6 +51,7 @@ void FuseAdapter::DirectWritten(fuse_ino_t ino, uint64_t off, uint64_t len) {
   std::lock_guard lock(inval_mu_);
   if (inval_stop_) return;
   direct_written_.insert(ino);
+  any_direct_written_.store(true, std::memory_order_release);
   const Range range{off, off + len};
   auto [it, inserted] = inval_pending_.try_emplace(ino, range);
   if (!inserted) {
@@ -62,6 +63,8 @@ void FuseAdapter::DirectWritten(fuse_ino_t ino, uint64_t off, uint64_t len) {
 }
 
 bool FuseAdapter::TakeDirectWritten(fuse_ino_t ino) {
+  // Every cache=page open asks: no lock until a direct write has happened.
+  if (!any_direct_written_.load(std::memory_order_acquire)) return false;
   std::lock_guard lock(inval_mu_);
   return direct_written_.erase(ino) != 0;
 }

@@ -95,6 +95,7 @@
 #endif
 #include <fuse_lowlevel.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
@@ -256,6 +257,7 @@ class FuseAdapter {
   std::condition_variable inval_cv_;
   std::unordered_map<fuse_ino_t, Range> inval_pending_;  // protected by inval_mu_
   std::unordered_set<fuse_ino_t> direct_written_;        // protected by inval_mu_
+  std::atomic<bool> any_direct_written_{false};  // set once direct_written_ is first filled
   bool inval_stop_ = false;                              // protected by inval_mu_
   std::thread inval_thread_;  // started by the first DirectWritten
   void InvalidateLoop();
