@@ -916,6 +916,61 @@ TEST_CASE("regression: two threads that both saw an inode go idle both deleted i
 }
 
 
+TEST_CASE("regression: a timestamp update of an orphan raced the removal of its successor",
+          "[fs]") {
+  // Inode::orphan_next of the predecessor is written by OrphanRemove under
+  // orphan_mu_ alone, without that inode's lock. A write to the predecessor
+  // (an open, unlinked file) copied its inode, set the times and stored the
+  // byte range from the first to the last difference with the media: when
+  // the successor had been taken off the list in between, the range reached
+  // orphan_next and put the freed successor back (check.sh's stress step,
+  // once: "orphan list is damaged (a link to inode 11)").
+  FsImage img;
+  Filesystem& fs = img.fs();
+  constexpr int kRounds = 16;
+  constexpr int kSuccessors = 1000;
+  for (int round = 0; round < kRounds && !fs.damage_found(); ++round) {
+    CAPTURE(round);
+    std::vector<std::pair<uint64_t, FileHandle>> successors;
+    for (int i = 0; i < kSuccessors; ++i) {
+      Attr attr;
+      auto f = fs.Create(kRoot, "s" + std::to_string(i), 0644, O_RDWR, kCred, &attr);
+      REQUIRE(f.ok());
+      REQUIRE(fs.Unlink(kRoot, "s" + std::to_string(i)).ok());
+      successors.emplace_back(attr.ino, *f);
+    }
+    // Last onto the list: the predecessor of every successor.
+    Attr head_attr;
+    auto head = fs.Create(kRoot, "head", 0644, O_RDWR, kCred, &head_attr);
+    REQUIRE(head.ok());
+    REQUIRE(fs.Unlink(kRoot, "head").ok());
+    std::atomic<bool> done{false};
+    std::atomic<int> writes{0};
+    std::atomic<int> failures{0};
+    std::thread writer([&] {
+      char byte = 0;
+      while (!done.load()) {
+        ++byte;
+        if (!fs.Write(*head, 0, &byte, 1).ok()) ++failures;
+        ++writes;
+      }
+    });
+    while (writes.load() == 0) std::this_thread::yield();
+    // Oldest last: each one taken off is the head's successor then.
+    for (auto it = successors.rbegin(); it != successors.rend(); ++it) {
+      fs.Release(it->second);
+      fs.Forget(it->first, 1);
+    }
+    done = true;
+    writer.join();
+    CHECK(failures.load() == 0);
+    fs.Release(*head);
+    fs.Forget(head_attr.ino, 1);
+  }
+  CHECK_FALSE(fs.damage_found());
+  RequireFsckClean(img, "the orphans' reclaim");
+}
+
 // The read paths use a file's extent map once reads have paid for it, and
 // the map must never outlive the mapping it describes. Every kind of change
 // (writes into holes and past the end, punch, zero range, fallocate,

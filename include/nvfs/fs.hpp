@@ -474,7 +474,12 @@ class Filesystem {
 
   std::shared_mutex tree_mu_;  // see the lock order above
   // Protects the orphan list (SuperDynamic::orphan_head, Inode::orphan_next,
-  // Inode::flags) and the rest of the dynamic superblock.
+  // the orphan bit of Inode::flags) and the rest of the dynamic superblock.
+  // orphan_next is written under this mutex alone, also the predecessor's,
+  // whose inode lock OrphanRemove does not take: no other store may cover
+  // it (FsOps::StoreInodeDiff cuts its range around it). A Tx that stores
+  // under this mutex finishes (commits or aborts) before the mutex is
+  // released: a unique_lock for it is declared before the Tx.
   std::mutex orphan_mu_;
   std::atomic<uint64_t> generation_state_{0};  // PRNG for inode generations
   std::atomic<uint64_t> extent_maps_built_{0};

@@ -65,7 +65,8 @@ struct FsOps {
   // Sets mtime and/or ctime to `now`, logged. REQUIRES: inode lock held.
   static void Touch(Tx& tx, const format::Inode& inode, bool mtime, bool ctime, timespec now);
   // Logs and stores the bytes where `updated` differs from the on-media inode,
-  // as one record.
+  // as one record (two if they lie on both sides of orphan_next, which is
+  // never stored: OrphanAdd and OrphanRemove own it, under orphan_mu_).
   static void StoreInodeDiff(Tx& tx, const format::Inode& on_media,
                              const format::Inode& updated);
 

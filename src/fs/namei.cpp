@@ -267,10 +267,10 @@ Result<Attr> Filesystem::Link(uint64_t ino, uint64_t new_parent, std::string_vie
   if (existing.ok()) return Error(EEXIST);
   if (existing.error().code != ENOENT) return Error(EIO);
   const timespec now = FsOps::Now();
+  std::unique_lock orphan_lock(orphan_mu_, std::defer_lock);  // before the Tx (fs.hpp)
   Tx tx(*journal_, "link");
   NVFS_TRY(dir_->Insert(tx, d, new_name, ino, DirType(inode.mode)));
   tx.Set(inode.nlink, inode.nlink + 1);
-  std::unique_lock orphan_lock(orphan_mu_, std::defer_lock);
   if (first_name) {
     orphan_lock.lock();
     NVFS_TRY(FsOps::OrphanRemove(*this, tx, ino));
@@ -315,6 +315,8 @@ static Status RemoveEntry(Filesystem& fs, uint64_t parent, std::string_view name
     return Error(EISDIR);
   }
   const timespec now = FsOps::Now();
+  // Before the Tx: an abort runs under the lock too (orphan_mu_, fs.hpp).
+  std::unique_lock orphan_lock(FsOps::OrphanMu(fs), std::defer_lock);
   Tx tx(FsOps::Jnl(fs), rmdir ? "rmdir" : "unlink");
   NVFS_TRY(FsOps::DirOf(fs).Remove(tx, d, name));
   const uint32_t nlink = rmdir ? 0 : inode.nlink - 1;
@@ -322,7 +324,6 @@ static Status RemoveEntry(Filesystem& fs, uint64_t parent, std::string_view name
   FsOps::Touch(tx, inode, false, true, now);
   if (rmdir) tx.Set(d.nlink, d.nlink - 1);
   FsOps::Touch(tx, d, true, true, now);
-  std::unique_lock orphan_lock(FsOps::OrphanMu(fs), std::defer_lock);
   if (nlink == 0) {
     orphan_lock.lock();
     FsOps::OrphanAdd(fs, tx, child->ino());
@@ -446,6 +447,7 @@ Status Filesystem::Rename(uint64_t parent, std::string_view name, uint64_t new_p
   if (src_dir_delta > 0 && sd.nlink >= kLinkMax) return Error(EMLINK);
 
   const timespec now = FsOps::Now();
+  std::unique_lock orphan_lock(orphan_mu_, std::defer_lock);  // before the Tx (fs.hpp)
   Tx tx(*journal_, exchange ? "rename-exchange" : whiteout ? "rename-whiteout" : "rename");
   // The new name is made to point at the source before the old name goes, so
   // even inside the transaction the inode is never in neither directory.
@@ -477,7 +479,6 @@ Status Filesystem::Rename(uint64_t parent, std::string_view name, uint64_t new_p
     // Same parent: both deltas apply to one inode.
     tx.Set(sd.nlink, static_cast<uint32_t>(int64_t{sd.nlink} + dst_dir_delta));
   }
-  std::unique_lock orphan_lock(orphan_mu_, std::defer_lock);
   if (!exchange && have_dst) {
     const uint32_t nlink = dst_is_dir ? 0 : t->nlink - 1;
     tx.Set(t->nlink, nlink);

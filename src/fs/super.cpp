@@ -377,14 +377,23 @@ void FsOps::Touch(Tx& tx, const Inode& inode, bool mtime, bool ctime, timespec n
   StoreInodeDiff(tx, inode, updated);
 }
 
+// Inode::orphan_next is the one field of an inode written without the
+// inode's lock: OrphanRemove rewrites the predecessor's under orphan_mu_
+// alone. A diff is therefore cut around it and never stores it, whatever
+// `updated` holds there: a copy taken before a concurrent removal would put
+// the removed (and soon freed) inode back on the list.
 void FsOps::StoreInodeDiff(Tx& tx, const Inode& on_media, const Inode& updated) {
   const auto* old_bytes = reinterpret_cast<const std::byte*>(&on_media);
   const auto* new_bytes = reinterpret_cast<const std::byte*>(&updated);
-  size_t first = 0;
-  size_t last = sizeof(Inode);
-  while (first < last && old_bytes[first] == new_bytes[first]) ++first;
-  while (last > first && old_bytes[last - 1] == new_bytes[last - 1]) --last;
-  if (first < last) tx.Store(tx.OffsetOf(old_bytes + first), new_bytes + first, last - first);
+  const auto store_range = [&](size_t first, size_t last) {
+    while (first < last && old_bytes[first] == new_bytes[first]) ++first;
+    while (last > first && old_bytes[last - 1] == new_bytes[last - 1]) --last;
+    if (first < last) tx.Store(tx.OffsetOf(old_bytes + first), new_bytes + first, last - first);
+  };
+  constexpr size_t kListFirst = offsetof(Inode, orphan_next);
+  constexpr size_t kListLast = kListFirst + sizeof(Inode::orphan_next);
+  store_range(0, kListFirst);
+  store_range(kListLast, sizeof(Inode));
 }
 
 uint64_t FsOps::NextGeneration(Filesystem& fs) {
@@ -471,6 +480,7 @@ Status FsOps::OrphanRemove(Filesystem& fs, Tx& tx, uint64_t ino) {
 Status FsOps::FreeBlocksFrom(Filesystem& fs, uint64_t ino, uint64_t from) {
   const Inode& inode = InodeAt(fs, ino);
   for (;;) {
+    std::unique_lock lock(fs.orphan_mu_, std::defer_lock);  // before the Tx (fs.hpp)
     Tx tx(*fs.journal_, "truncate-more");
     Result<bool> done = fs.bmap_->Truncate(tx, inode, from);
     if (!done.ok()) return done.take_error();
@@ -478,7 +488,6 @@ Status FsOps::FreeBlocksFrom(Filesystem& fs, uint64_t ino, uint64_t from) {
       // An unlinked inode (still open) was on the list before the truncation
       // and stays there until reclaim frees it: taking it off here would
       // leak it, and its blocks, if the machine crashed before the release.
-      std::unique_lock lock(fs.orphan_mu_, std::defer_lock);
       if (inode.nlink != 0) {
         lock.lock();
         NVFS_TRY(OrphanRemove(fs, tx, ino));
@@ -547,6 +556,7 @@ Status FsOps::Reclaim(Filesystem& fs, uint64_t ino) {
   // Free the contents in as many transactions as needed; the inode stays on
   // the orphan list until the last one, which frees the inode itself.
   for (;;) {
+    std::unique_lock lock(fs.orphan_mu_, std::defer_lock);  // before the Tx (fs.hpp)
     Tx tx(*fs.journal_, "reclaim");
     Result<bool> done = true;
     if (S_ISDIR(inode.mode)) {
@@ -565,7 +575,7 @@ Status FsOps::Reclaim(Filesystem& fs, uint64_t ino) {
       NVFS_TRY(tx.Commit());
       continue;
     }
-    std::lock_guard lock(fs.orphan_mu_);
+    lock.lock();
     NVFS_TRY(OrphanRemove(fs, tx, ino));
     tx.Set(inode.mode, uint16_t{0});
     NVFS_TRY(fs.alloc_->FreeInode(tx, ino));
