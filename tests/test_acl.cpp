@@ -411,6 +411,73 @@ TEST_CASE("acl: a malformed stored value is damage, and fsck drops it", "[acl][f
   (void)d;
 }
 
+TEST_CASE("acl: a malformed value stored in runs of blocks is damage, and fsck drops it",
+          "[acl][fsck]") {
+  // Over 1 KiB a value lives in runs of blocks of its own; fsck decoded only
+  // inline ACLs and left this one to fail every read.
+  FsImage img;
+  const std::string stand_in = "user.posix_acl_accessxx";
+  REQUIRE(stand_in.size() == kAccess.size());
+  std::vector<AclXattrEntry> entries = {E(kUO, 6)};
+  for (uint32_t i = 0; i < 200; ++i) entries.push_back(E(kU, 4, 2000 + i));
+  entries.push_back(E(kGO, 4));
+  entries.push_back(E(kM, 6));
+  entries.push_back(E(kO, 4));
+  const std::string bad = Value(entries, 3);  // version 3: the kernel refuses it
+  REQUIRE(bad.size() > 1024);
+  uint64_t f = 0;
+  {
+    Filesystem& fs = img.fs();
+    f = MustCreate(fs, kRoot, "f", 0644);
+    REQUIRE(fs.SetXattr(f, "user.keep", "kept", 4, 0).ok());
+    REQUIRE(fs.SetXattr(f, stand_in, bad.data(), bad.size(), 0).ok());
+    img.Unmount();
+  }
+  {
+    std::vector<char> bytes = ReadFile(img.path());
+    const std::string all(bytes.begin(), bytes.end());
+    size_t at = all.find(stand_in);
+    REQUIRE(at != std::string::npos);
+    for (; at != std::string::npos; at = all.find(stand_in, at + 1)) {
+      WriteAt(img.path(), at, kAccess.data(), kAccess.size());
+    }
+  }
+  const auto mentions_acl = [](const std::vector<std::string>& said) {
+    for (const std::string& line : said) {
+      if (line.find("system.posix_acl_access is not a valid POSIX ACL") != std::string::npos) {
+        return true;
+      }
+    }
+    return false;
+  };
+  std::vector<std::string> said;
+  FsckReport report = RunFsck(img.path(), RepairMode::kNone, &said);
+  CHECK(report.problems == 1);  // the value only: its blocks stay claimed by it
+  CHECK(mentions_acl(said));
+
+  img.Mount();
+  {
+    Filesystem& fs = img.fs();
+    char buf[4096];
+    CHECK(fs.GetXattr(f, kAccess, buf, sizeof buf).code() == EIO);
+    CHECK(fs.damage_found());
+  }
+  img.Unmount();
+
+  said.clear();
+  report = RunFsck(img.path(), RepairMode::kYes, &said);
+  CHECK(mentions_acl(said));
+  said.clear();
+  report = RunFsck(img.path(), RepairMode::kNone, &said);
+  INFO((said.empty() ? std::string() : said[0]));
+  CHECK(report.problems == 0);
+  img.Mount();
+  Filesystem& fs = img.fs();
+  CHECK(Get(fs, f, kAccess) == "errno " + std::to_string(ENODATA));
+  CHECK(Get(fs, f, "user.keep") == "kept");
+  CHECK(!fs.read_only());
+}
+
 // A value stored by a version that did not keep the mode in step is shown
 // as chmod would have left it: the mode is the truth for the entries both say.
 TEST_CASE("acl: an access ACL is read with the mode's permission bits", "[acl]") {

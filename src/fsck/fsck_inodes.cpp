@@ -379,6 +379,7 @@ uint64_t Checker::CheckXattrBlock(uint64_t ino, const Inode& inode) {
       uint32_t offset, length;
       const char* acl_fault;  // null: its runs name blocks not its own
       std::string_view name;
+      std::vector<format::XattrValueRun> runs;  // a malformed ACL's: claimed if it is kept
     };
     std::vector<BadRecord> bad;
     std::vector<format::XattrValueRun> good_runs;
@@ -408,16 +409,30 @@ uint64_t Checker::CheckXattrBlock(uint64_t ino, const Inode& inode) {
             }
             if (!ok) {
               good_runs.resize(first_run);
-              bad.push_back({record.offset, record.length, nullptr, {}});
+              bad.push_back({record.offset, record.length, nullptr, {}, {}});
               return;
             }
             // On a chain a malformed ACL is dropped in place, as a value of
-            // bad runs (one free record header); an ACL in runs (over 1 KiB,
-            // some 125 entries) is not decoded here.
-            if (chain && !record.free && record.runs == 0 && IsAclName(record.name)) {
-              const AclFault acl = DecodeAcl(record.value, nullptr);
+            // bad runs (one free record header), inline or in runs (over
+            // 1 KiB, some 125 entries: read from its blocks, now checked).
+            if (chain && !record.free && IsAclName(record.name)) {
+              std::string gathered;
+              std::string_view value = record.value;
+              if (record.runs != 0) {
+                gathered.reserve(record.value_len);
+                for (size_t i = first_run; i < good_runs.size(); ++i) {
+                  const uint64_t n = std::min<uint64_t>(record.value_len - gathered.size(),
+                                                        good_runs[i].count * block_size_);
+                  gathered.append(reinterpret_cast<const char*>(Block(good_runs[i].first)), n);
+                }
+                value = gathered;
+              }
+              const AclFault acl = DecodeAcl(value, nullptr);
               if (acl != AclFault::kNone) {
-                bad.push_back({record.offset, record.length, AclFaultName(acl), record.name});
+                bad.push_back({record.offset, record.length, AclFaultName(acl), record.name,
+                               {good_runs.begin() + static_cast<std::ptrdiff_t>(first_run),
+                                good_runs.end()}});
+                good_runs.resize(first_run);
               }
             }
           },
@@ -464,6 +479,12 @@ uint64_t Checker::CheckXattrBlock(uint64_t ino, const Inode& inode) {
         entry.value_len = record.length - static_cast<uint32_t>(sizeof entry);
         Write(OffsetIn(block_no, Block(block_no) + record.offset), &entry, sizeof entry);
         Fixed();
+      } else {
+        // Kept (-n, or the decision declined): its blocks are still its own.
+        for (const format::XattrValueRun& run : record.runs) {
+          for (uint64_t b = run.first; b < run.first + run.count; ++b) Claim(b);
+          blocks += run.count;
+        }
       }
     }
     link_at = OffsetIn(block_no, Block(block_no) + offsetof(format::XattrBlockHeader, next));
