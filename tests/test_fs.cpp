@@ -1172,6 +1172,8 @@ TEST_CASE("lock-free readers never see bytes of a block reused by another file",
   std::atomic<bool> stop{false};
   std::atomic<uint64_t> bad{0}, reads{0};
   std::thread writer([&] {
+    // Not before the reader runs (under load it could miss every change).
+    while (reads.load() == 0) std::this_thread::yield();
     SetAttrRequest req;
     req.valid = kSetSize;
     for (int i = 0; i < 200; ++i) {

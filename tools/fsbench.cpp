@@ -27,7 +27,7 @@ double Seconds(std::chrono::steady_clock::time_point start) {
 
 std::string Name(uint64_t i) {
   char buf[32];
-  std::snprintf(buf, sizeof buf, "entry-%010" PRIu64, i * 2654435761u % 10000000000ull);
+  std::snprintf(buf, sizeof buf, "entry-%010" PRIu64, static_cast<uint64_t>(i * 2654435761u % 10000000000ull));
   return buf;
 }
 

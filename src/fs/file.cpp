@@ -245,7 +245,7 @@ template <bool kCallerGuarded, class Sink>
     sink.Reset();
     const Inode& inode = *ci->media;
     {
-      const MapUseGuard<kCallerGuarded> guard;
+      [[maybe_unused]] const MapUseGuard<kCallerGuarded> guard;
       const ExtentMap* map = ci->extents.load(std::memory_order_acquire);
       if (map != nullptr && map->seq() == seq) {
         if (offset >= map->size()) return 0;
@@ -301,7 +301,7 @@ template <bool kCallerGuarded = false, class Sink>
                                                size_t len, Sink& sink) {
   const uint64_t seq = ci->data_seq.load(std::memory_order_acquire);
   if (!(seq & 1)) [[likely]] {
-    const MapUseGuard<kCallerGuarded> guard;
+    [[maybe_unused]] const MapUseGuard<kCallerGuarded> guard;
     const ExtentMap* map = ci->extents.load(std::memory_order_acquire);
     if (map != nullptr && map->seq() == seq && offset < map->size() && offset < map->covered())
         [[likely]] {

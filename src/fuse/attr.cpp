@@ -109,7 +109,7 @@ void OpStatfs(fuse_req_t req, fuse_ino_t /*ino*/) {
 void OpSetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value, size_t size,
                 int flags) {
   Guarded(req, [&] {
-    const unsigned xattr_flags = RequestKillsSgid() ? kXattrKillSgid : 0;
+    const unsigned xattr_flags = RequestKillsSgid() ? unsigned{kXattrKillSgid} : 0u;
     ReplyStatus(req, AdapterOf(req).fs().SetXattr(ino, name, value, size, flags, xattr_flags));
   });
 }

@@ -37,9 +37,9 @@ const Seed& CachedSeed(const std::string& name) {
 }
 
 struct Damaged {
-  explicit Damaged(const std::string& seed_name)
-      : seed_name(seed_name), arena(CachedSeed(seed_name).image.size()) {
-    arena.Load(CachedSeed(seed_name).image);
+  explicit Damaged(const std::string& name)
+      : seed_name(name), arena(CachedSeed(name).image.size()) {
+    arena.Load(CachedSeed(name).image);
     geometry = FindSuper(arena.data(), arena.size())->geometry;
   }
   SuperDynamic Dynamic() const { return arena.Peek<SuperDynamic>(format::kSuperDynamicOffset); }
