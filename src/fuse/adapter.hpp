@@ -72,7 +72,7 @@
 //     which FUSE_POSIX_ACL forces, sends a GETATTR whenever inval_mask
 //     holds STATX_MODE, UID or GID. One GETATTR per create, unlink, mkdir
 //     or rename; no notification stores attributes, so the daemon cannot
-//     spare it. Later kernels drop only FUSE_STATX_MODDIR: size, nlink,
+//     spare it. Newer fs/fuse trees drop only FUSE_STATX_MODDIR: size, nlink,
 //     mtime, ctime, blocks) and of
 //     an inode it unlinked, renamed or set an xattr on (fuse_update_ctime,
 //     fuse_entry_unlinked, which also drops nlink), of a file it wrote
