@@ -4,6 +4,7 @@
 #include <sys/statvfs.h>
 #include <sys/sysmacros.h>
 
+#include <algorithm>
 #include <cstring>
 
 
@@ -47,7 +48,7 @@ void ReplyStatx(fuse_req_t req, FuseAdapter& adapter, fuse_ino_t ino, const Attr
     fs_flags = *got;
   }
   kernel_abi::StatxOut out{};
-  const double timeout = adapter.options().attr_timeout;
+  const double timeout = std::max(adapter.options().attr_timeout, 0.0);  // as fuse_reply_attr
   out.attr_valid = static_cast<uint64_t>(timeout);
   out.attr_valid_nsec = static_cast<uint32_t>((timeout - static_cast<double>(out.attr_valid)) * 1e9);
   kernel_abi::Statx& sx = out.stat;
