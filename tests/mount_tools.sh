@@ -3,7 +3,7 @@
 # cp -a of a source tree, tar c | tar x, diff -r, git init/add/commit, make of
 # a small C project, rsync -a, xattrs through getfattr/setfattr, SQLite in WAL
 # mode (its -shm file is a shared mapping: FUSE_DIRECT_IO_ALLOW_MMAP with the
-# default cache=none). Run by meson
+# default cache=none), statx's birth time (stat %W). Run by meson
 # (suite mount) with NVFS_MKFS, NVFS_DAEMON and NVFS_FSCK set; also by hand:
 #   NVFS_DAEMON=build/nvfs NVFS_MKFS=build/mkfs.nvfs NVFS_FSCK=build/fsck.nvfs \
 #     bash tests/mount_tools.sh [MOUNT_OPTIONS]
@@ -117,6 +117,15 @@ make -s -C "$mnt/proj" clean
 step "xattrs through setfattr/getfattr"
 setfattr -n user.color -v blue "$mnt/proj/main.c"
 [ "$(getfattr --only-values -n user.color "$mnt/proj/main.c")" = blue ]
+
+step "stat's birth time (statx STATX_BTIME: FUSE_STATX)"
+# %W is 0 where the file system gives no birth time (as before the
+# transport served FUSE_STATX).
+born=$(stat -c %W "$mnt/proj/main.c")
+if ! [ "$born" -gt 0 ] || ! [ "$born" -le "$(stat -c %Z "$mnt/proj/main.c")" ]; then
+  echo "birth time $born (ctime $(stat -c %Z "$mnt/proj/main.c"))"
+  exit 1
+fi
 
 step "SQLite in WAL mode: create, fill, reopen"
 # WAL keeps its index in DB-shm, mapped MAP_SHARED by every connection: with

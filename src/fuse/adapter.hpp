@@ -66,7 +66,14 @@
 //   - replies carry the attributes of what they changed (SETATTR, LINK,
 //     MKNOD, MKDIR, SYMLINK, CREATE, READDIRPLUS entries);
 //   - it drops the attributes of a directory whose entries it changed
-//     (fs/fuse/dir.c, fuse_dir_changed: size, nlink, mtime, ctime) and of
+//     (fs/fuse/dir.c, fuse_dir_changed; Linux 6.18 drops all the basic
+//     stats, mode, uid and gid too, so the next path walk through the
+//     directory refetches them: fuse_permission, with default_permissions,
+//     which FUSE_POSIX_ACL forces, sends a GETATTR whenever inval_mask
+//     holds STATX_MODE, UID or GID. One GETATTR per create, unlink, mkdir
+//     or rename; no notification stores attributes, so the daemon cannot
+//     spare it. Newer fs/fuse trees drop only FUSE_STATX_MODDIR: size, nlink,
+//     mtime, ctime, blocks) and of
 //     an inode it unlinked, renamed or set an xattr on (fuse_update_ctime,
 //     fuse_entry_unlinked, which also drops nlink), of a file it wrote
 //     (fuse_write_update_attr: size, mtime, ctime, blocks, on direct and

@@ -1,22 +1,92 @@
 // Attributes (getattr, setattr, statfs) and extended attributes.
 #include <linux/fs.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/sysmacros.h>
 
+#include <algorithm>
 #include <cstring>
 
 
+#include "fuse/kernel_abi.hpp"
 #include "fuse/ops.hpp"
 #include "fuse/transport.hpp"
 #include "fuse/thread_buffers.hpp"
 
 namespace nvfs::fuse_ops {
 
+namespace {
+
+// chattr's attributes (Filesystem::GetInodeFlags) that statx(2) reports,
+// each FS_*_FL with its STATX_ATTR_*.
+constexpr struct {
+  uint32_t fs_flag;
+  uint64_t statx_attr;
+} kStatxAttrs[] = {
+    {FS_IMMUTABLE_FL, STATX_ATTR_IMMUTABLE},
+    {FS_APPEND_FL, STATX_ATTR_APPEND},
+    {FS_NODUMP_FL, STATX_ATTR_NODUMP},
+};
+
+kernel_abi::SxTime ToSxTime(const timespec& t) {
+  return kernel_abi::SxTime{t.tv_sec, static_cast<uint32_t>(t.tv_nsec), 0};
+}
+
+// The reply to a FUSE_STATX (transport.hpp): the basic stats and the
+// creation time, all of them always (the kernel caches the basic stats
+// only from a reply that has every one, fuse_do_statx), and the chattr
+// attributes. Only regular files and directories carry those
+// (GetInodeFlags: ENOTTY for the rest, which have none).
+void ReplyStatx(fuse_req_t req, FuseAdapter& adapter, fuse_ino_t ino, const Attr& a) {
+  uint32_t fs_flags = 0;
+  if (S_ISREG(a.mode) || S_ISDIR(a.mode)) {
+    Result<uint32_t> got = adapter.fs().GetInodeFlags(ino);
+    if (!got.ok()) {
+      fuse_reply_err(req, got.code());
+      return;
+    }
+    fs_flags = *got;
+  }
+  kernel_abi::StatxOut out{};
+  const double timeout = std::max(adapter.options().attr_timeout, 0.0);  // as fuse_reply_attr
+  out.attr_valid = static_cast<uint64_t>(timeout);
+  out.attr_valid_nsec = static_cast<uint32_t>((timeout - static_cast<double>(out.attr_valid)) * 1e9);
+  kernel_abi::Statx& sx = out.stat;
+  sx.mask = STATX_BASIC_STATS | STATX_BTIME;
+  sx.blksize = a.blksize;
+  for (const auto& x : kStatxAttrs) {
+    sx.attributes_mask |= x.statx_attr;
+    if (fs_flags & x.fs_flag) sx.attributes |= x.statx_attr;
+  }
+  sx.nlink = a.nlink;
+  sx.uid = a.uid;
+  sx.gid = a.gid;
+  sx.mode = static_cast<uint16_t>(a.mode);
+  sx.ino = a.ino;
+  sx.size = a.size;
+  sx.blocks = a.blocks;
+  sx.atime = ToSxTime(a.atime);
+  sx.btime = ToSxTime(a.btime);
+  sx.ctime = ToSxTime(a.ctime);
+  sx.mtime = ToSxTime(a.mtime);
+  sx.rdev_major = major(static_cast<dev_t>(a.rdev));
+  sx.rdev_minor = minor(static_cast<dev_t>(a.rdev));
+  fuse_reply_buf(req, reinterpret_cast<const char*>(&out), sizeof out);
+}
+
+}  // namespace
+
+// GETATTR, and FUSE_STATX served as one (transport.hpp).
 void OpGetattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info* /*fi*/) {
   Guarded(req, [&] {
     FuseAdapter& adapter = AdapterOf(req);
     Result<Attr> attr = adapter.fs().GetAttr(ino);
     if (!attr.ok()) {
       fuse_reply_err(req, attr.code());
+      return;
+    }
+    if (RequestIsStatx()) {
+      ReplyStatx(req, adapter, ino, *attr);
       return;
     }
     const struct stat st = ToStat(*attr);

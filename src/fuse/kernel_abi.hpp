@@ -15,6 +15,9 @@
 
 #include <linux/fuse.h>
 
+#include <cstddef>
+#include <cstdint>
+
 // Kernel 6.6+: a shared mmap of a FOPEN_DIRECT_IO file is allowed (the
 // kernel keeps its pages coherent with direct I/O: fs/fuse/file.c,
 // fuse_file_mmap and fuse_direct_io).
@@ -28,3 +31,66 @@
 #endif
 
 static_assert(FUSE_INIT_EXT == (1 << 30), "flags2 is read only with FUSE_INIT_EXT");
+
+// Kernel 6.6+ (protocol 7.39): FUSE_STATX, sent by statx(2) for more than
+// the basic stats (STATX_BTIME) while the kernel holds none valid
+// (fs/fuse/dir.c, fuse_update_get_attr -> fuse_do_statx); the first ENOSYS
+// stops it for the connection (fc->no_statx). libfuse 3.14 has neither the
+// opcode nor the structures, so they are here under names of their own
+// (the kernel's layout, include/uapi/linux/fuse.h) and the transport serves
+// the request (transport.hpp).
+namespace nvfs::kernel_abi {
+
+inline constexpr uint32_t kOpStatx = 52;
+
+struct SxTime {
+  int64_t tv_sec;
+  uint32_t tv_nsec;
+  int32_t reserved;
+};
+
+// struct fuse_statx: struct statx's fields, in its order but for mode.
+struct Statx {
+  uint32_t mask;  // STATX_* that are filled
+  uint32_t blksize;
+  uint64_t attributes;  // STATX_ATTR_*
+  uint32_t nlink;
+  uint32_t uid;
+  uint32_t gid;
+  uint16_t mode;
+  uint16_t spare0;
+  uint64_t ino;
+  uint64_t size;
+  uint64_t blocks;
+  uint64_t attributes_mask;  // the STATX_ATTR_* the filesystem knows
+  SxTime atime, btime, ctime, mtime;
+  uint32_t rdev_major, rdev_minor;
+  uint32_t dev_major, dev_minor;
+  uint64_t spare2[14];
+};
+static_assert(sizeof(Statx) == 256);
+static_assert(offsetof(Statx, attributes_mask) == 56 && offsetof(Statx, btime) == 80);
+
+// struct fuse_statx_in: fuse_getattr_in's 16 bytes, then the statx(2)
+// flags and mask.
+struct StatxIn {
+  uint32_t getattr_flags;  // FUSE_GETATTR_FH: fh names an open handle
+  uint32_t reserved;
+  uint64_t fh;
+  uint32_t sx_flags;  // AT_STATX_*
+  uint32_t sx_mask;   // STATX_* asked for
+};
+static_assert(sizeof(StatxIn) == 24 && sizeof(fuse_getattr_in) == 16);
+static_assert(offsetof(StatxIn, fh) == offsetof(fuse_getattr_in, fh));
+
+// struct fuse_statx_out. The kernel takes exactly this size.
+struct StatxOut {
+  uint64_t attr_valid;  // seconds the attributes stay valid
+  uint32_t attr_valid_nsec;
+  uint32_t flags;  // FUSE_ATTR_* (none here)
+  uint64_t spare[2];
+  Statx stat;
+};
+static_assert(sizeof(StatxOut) == 288);
+
+}  // namespace nvfs::kernel_abi

@@ -23,6 +23,7 @@ thread_local bool request_kills_privs = false;
 thread_local bool request_writes_back = false;
 thread_local bool request_kills_sgid = false;
 thread_local bool request_is_tmpfile = false;
+thread_local bool request_is_statx = false;
 
 // A request header followed by at least `Arg`, as the kernel sent it.
 template <class Arg>
@@ -39,6 +40,7 @@ ssize_t ObserveRequest(void* buf, ssize_t n, void* userdata) {
   request_writes_back = false;
   request_kills_sgid = false;
   request_is_tmpfile = false;
+  request_is_statx = false;
   if (n < static_cast<ssize_t>(sizeof(fuse_in_header))) return n;
   const size_t len = static_cast<size_t>(n);
   fuse_in_header header;
@@ -95,6 +97,14 @@ ssize_t ObserveRequest(void* buf, ssize_t n, void* userdata) {
       // Served as the CREATE it resembles (transport.hpp).
       request_is_tmpfile = true;
       header.opcode = FUSE_CREATE;
+      std::memcpy(buf, &header, sizeof header);
+      break;
+    case kernel_abi::kOpStatx:
+      // Served as the GETATTR whose argument begins it (transport.hpp):
+      // libfuse reads fuse_getattr_in (flags, fh) and leaves the rest.
+      if (len < sizeof(fuse_in_header) + sizeof(kernel_abi::StatxIn)) break;
+      request_is_statx = true;
+      header.opcode = FUSE_GETATTR;
       std::memcpy(buf, &header, sizeof header);
       break;
     default:
@@ -166,5 +176,6 @@ bool RequestWritesBack() { return request_writes_back; }
 
 bool RequestKillsSgid() { return request_kills_sgid; }
 bool RequestIsTmpfile() { return request_is_tmpfile; }
+bool RequestIsStatx() { return request_is_statx; }
 
 }  // namespace nvfs

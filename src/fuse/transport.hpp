@@ -34,6 +34,13 @@
 //          thread. (SETATTR's FATTR_KILL_SUIDGID reaches the setattr
 //          handler: libfuse passes it as FUSE_SET_ATTR_KILL_SUID, the same
 //          bit.)
+//   opcodes libfuse 3.14 does not know (it answers ENOSYS, and the
+//          kernel stops sending them for the connection): each is handed
+//          to libfuse as the older request whose arguments it begins with
+//          and marked for the handler, which replies in the newer form:
+//          FUSE_TMPFILE as CREATE, FUSE_STATX as GETATTR (below). The
+//          kernel sends both whatever minor version INIT's reply names
+//          (libfuse 3.14 answers 7.31): no reply libfuse builds changes.
 #pragma once
 
 #include "fuse/adapter.hpp"
@@ -72,11 +79,19 @@ bool RequestKillsSgid();
 // file (Filesystem::Tmpfile) instead.
 bool RequestIsTmpfile();
 
+// True if the request the calling thread is serving is the kernel's
+// FUSE_STATX (kernel 6.6+; kernel_abi.hpp), which libfuse 3.14 answers
+// ENOSYS, after which the kernel never asks again. Its argument begins
+// with GETATTR's (getattr flags, handle), so the transport hands it to
+// libfuse as a FUSE_GETATTR, and OpGetattr, seeing this, replies with a
+// fuse_statx_out (fuse_reply_buf: libfuse builds only the header).
+bool RequestIsStatx();
+
 // What the transport notes of each request as it arrives (the marks above,
 // INIT's offer), for a request of `n` bytes in `buf` that did not come
 // through the session's read (a ring entry, uring.hpp). It changes two
-// requests in place for libfuse: SETXATTR (above) and FUSE_TMPFILE's
-// opcode. Returns the request's length, which is less than `n` where it
+// requests in place for libfuse: SETXATTR (above), and FUSE_TMPFILE's and
+// FUSE_STATX's opcodes. Returns the request's length, which is less than `n` where it
 // rewrote SETXATTR.
 ssize_t ObserveRequest(void* buf, ssize_t n, void* userdata);
 
