@@ -50,23 +50,24 @@ void FuseAdapter::DirectWritten(fuse_ino_t ino, uint64_t off, uint64_t len) {
   if (len == 0) return;
   std::lock_guard lock(inval_mu_);
   if (inval_stop_) return;
-  direct_written_.insert(ino);
+  ++unsettled_[ino];
   any_direct_written_.store(true, std::memory_order_release);
-  const Range range{off, off + len};
+  const Range range{off, off + len, 1};
   auto [it, inserted] = inval_pending_.try_emplace(ino, range);
   if (!inserted) {
     it->second.begin = std::min(it->second.begin, range.begin);
     it->second.end = std::max(it->second.end, range.end);
+    ++it->second.writes;
   }
   if (!inval_thread_.joinable()) inval_thread_ = std::thread([this] { InvalidateLoop(); });
   inval_cv_.notify_one();
 }
 
-bool FuseAdapter::TakeDirectWritten(fuse_ino_t ino) {
+bool FuseAdapter::OpenMustDropCache(fuse_ino_t ino) {
   // Every cache=page open asks: no lock until a direct write has happened.
   if (!any_direct_written_.load(std::memory_order_acquire)) return false;
   std::lock_guard lock(inval_mu_);
-  return direct_written_.erase(ino) != 0;
+  return unsettled_.contains(ino);
 }
 
 void FuseAdapter::InvalidateLoop() {
@@ -83,6 +84,13 @@ void FuseAdapter::InvalidateLoop() {
     (void)fuse_lowlevel_notify_inval_inode(se_, ino, static_cast<off_t>(range.begin),
                                            static_cast<off_t>(range.end - range.begin));
     lock.lock();
+    // Settled: the writes this range merged. Writes since have their own
+    // count (and their own range in inval_pending_).
+    const auto count = unsettled_.find(ino);
+    if (count != unsettled_.end()) {
+      count->second -= std::min(count->second, range.writes);
+      if (count->second == 0) unsettled_.erase(count);
+    }
   }
 }
 

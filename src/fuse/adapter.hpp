@@ -215,19 +215,26 @@ class FuseAdapter {
   // write was in flight leaves pages of the old bytes in the cache, and with
   // keep_cache they would stay there, across opens, for as long as the
   // inode is cached (fstests generic/451). So the adapter
-  //   - replies to the next OPEN of `ino` without keep_cache, which makes
-  //     the kernel drop all of the inode's pages before that open returns;
-  //   - has a thread of its own drop the range's pages for those who have
-  //     the file open already (fuse_lowlevel_notify_inval_inode with a
-  //     range: the kernel locks each page, so it waits for reads in flight,
-  //     which may sit in the queue of the very thread serving this write;
-  //     a worker thread must not wait for it).
-  // Both happen after the bytes are stored, so a page read after either
-  // has the new ones.
+  //   - has a thread of its own drop the range's pages
+  //     (fuse_lowlevel_notify_inval_inode with a range: the kernel locks
+  //     each page, so it waits for reads in flight, which may sit in the
+  //     queue of the very thread serving this write; a worker thread must
+  //     not wait for it);
+  //   - until that drop has returned, replies to every OPEN of `ino`
+  //     without keep_cache, which makes the kernel drop all of the inode's
+  //     pages in that open, before it returns (FOPEN_KEEP_CACHE unset).
+  // Either drop starts after the bytes are stored: a page in the cache by
+  // then is dropped (a read in flight holds its page locked, the drop
+  // waits), a page read after it has the new bytes. Both are needed: the
+  // thread's drop can come after the writer has seen its write complete and
+  // a new open has read; and an open's drop happens in the opener's own
+  // time, after the daemon replied, so one opener's reply says nothing of
+  // another's reads (session 6 marked only the next open, and generic/451
+  // still read stale pages when a reader's open took the mark).
   void DirectWritten(fuse_ino_t ino, uint64_t off, uint64_t len);
-  // True once after DirectWritten(ino, ...): the open being replied to must
-  // not keep the cache (above).
-  bool TakeDirectWritten(fuse_ino_t ino);
+  // True while a DirectWritten(ino, ...) drop has not returned: the open
+  // being replied to must not keep the cache (above).
+  bool OpenMustDropCache(fuse_ino_t ino);
   // Stops the invalidation thread, after sending what it still had.
   // REQUIRES: before the session is destroyed; no request is being served.
   void StopInvalidations();
@@ -256,15 +263,18 @@ class FuseAdapter {
   // DirectWritten's state; inval_mu_ is a leaf lock, never held across a
   // notification. Ranges waiting for the thread merge per inode (the
   // smallest range covering them), so the map holds an inode once.
+  // unsettled_ counts, per inode, the direct writes whose drop has not
+  // returned (waiting in inval_pending_ or being sent).
   struct Range {
     uint64_t begin;
     uint64_t end;
+    unsigned writes;  // how many DirectWritten calls the range merges
   };
   std::mutex inval_mu_;
   std::condition_variable inval_cv_;
   std::unordered_map<fuse_ino_t, Range> inval_pending_;  // protected by inval_mu_
-  std::unordered_set<fuse_ino_t> direct_written_;        // protected by inval_mu_
-  std::atomic<bool> any_direct_written_{false};  // set once direct_written_ is first filled
+  std::unordered_map<fuse_ino_t, unsigned> unsettled_;  // protected by inval_mu_
+  std::atomic<bool> any_direct_written_{false};  // set at the first DirectWritten
   bool inval_stop_ = false;                              // protected by inval_mu_
   std::thread inval_thread_;  // started by the first DirectWritten
   void InvalidateLoop();

@@ -41,7 +41,7 @@ void SetOpenReply(FuseAdapter& adapter, fuse_ino_t ino, fuse_file_info* fi, File
   } else {
     // Only the kernel changes the file, so its cached pages stay valid;
     // but for an asynchronous direct write's (adapter.hpp, DirectWritten).
-    fi->keep_cache = adapter.TakeDirectWritten(ino) ? 0 : 1;
+    fi->keep_cache = adapter.OpenMustDropCache(ino) ? 0 : 1;
   }
   fi->noflush = 1;  // flush has nothing to do: spare close(2) a round trip
 }
