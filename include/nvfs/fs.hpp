@@ -55,6 +55,7 @@
 #include <shared_mutex>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 
 #include "nvfs/epoch.hpp"
 #include "nvfs/media.hpp"
@@ -476,6 +477,13 @@ class Filesystem {
   // Protects the orphan list (SuperDynamic::orphan_head, Inode::orphan_next,
   // Inode::flags) and the rest of the dynamic superblock.
   std::mutex orphan_mu_;
+  // For each inode on the orphan list, the inode before it (0: the head):
+  // what lets FsOps::OrphanRemove unlink it without walking the singly
+  // linked list. A hint only: each is checked against the media before it
+  // is used (an aborted transaction's undo puts the list back, not this),
+  // and a missing or wrong one falls back to the walk. Protected by
+  // orphan_mu_.
+  std::unordered_map<uint64_t, uint64_t> orphan_prev_;
   std::atomic<uint64_t> generation_state_{0};  // PRNG for inode generations
   std::atomic<uint64_t> extent_maps_built_{0};
   // Last: its writer thread uses everything above, and is joined first.

@@ -235,15 +235,26 @@ Result<FileHandle> Filesystem::Open(uint64_t ino, int flags, unsigned io_flags) 
       // Nothing to cut, but a truncation all the same (as do_truncate).
       NVFS_TRY(FsOps::KillPrivsFirst(*this, ino, inode, suidgid));
     }
+    // Under the lock: FreeUnlinkedData, holding it, must see every open.
+    cache_->AddOpen(ref->get());
   }
-  cache_->AddOpen(ref->get());
   return new OpenFile{ref->get(), flags};
 }
 
 void Filesystem::Release(FileHandle file) {
   CachedInode* inode = file->inode;
   delete file;
-  if (CachedInode* unlinked = cache_->CloseOpen(inode)) FsOps::ReclaimIdle(*this, unlinked);
+  bool free_data = false;
+  if (CachedInode* unlinked = cache_->CloseOpen(inode, &free_data)) {
+    FsOps::ReclaimIdle(*this, unlinked);
+  } else if (free_data) {
+    // The last open file of an unlinked inode the kernel still holds (an
+    // O_PATH descriptor, a cached dentry): its data goes now, the inode at
+    // the FORGET. A failure leaves the blocks to reclaim.
+    const InodeRef ref(*this, inode);  // the pin CloseOpen took
+    std::unique_lock lock(inode->lock);
+    (void)FsOps::FreeUnlinkedData(*this, inode);
+  }
 }
 
 uint64_t Filesystem::HandleIno(FileHandle file) const { return file->inode->ino; }
