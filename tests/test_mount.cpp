@@ -2787,12 +2787,24 @@ TEST_CASE("mount: a removed file's blocks are free at once, its inode kept until
       Fd fd(m.path("held"), O_RDWR);
       REQUIRE(fd.ok());
       REQUIRE(unlink(m.path("held").c_str()) == 0);
+      struct stat open_st {};
+      REQUIRE(fstat(fd.get(), &open_st) == 0);  // the kernel caches the size
+      CHECK(open_st.st_size == static_cast<off_t>(data.size()));
       std::string back(data.size(), '\0');
       REQUIRE(pread(fd.get(), back.data(), back.size(), 0) == static_cast<ssize_t>(back.size()));
       CHECK(back == data);
       CHECK(StatFs(m.dir()).f_bavail < empty.f_bavail);  // still in use
     }
     CHECK(wait_avail(empty.f_bavail) == empty.f_bavail);
+    // Opened again after its last close: empty, though the kernel had the
+    // old size (and, cache=page, the pages) cached from the reads above.
+    Fd reopened("/proc/self/fd/" + std::to_string(path.get()), O_RDONLY);
+    REQUIRE(reopened.ok());
+    struct stat st {};
+    REQUIRE(fstat(reopened.get(), &st) == 0);
+    CHECK(st.st_size == 0);
+    char c;
+    CHECK(pread(reopened.get(), &c, 1, 0) == 0);
   }
 
   // An O_TMPFILE file keeps its data while it may still be linked: after

@@ -223,6 +223,11 @@ struct MountOptions {
   // kernel's attribute cache). From any thread, under the inode's lock: it
   // must not call into the filesystem. Empty: no one is told.
   std::function<void(uint64_t ino)> privs_dropped;
+  // Called with an inode's number after the filesystem freed the data of
+  // an unlinked file at the release of its last open file (its size is now
+  // 0; FsOps::FreeUnlinkedData): the size the kernel cached, and with it
+  // its cached pages, are stale. The same rules as privs_dropped.
+  std::function<void(uint64_t ino)> data_freed;
   // Whether the caller of the operation this thread is serving belongs to
   // group `gid` (its own or a supplementary group). Asked only where a
   // caller without CAP_FSETID changes a file whose set-group-ID bit is on
@@ -471,6 +476,7 @@ class Filesystem {
   uint32_t extent_map_runs_ = 0;
   NameHashKey hash_key_;
   std::function<void(uint64_t ino)> privs_dropped_;    // MountOptions::privs_dropped
+  std::function<void(uint64_t ino)> data_freed_;       // MountOptions::data_freed
   std::function<bool(uint32_t gid)> caller_in_group_;  // MountOptions::caller_in_group
 
   std::shared_mutex tree_mu_;  // see the lock order above

@@ -251,9 +251,15 @@ void Filesystem::Release(FileHandle file) {
     // The last open file of an unlinked inode the kernel still holds (an
     // O_PATH descriptor, a cached dentry): its data goes now, the inode at
     // the FORGET. A failure leaves the blocks to reclaim.
+    // The kernel cached the old size (cache=page keeps the pages too, from
+    // one open to the next): a reopen through /proc/self/fd must fetch the
+    // new one (it then drops the pages past it).
     const InodeRef ref(*this, inode);  // the pin CloseOpen took
     std::unique_lock lock(inode->lock);
-    (void)FsOps::FreeUnlinkedData(*this, inode);
+    const uint64_t size = inode->media->size;
+    if (FsOps::FreeUnlinkedData(*this, inode).ok() && size != inode->media->size && data_freed_) {
+      data_freed_(inode->ino);
+    }
   }
 }
 

@@ -84,6 +84,7 @@ Status Filesystem::MountInternal(const MountOptions& options) {
   read_only_ = options.read_only;
   extent_map_runs_ = options.extent_map_runs;
   privs_dropped_ = options.privs_dropped;
+  data_freed_ = options.data_freed;
   caller_in_group_ = options.caller_in_group;
   Result<FoundSuper> found = FindSuper(media_->base(), media_->size());
   if (!found.ok()) return found.take_error();
