@@ -250,10 +250,10 @@ void Filesystem::Release(FileHandle file) {
   } else if (free_data) {
     // The last open file of an unlinked inode the kernel still holds (an
     // O_PATH descriptor, a cached dentry): its data goes now, the inode at
-    // the FORGET. A failure leaves the blocks to reclaim.
-    // The kernel cached the old size (cache=page keeps the pages too, from
-    // one open to the next): a reopen through /proc/self/fd must fetch the
-    // new one (it then drops the pages past it).
+    // the FORGET; a failure leaves the blocks to reclaim. The kernel may
+    // have the old size cached (and, cache=page, pages from one open to the
+    // next): told, a reopen through /proc/self/fd fetches the new one and
+    // drops the pages past it.
     const InodeRef ref(*this, inode);  // the pin CloseOpen took
     std::unique_lock lock(inode->lock);
     const uint64_t size = inode->media->size;
