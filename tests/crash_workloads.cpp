@@ -512,6 +512,20 @@ std::vector<Workload> LongWorkloads() {
                   OpenKeep(c, "frag", "/frag");
                 },
                 kSmallSlots));
+  // generic/511: the kernel still holds the inode (a lookup: an O_PATH
+  // descriptor, a cached dentry) when the last open file closes: the
+  // release frees the data in slot-sized steps (FreeUnlinkedData), the
+  // inode waiting on the orphan list for a FORGET that never comes here.
+  w.push_back(W("unlink-long-looked-up-open",
+                {S("unlink /frag", [](auto& c) { Unlink(c, "/frag"); }),
+                 S("release it: the data goes, the inode stays", [](auto& c) { c.Close("frag"); })},
+                [](StepContext& c) {
+                  MakeFragmented(c);
+                  OpenKeep(c, "frag", "/frag");
+                  auto [dir, name] = c.Parent("/frag");
+                  (void)c.Expect(c.fs().Lookup(dir, name), "lookup /frag");
+                },
+                kSmallSlots));
   w.push_back(W("truncate-long-unlinked-open",
                 {S("truncate the open, unlinked /frag to 4096", [](auto& c) {
                    SetAttrRequest r;

@@ -290,7 +290,9 @@ TEST_CASE("ForgetAll frees unlinked inodes only lookups still held", "[fs]") {
   REQUIRE(fs.LookupInode(kept).ok());
   REQUIRE(fs.Unlink(kRoot, "held").ok());
   fs.Release(*h);
-  CHECK(fs.GetStatFs()->blocks_free < blocks_before);  // still referenced
+  // Still referenced: the inode stays, its data went with the last release.
+  CHECK(fs.GetStatFs()->inodes_free == inodes_before - 2);
+  CHECK(fs.GetStatFs()->blocks_free + 2 >= blocks_before);
   fs.ForgetAll();
   CHECK(fs.GetStatFs()->inodes_free == inodes_before - 1);  // only "kept" remains
   CHECK(fs.GetStatFs()->blocks_free + 2 >= blocks_before);
@@ -536,6 +538,126 @@ void RequireFsckClean(FsImage& img, const char* stage) {
     CHECK(report.problems == 0);
   }
   img.Mount();
+}
+
+// generic/511: the blocks of a removed file that no one has open are free
+// when the unlink returns, not when the kernel forgets the inode (an O_PATH
+// descriptor or a cached dentry can hold that off for as long as it likes);
+// the inode, now an empty file, stays on the orphan list until then. Each
+// state in between (and a crash in it) is a valid orphan: fsck accepts it,
+// mount reclaims it.
+TEST_CASE("unlink frees an unopened file's blocks at once, its inode at the forget", "[fs]") {
+  FsImage img;
+  const uint64_t blocks_before = img->GetStatFs()->blocks_free;
+  const uint64_t inodes_before = img->GetStatFs()->inodes_free;
+  const std::string data(300000, 'd');
+  Attr attr;
+  {
+    auto f = img->Create(kRoot, "f", 0644, O_RDWR, kCred, &attr);  // one lookup, kept
+    REQUIRE(f.ok());
+    REQUIRE(*img->Write(*f, 0, data.data(), data.size()) == data.size());
+    img->Release(*f);
+  }
+  REQUIRE(img->GetStatFs()->blocks_free < blocks_before);
+  REQUIRE(img->Unlink(kRoot, "f").ok());
+  CHECK(img->GetStatFs()->blocks_free == blocks_before);
+  CHECK(img->GetStatFs()->inodes_free == inodes_before - 1);  // the inode waits
+  // Opened again (as through /proc/self/fd of an O_PATH descriptor): empty.
+  auto a = img->GetAttr(attr.ino);
+  REQUIRE(a.ok());
+  CHECK(a->size == 0);
+  CHECK(a->nlink == 0);
+  {
+    auto h = img->Open(attr.ino, O_RDWR);
+    REQUIRE(h.ok());
+    char c;
+    CHECK(*img->Read(*h, 0, &c, 1) == 0);
+    // Written while open, the data lives until this last release.
+    REQUIRE(*img->Write(*h, 0, data.data(), data.size()) == data.size());
+    CHECK(img->GetStatFs()->blocks_free < blocks_before);
+    img->Release(*h);
+  }
+  CHECK(img->GetStatFs()->blocks_free == blocks_before);
+  // The orphan with no blocks is what fsck and the next mount expect.
+  RequireFsckClean(img, "an unlinked, emptied orphan");  // the mount reclaimed it
+  CHECK(img->GetStatFs()->inodes_free == inodes_before);
+  CHECK(img->GetStatFs()->blocks_free == blocks_before);
+}
+
+TEST_CASE("unlink of an open file and rename over an unopened one: data goes at the last close",
+          "[fs]") {
+  FsImage img;
+  Filesystem& fs = img.fs();
+  const uint64_t blocks_before = fs.GetStatFs()->blocks_free;
+  const uint64_t inodes_before = fs.GetStatFs()->inodes_free;
+  const std::string data(200000, 'o');
+  const uint64_t open_ino = MustCreate(fs, kRoot, "open", data);
+  REQUIRE(fs.LookupInode(open_ino).ok());
+  auto h1 = fs.Open(open_ino, O_RDONLY);
+  auto h2 = fs.Open(open_ino, O_RDWR);
+  REQUIRE(h1.ok());
+  REQUIRE(h2.ok());
+  REQUIRE(fs.Unlink(kRoot, "open").ok());
+  fs.Release(*h1);
+  std::string back(data.size(), '\0');
+  REQUIRE(*fs.Read(*h2, 0, back.data(), back.size()) == data.size());
+  CHECK(back == data);
+  const uint64_t with_open = fs.GetStatFs()->blocks_free;
+  CHECK(with_open < blocks_before);
+  fs.Release(*h2);  // the last: the data goes, the lookup keeps the inode
+  const uint64_t after_close = fs.GetStatFs()->blocks_free;
+  CHECK(after_close > with_open);
+  // A rename over a file the kernel still holds (a lookup).
+  const uint64_t victim = MustCreate(fs, kRoot, "victim", data);
+  REQUIRE(fs.LookupInode(victim).ok());
+  MustCreate(fs, kRoot, "new", "n");
+  const uint64_t before_rename = fs.GetStatFs()->blocks_free;
+  REQUIRE(fs.Rename(kRoot, "new", kRoot, "victim", 0, kCred).ok());
+  CHECK(fs.GetStatFs()->blocks_free > before_rename);
+  CHECK(fs.GetAttr(victim)->size == 0);
+  fs.Forget(open_ino, 1);
+  fs.Forget(victim, 1);
+  CHECK(fs.GetStatFs()->inodes_free == inodes_before - 1);  // "victim" (the new one)
+  REQUIRE(fs.Unlink(kRoot, "victim").ok());
+  CHECK(fs.GetStatFs()->blocks_free == blocks_before);
+  CHECK(fs.GetStatFs()->inodes_free == inodes_before);
+}
+
+// generic/531's slow unmount: O_TMPFILE files are added at the orphan list's
+// head and, closed in the order opened, removed from its tail; a walk to
+// each one's predecessor made n removals O(n^2). The in-memory index of
+// predecessors is checked against the list on every use: any order of
+// removals leaves a sound list (fsck) and frees every inode.
+TEST_CASE("orphan list: many tmpfiles released in the order made, in reverse and at random",
+          "[fs]") {
+  FsImage img;
+  Filesystem& fs = img.fs();
+  const uint64_t inodes_before = fs.GetStatFs()->inodes_free;
+  constexpr int kFiles = 300;
+  std::vector<std::pair<uint64_t, FileHandle>> files;
+  for (int i = 0; i < kFiles; ++i) {
+    Attr attr;
+    auto t = fs.Tmpfile(kRoot, 0600, O_RDWR, kCred, &attr);
+    REQUIRE(t.ok());
+    REQUIRE(*fs.Write(*t, 0, "t", 1) == 1);
+    files.emplace_back(attr.ino, *t);
+  }
+  // A third in the order made (each the list's tail), a third in reverse
+  // (each its head), the rest at random (the middle).
+  std::vector<size_t> order;
+  for (size_t i = 0; i < kFiles / 3; ++i) order.push_back(i);
+  for (size_t i = 2 * kFiles / 3; i-- > kFiles / 3;) order.push_back(i);
+  std::vector<size_t> rest;
+  for (size_t i = 2 * kFiles / 3; i < kFiles; ++i) rest.push_back(i);
+  std::shuffle(rest.begin(), rest.end(), std::mt19937(531));
+  order.insert(order.end(), rest.begin(), rest.end());
+  for (size_t n : order) {
+    auto& [ino, handle] = files[n];
+    fs.Release(handle);
+    fs.Forget(ino, 1);
+  }
+  CHECK(img->GetStatFs()->inodes_free == inodes_before);
+  RequireFsckClean(img, "every tmpfile released");
 }
 
 // Lists `dir` in calls of at most `batch(call)` entries each, each call

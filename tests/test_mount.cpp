@@ -2714,6 +2714,123 @@ TEST_CASE("mount: fallocate of all the space statfs says is available succeeds",
   REQUIRE(unlink(m.path("all").c_str()) == 0);
 }
 
+// generic/511: a file filling the filesystem, removed, and at once a file
+// of the same size — ENOSPC, because the removed file's blocks were freed
+// only at the kernel's FORGET of its inode, which comes whenever the kernel
+// drops the inode (asynchronously after the unlink; never while anything
+// still holds it, as the O_PATH descriptor here does). The blocks of a
+// file that has lost its last name and has no open file now go at the
+// unlink, or at the RELEASE of its last open file; the inode itself (size
+// 0 from then on) stays until FORGET.
+TEST_CASE("mount: a removed file's blocks are free at once, its inode kept until forget "
+          "(generic/511)",
+          "[mount]") {
+  NVFS_REQUIRE_FUSE();
+  const std::string options = GENERATE(as<std::string>{}, "", "cache=page");
+  INFO("options: " << options);
+  MountedFs m(64 * kMiB);
+  m.Start(options);
+  // Waits up to 5 s for statfs to show at least `want` blocks available
+  // (RELEASE is sent asynchronously after close).
+  const auto wait_avail = [&](fsblkcnt_t want) {
+    fsblkcnt_t avail = 0;
+    for (int i = 0; i < 500; ++i) {
+      avail = StatFs(m.dir()).f_bavail;
+      if (avail >= want) break;
+      usleep(10000);
+    }
+    return avail;
+  };
+  const struct statvfs empty = StatFs(m.dir());
+  const off_t len = static_cast<off_t>(empty.f_bavail * empty.f_frsize);
+  {
+    Fd fd(m.path("fill"), O_CREAT | O_RDWR);
+    REQUIRE(fd.ok());
+    REQUIRE(fallocate(fd.get(), 0, 0, len) == 0);
+    REQUIRE(pwrite(fd.get(), "data", 4, 0) == 4);
+  }
+  {
+    // Held by an O_PATH descriptor (no OPEN): the kernel keeps the inode.
+    Fd path(m.path("fill"), O_PATH);
+    REQUIRE(path.ok());
+    REQUIRE(unlink(m.path("fill").c_str()) == 0);
+    {
+      Fd fd(m.path("again"), O_CREAT | O_RDWR);
+      REQUIRE(fd.ok());
+      const int rc = fallocate(fd.get(), 0, 0, len);
+      INFO("fallocate after the rm: " << (rc == 0 ? "ok" : std::strerror(errno)));
+      CHECK(rc == 0);
+    }
+    // Opened again through /proc: the removed file reads as what it is
+    // now, empty.
+    Fd reopened("/proc/self/fd/" + std::to_string(path.get()), O_RDONLY);
+    INFO("reopen: " << std::strerror(reopened.error()));
+    REQUIRE(reopened.ok());
+    struct stat st {};
+    REQUIRE(fstat(reopened.get(), &st) == 0);
+    CHECK(st.st_size == 0);
+    CHECK(st.st_nlink == 0);
+    char c;
+    CHECK(pread(reopened.get(), &c, 1, 0) == 0);
+  }
+  REQUIRE(unlink(m.path("again").c_str()) == 0);
+  CHECK(wait_avail(empty.f_bavail) == empty.f_bavail);
+
+  // Removed while open: the data stays readable through the open file, and
+  // its blocks go at the RELEASE of the last one.
+  const std::string data = Pattern(4 * kMiB, 11);
+  WriteFile(m.path("held"), data);
+  {
+    Fd path(m.path("held"), O_PATH);
+    REQUIRE(path.ok());
+    {
+      Fd fd(m.path("held"), O_RDWR);
+      REQUIRE(fd.ok());
+      REQUIRE(unlink(m.path("held").c_str()) == 0);
+      struct stat open_st {};
+      REQUIRE(fstat(fd.get(), &open_st) == 0);  // the kernel caches the size
+      CHECK(open_st.st_size == static_cast<off_t>(data.size()));
+      std::string back(data.size(), '\0');
+      REQUIRE(pread(fd.get(), back.data(), back.size(), 0) == static_cast<ssize_t>(back.size()));
+      CHECK(back == data);
+      CHECK(StatFs(m.dir()).f_bavail < empty.f_bavail);  // still in use
+    }
+    CHECK(wait_avail(empty.f_bavail) == empty.f_bavail);
+    // Opened again after its last close: empty, though the kernel had the
+    // old size (and, cache=page, the pages) cached from the reads above.
+    Fd reopened("/proc/self/fd/" + std::to_string(path.get()), O_RDONLY);
+    REQUIRE(reopened.ok());
+    struct stat st {};
+    REQUIRE(fstat(reopened.get(), &st) == 0);
+    CHECK(st.st_size == 0);
+    char c;
+    CHECK(pread(reopened.get(), &c, 1, 0) == 0);
+  }
+
+  // An O_TMPFILE file keeps its data while it may still be linked: after
+  // its last close, through an O_PATH descriptor of /proc/self/fd.
+  {
+    Fd tmp(m.dir(), O_TMPFILE | O_RDWR, 0600);
+    INFO("O_TMPFILE: " << std::strerror(tmp.error()));
+    REQUIRE(tmp.ok());
+    REQUIRE(pwrite(tmp.get(), data.data(), data.size(), 0) == static_cast<ssize_t>(data.size()));
+    Fd path("/proc/self/fd/" + std::to_string(tmp.get()), O_PATH);
+    REQUIRE(path.ok());
+    tmp.Close();
+    usleep(100000);  // the RELEASE
+    const std::string proc = "/proc/self/fd/" + std::to_string(path.get());
+    REQUIRE(linkat(AT_FDCWD, proc.c_str(), AT_FDCWD, m.path("linked").c_str(),
+                   AT_SYMLINK_FOLLOW) == 0);
+  }
+  CHECK(ReadAll(m.path("linked")) == data);
+  REQUIRE(unlink(m.path("linked").c_str()) == 0);
+  CHECK(wait_avail(empty.f_bavail) == empty.f_bavail);
+  CHECK(m.Stop() == 0);
+  const FsckResult fsck = FsckImage(m.image());
+  INFO(fsck.output);
+  CHECK(fsck.exit_code == 0);
+}
+
 // fstests runs fsck after every test and mounts again at once: umount(2)
 // returns before the daemon has even seen its session end, so an fsck or
 // a mount started right then found the image "in use" (12 of 20 fscks

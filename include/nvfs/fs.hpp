@@ -55,6 +55,7 @@
 #include <shared_mutex>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 
 #include "nvfs/epoch.hpp"
 #include "nvfs/media.hpp"
@@ -222,6 +223,11 @@ struct MountOptions {
   // kernel's attribute cache). From any thread, under the inode's lock: it
   // must not call into the filesystem. Empty: no one is told.
   std::function<void(uint64_t ino)> privs_dropped;
+  // Called with an inode's number after the filesystem freed the data of
+  // an unlinked file at the release of its last open file (its size is now
+  // 0; FsOps::FreeUnlinkedData): the size the kernel cached, and with it
+  // its cached pages, are stale. The same rules as privs_dropped.
+  std::function<void(uint64_t ino)> data_freed;
   // Whether the caller of the operation this thread is serving belongs to
   // group `gid` (its own or a supplementary group). Asked only where a
   // caller without CAP_FSETID changes a file whose set-group-ID bit is on
@@ -470,6 +476,7 @@ class Filesystem {
   uint32_t extent_map_runs_ = 0;
   NameHashKey hash_key_;
   std::function<void(uint64_t ino)> privs_dropped_;    // MountOptions::privs_dropped
+  std::function<void(uint64_t ino)> data_freed_;       // MountOptions::data_freed
   std::function<bool(uint32_t gid)> caller_in_group_;  // MountOptions::caller_in_group
 
   std::shared_mutex tree_mu_;  // see the lock order above
@@ -481,6 +488,13 @@ class Filesystem {
   // under this mutex finishes (commits or aborts) before the mutex is
   // released: a unique_lock for it is declared before the Tx.
   std::mutex orphan_mu_;
+  // For each inode on the orphan list, the inode before it (0: the head):
+  // what lets FsOps::OrphanRemove unlink it without walking the singly
+  // linked list. A hint only: each is checked against the media before it
+  // is used (an aborted transaction's undo puts the list back, not this),
+  // and a missing or wrong one falls back to the walk. Protected by
+  // orphan_mu_.
+  std::unordered_map<uint64_t, uint64_t> orphan_prev_;
   std::atomic<uint64_t> generation_state_{0};  // PRNG for inode generations
   std::atomic<uint64_t> extent_maps_built_{0};
   // Last: its writer thread uses everything above, and is joined first.

@@ -457,6 +457,7 @@ int main(int argc, char** argv) {
   // The core cleared set-user-ID on its own (a write by a caller without
   // CAP_FSETID): the kernel's cached mode is stale.
   mount_options.privs_dropped = [&adapter](uint64_t ino) { adapter.ForgetCachedAttr(ino); };
+  mount_options.data_freed = [&adapter](uint64_t ino) { adapter.ForgetCachedAttr(ino); };
   mount_options.caller_in_group = [](uint32_t gid) { return nvfs::CallerInGroup(gid); };
   if (cl.extent_map_runs >= 0) {
     mount_options.extent_map_runs = static_cast<uint32_t>(cl.extent_map_runs);
@@ -578,6 +579,9 @@ int main(int argc, char** argv) {
   fuse_session_unmount(se);
   fuse_remove_signal_handlers(se);
   session.reset();
+  // The releases below may tell the kernel of freed data (data_freed): no
+  // session to tell any more.
+  adapter.set_session(nullptr);
   adapter.EndSession();  // what the kernel still held: open files, lookups
   int status = UnmountCore(std::move(fs), device);
   if (loop < 0) {

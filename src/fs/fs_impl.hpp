@@ -181,6 +181,15 @@ struct FsOps {
   // Frees an unlinked inode and everything it holds, and takes it off the
   // orphan list. REQUIRES: no one else references it.
   static Status Reclaim(Filesystem& fs, uint64_t ino);
+  // The data of a regular file that has lost its last link and has no open
+  // file left goes at once (generic/511), not when the kernel forgets the
+  // inode: its size becomes 0 and its blocks are freed, in as many
+  // transactions as it takes; the inode stays on the orphan list, with its
+  // xattrs, for reclaim. Nothing if the file is open, may still get a name
+  // (O_TMPFILE, `linkable`), has links, or the filesystem is read-only.
+  // Called after the commit that dropped the last link, and at the release
+  // of the last open file. REQUIRES: inode lock held exclusively.
+  static Status FreeUnlinkedData(Filesystem& fs, CachedInode* inode);
   // Called when a cached inode has no pins, lookups or opens left.
   // Frees an idle unlinked inode the cache handed back (InodeCache::Unpin),
   // then drops it from the cache.

@@ -235,15 +235,32 @@ Result<FileHandle> Filesystem::Open(uint64_t ino, int flags, unsigned io_flags) 
       // Nothing to cut, but a truncation all the same (as do_truncate).
       NVFS_TRY(FsOps::KillPrivsFirst(*this, ino, inode, suidgid));
     }
+    // Under the lock: FreeUnlinkedData, holding it, must see every open.
+    cache_->AddOpen(ref->get());
   }
-  cache_->AddOpen(ref->get());
   return new OpenFile{ref->get(), flags};
 }
 
 void Filesystem::Release(FileHandle file) {
   CachedInode* inode = file->inode;
   delete file;
-  if (CachedInode* unlinked = cache_->CloseOpen(inode)) FsOps::ReclaimIdle(*this, unlinked);
+  bool free_data = false;
+  if (CachedInode* unlinked = cache_->CloseOpen(inode, &free_data)) {
+    FsOps::ReclaimIdle(*this, unlinked);
+  } else if (free_data) {
+    // The last open file of an unlinked inode the kernel still holds (an
+    // O_PATH descriptor, a cached dentry): its data goes now, the inode at
+    // the FORGET; a failure leaves the blocks to reclaim. The kernel may
+    // have the old size cached (and, cache=page, pages from one open to the
+    // next): told, a reopen through /proc/self/fd fetches the new one and
+    // drops the pages past it.
+    const InodeRef ref(*this, inode);  // the pin CloseOpen took
+    std::unique_lock lock(inode->lock);
+    const uint64_t size = inode->media->size;
+    if (FsOps::FreeUnlinkedData(*this, inode).ok() && size != inode->media->size && data_freed_) {
+      data_freed_(inode->ino);
+    }
+  }
 }
 
 uint64_t Filesystem::HandleIno(FileHandle file) const { return file->inode->ino; }

@@ -81,10 +81,25 @@ std::vector<CachedInode*> InodeCache::ForgetAllLookups() {
   return reclaim;
 }
 
-CachedInode* InodeCache::CloseOpen(CachedInode* inode) {
+CachedInode* InodeCache::CloseOpen(CachedInode* inode, bool* free_data) {
   std::lock_guard lock(mu_);
   --inode->opens;
-  return Settle(inode);
+  if (inode->Idle()) return Settle(inode);  // may delete it
+  // The link count is read under mu_, after the decrement: an unlink that
+  // drops the last link reads `opens` under mu_ after its commit
+  // (FsOps::FreeUnlinkedData), so one of the two sees the other, and the
+  // data is freed by one of them or both (the second finds nothing).
+  if (inode->opens == 0 && reclaim_unlinked_ && !inode->reclaiming &&
+      inode->media->nlink == 0) {
+    ++inode->pins;
+    *free_data = true;
+  }
+  return nullptr;
+}
+
+uint32_t InodeCache::Opens(CachedInode* inode) const {
+  std::lock_guard lock(mu_);
+  return inode->opens;
 }
 
 void InodeCache::Erase(CachedInode* inode) {

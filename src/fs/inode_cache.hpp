@@ -107,7 +107,15 @@ class InodeCache {
   // and returned: the caller frees it on the media, then calls Erase.
   CachedInode* Unpin(CachedInode* inode);
   CachedInode* ForgetLookups(uint64_t ino, uint64_t n);
-  CachedInode* CloseOpen(CachedInode* inode);
+  // As the others; besides, when the last open file of an unlinked inode
+  // that is not idle (the kernel still holds it) closes while reclaim is
+  // on, pins it for the caller and sets *free_data: the caller frees its
+  // data (FsOps::FreeUnlinkedData), then unpins it.
+  CachedInode* CloseOpen(CachedInode* inode, bool* free_data);
+  // Open files of `inode` now. Opens are added under the inode's lock held
+  // exclusively (Filesystem::Open), so a holder of that lock sees the count
+  // only fall.
+  uint32_t Opens(CachedInode* inode) const;
   // Sets every inode's lookups to 0; returns those to reclaim.
   std::vector<CachedInode*> ForgetAllLookups();
   // Removes and deletes an inode the caller reclaimed.

@@ -286,7 +286,9 @@ Result<Attr> Filesystem::Link(uint64_t ino, uint64_t new_parent, std::string_vie
 // Unlink and rmdir: one transaction removes the name, drops the link count
 // and, at zero, puts the inode on the orphan list; the inode itself is freed
 // when its last reference goes (InodeCache::Unpin, FsOps::ReclaimIdle), or
-// at the next mount.
+// at the next mount. A regular file left with no link and no open file
+// loses its data at once, in transactions after that one
+// (FsOps::FreeUnlinkedData), under its own lock only.
 static Status RemoveEntry(Filesystem& fs, uint64_t parent, std::string_view name, bool rmdir) {
   if (fs.read_only()) return Error(EROFS);
   if (name == ".") return Error(rmdir ? EINVAL : EISDIR);
@@ -328,7 +330,16 @@ static Status RemoveEntry(Filesystem& fs, uint64_t parent, std::string_view name
     orphan_lock.lock();
     FsOps::OrphanAdd(fs, tx, child->ino());
   }
-  return tx.Commit();
+  NVFS_TRY(tx.Commit());
+  if (nlink == 0 && !rmdir) {
+    // The name is gone: nothing else here needs the directory locks. A
+    // failure leaves the blocks to reclaim; the unlink stands.
+    if (orphan_lock.owns_lock()) orphan_lock.unlock();
+    dir_lock.unlock();
+    tree.unlock();
+    (void)FsOps::FreeUnlinkedData(fs, child.value().get());
+  }
+  return Status::Ok();
 }
 
 Status Filesystem::Unlink(uint64_t parent, std::string_view name) {
@@ -493,7 +504,18 @@ Status Filesystem::Rename(uint64_t parent, std::string_view name, uint64_t new_p
   FsOps::Touch(tx, s, false, true, now);
   FsOps::Touch(tx, sd, true, true, now);
   if (new_parent != parent) FsOps::Touch(tx, dd, true, true, now);
-  return tx.Commit();
+  NVFS_TRY(tx.Commit());
+  if (!exchange && have_dst && t->nlink == 0 && !dst_is_dir) {
+    // The replaced file lost its last name: its data goes now, under its
+    // own lock only (as in RemoveEntry).
+    for (std::unique_lock<std::shared_mutex>* l : {&src_lock, &dst_dir_lock, &src_dir_lock}) {
+      if (l->owns_lock()) l->unlock();
+    }
+    if (orphan_lock.owns_lock()) orphan_lock.unlock();
+    tree.unlock();
+    if (dst_lock.owns_lock()) (void)FsOps::FreeUnlinkedData(*this, dst.get());
+  }
+  return Status::Ok();
 }
 
 Result<std::string> Filesystem::Readlink(uint64_t ino) {
