@@ -75,6 +75,20 @@ FsckReport RunFsck(const std::string& path, RepairMode mode, std::vector<std::st
       **media, mode, [&](const std::string& line) { said->push_back(line); }, {}, 1);
 }
 
+// Every copy of the xattr name `from` in the image becomes `to` (the same
+// length): a value stored under a user. name becomes an ACL, as a version
+// that stored any system. name would have left it.
+void RenameOnMedia(const std::string& path, const std::string& from, const std::string& to) {
+  REQUIRE(from.size() == to.size());
+  const std::vector<char> bytes = ReadFile(path);
+  const std::string all(bytes.begin(), bytes.end());
+  size_t at = all.find(from);
+  REQUIRE(at != std::string::npos);
+  for (; at != std::string::npos; at = all.find(from, at + 1)) {
+    WriteAt(path, at, to.data(), to.size());
+  }
+}
+
 }  // namespace
 
 TEST_CASE("acl values: the kernel's rules", "[acl]") {
@@ -351,14 +365,8 @@ TEST_CASE("acl: a malformed stored value is damage, and fsck drops it", "[acl][f
     REQUIRE(fs.SetXattr(f, "user.after", "also", 4, 0).ok());
     img.Unmount();
   }
-  std::vector<char> bytes = ReadFile(img.path());
-  const std::string all(bytes.begin(), bytes.end());
   // (Blocks freed by the later sets hold it too: harmless.)
-  size_t at = all.find(stand_in);
-  REQUIRE(at != std::string::npos);
-  for (; at != std::string::npos; at = all.find(stand_in, at + 1)) {
-    WriteAt(img.path(), at, kAccess.data(), kAccess.size());
-  }
+  RenameOnMedia(img.path(), stand_in, kAccess);
 
   std::vector<std::string> said;
   FsckReport report = RunFsck(img.path(), RepairMode::kNone, &said);
@@ -433,15 +441,7 @@ TEST_CASE("acl: a malformed value stored in runs of blocks is damage, and fsck d
     REQUIRE(fs.SetXattr(f, stand_in, bad.data(), bad.size(), 0).ok());
     img.Unmount();
   }
-  {
-    std::vector<char> bytes = ReadFile(img.path());
-    const std::string all(bytes.begin(), bytes.end());
-    size_t at = all.find(stand_in);
-    REQUIRE(at != std::string::npos);
-    for (; at != std::string::npos; at = all.find(stand_in, at + 1)) {
-      WriteAt(img.path(), at, kAccess.data(), kAccess.size());
-    }
-  }
+  RenameOnMedia(img.path(), stand_in, kAccess);
   const auto mentions_acl = [](const std::vector<std::string>& said) {
     for (const std::string& line : said) {
       if (line.find("system.posix_acl_access is not a valid POSIX ACL") != std::string::npos) {
