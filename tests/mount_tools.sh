@@ -23,8 +23,18 @@ image=/dev/shm/nvfs-tools-$$.img
 mnt=
 work=
 
+image2=/dev/shm/nvfs-tools-$$-2.img
+mnt2=
+daemon2=
+
 cleanup() {
   local rc=$?
+  if [ -n "$mnt2" ]; then
+    mountpoint -q "$mnt2" && { fusermount3 -u "$mnt2" || fusermount3 -uz "$mnt2"; }
+    [ -n "$daemon2" ] && { wait "$daemon2" || true; }
+    rmdir "$mnt2"
+  fi
+  rm -f "$image2"
   stop_nvfs
   if [ -n "$work" ]; then rm -rf "$work"; fi
   rm -f "$image"
@@ -158,6 +168,25 @@ same_meta /usr/include/c++ "$mnt/cxx"
 [ "$(sqlite3 "$db" 'PRAGMA journal_mode;')" = wal ]
 sqlite3 "$db" "INSERT INTO t(v) VALUES ('after remount');"
 [ "$(sqlite3 "$db" 'PRAGMA integrity_check;')" = ok ]
+step "a second daemon keeps no descriptor it inherited (this mount stays free to unmount)"
+# Started while this shell holds a file of the first mount open (fstests
+# mounts its scratch device from a shell like that): a daemon that kept the
+# descriptor kept the first mount busy until it exited.
+"$NVFS_MKFS" -q -s 64M "$image2"
+mnt2=$(mktemp -d /tmp/nvfs-tools-2-XXXXXX)
+exec 7>"$mnt/held-by-the-shell"
+"$NVFS_DAEMON" -f "$image2" "$mnt2" &
+daemon2=$!
+exec 7>&-
+for _ in $(seq 500); do mountpoint -q "$mnt2" && break; sleep 0.01; done
+mountpoint -q "$mnt2"
+held=$(find "/proc/$daemon2/fd" -lname "$mnt/*" -printf '%f -> %l\n')
+[ -z "$held" ] || { echo "the second daemon holds descriptors of $mnt: $held"; exit 1; }
+rm "$mnt/held-by-the-shell"
+
 df -h "$mnt" | tail -1
 unmount_nvfs
 "$NVFS_FSCK" -n "$image"
+fusermount3 -u "$mnt2"
+wait "$daemon2"
+daemon2=

@@ -218,6 +218,19 @@ int UsageError(const char* message) {
   return 1;
 }
 
+// Descriptors inherited from whoever started the daemon (a shell's
+// redirections, a test harness's open files) would stay open for the life of
+// the mount: one on a file of another mount keeps that mount busy ("umount:
+// target is busy", fstests' checks after a test that mounted its scratch
+// device) until this daemon exits. Only 0-2 are kept (fuse_daemonize points
+// them at /dev/null when the daemon detaches); nothing reaches the daemon as
+// a descriptor (MOUNTPOINT is a directory, never /dev/fd/N).
+void CloseInheritedDescriptors() {
+  if (close_range(3, ~0U, 0) == 0) return;
+  const long limit = sysconf(_SC_OPEN_MAX);  // kernels before 5.9
+  for (long fd = 3; fd < (limit > 0 ? limit : 1024); ++fd) (void)close(static_cast<int>(fd));
+}
+
 // An absolute path, so it still names the same thing after the daemon
 // chdir()s to / (and reads well in /proc/mounts).
 std::string Absolute(const std::string& path) {
@@ -336,6 +349,7 @@ int main(int argc, char** argv) {
     Say("remount: cannot run mount(8): %s", std::strerror(errno));
     return 1;
   }
+  CloseInheritedDescriptors();
   nvfs::AdapterOptions adapter_options;
   if (cl.read_path != nullptr) {
     const std::string v = cl.read_path;
