@@ -592,10 +592,10 @@ int main(int argc, char** argv) {
   fs->EndService();
   fuse_session_unmount(se);
   fuse_remove_signal_handlers(se);
-  session.reset();
   // The releases below may tell the kernel of freed data (data_freed): no
-  // session to tell any more.
+  // session to tell any more, and none to point at once it is freed.
   adapter.set_session(nullptr);
+  session.reset();
   adapter.EndSession();  // what the kernel still held: open files, lookups
   int status = UnmountCore(std::move(fs), device);
   if (loop < 0) {
