@@ -397,7 +397,8 @@ def main():
     ap.add_argument("--targets", default="", help="comma-separated subset of target names")
     ap.add_argument("--baseline", default="",
                     help="a directory with an older build's nvfs and mkfs.nvfs: adds targets "
-                         "base-<cache>[-uring] beside nvfs-<cache>[-uring]")
+                         "base-<cache>[-uring] beside nvfs-<cache>[-uring] (base-<cache> "
+                         "only, compared with both, if that daemon has no io_uring)")
     ap.add_argument("--count-requests", action="store_true",
                     help="one repetition counting FUSE requests per item (kernel tracepoint)")
     ap.add_argument("--json-out", default=os.path.join(WORK, "meta-results.json"))
