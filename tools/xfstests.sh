@@ -246,9 +246,21 @@ sed -e "s|@SUBTYPE@|$subtype|" -e "s|@TEST_DEV@|$test_dev|" -e "s|@TEST_DIR@|$te
 # --- The run ----------------------------------------------------------------
 say "fstests in $xfstests, ${peer:+peer $daemon, }config $state/local.config, log $state/check.log"
 rc=0
-(cd "$xfstests" && HOST_OPTIONS=$state/local.config ./check "${check_args[@]}") \
+# fstests' unmounts go through tests/xfstests/retry/umount (a "busy" for the
+# moment the kernel still releases a finished test's files is retried, and
+# logged); NVFS_XFSTESTS_NO_RETRY=1 runs the plain umount.
+retries=$state/umount-retries.log
+rm -f "$retries"
+retry_path=$here/retry:
+[ "${NVFS_XFSTESTS_NO_RETRY:-0}" = 1 ] && retry_path=
+(cd "$xfstests" && PATH=$retry_path$PATH NVFS_UMOUNT_RETRY_LOG=$retries \
+  HOST_OPTIONS=$state/local.config ./check "${check_args[@]}") \
   2>&1 | tee "$state/check.log" || rc=$?
 unmount_all
+if [ -s "$retries" ]; then
+  echo "xfstests: $(wc -l <"$retries") unmounts were busy for a moment and retried ($retries):"
+  sed 's/^/  /' "$retries"
+fi
 
 # check's summary: "Ran: a b" (every test, the not-run ones too, as fstests
 # counts them), "Not run: c", "Failures: d", each on one line.
