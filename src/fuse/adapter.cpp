@@ -51,7 +51,7 @@ void FuseAdapter::DirectWritten(fuse_ino_t ino, uint64_t off, uint64_t len) {
   std::lock_guard lock(inval_mu_);
   if (inval_stop_) return;
   ++unsettled_[ino];
-  any_direct_written_.store(true, std::memory_order_release);
+  unsettled_inodes_.store(unsettled_.size(), std::memory_order_release);
   const Range range{off, off + len, 1};
   auto [it, inserted] = inval_pending_.try_emplace(ino, range);
   if (!inserted) {
@@ -64,8 +64,8 @@ void FuseAdapter::DirectWritten(fuse_ino_t ino, uint64_t off, uint64_t len) {
 }
 
 bool FuseAdapter::OpenMustDropCache(fuse_ino_t ino) {
-  // Every cache=page open asks: no lock until a direct write has happened.
-  if (!any_direct_written_.load(std::memory_order_acquire)) return false;
+  // Every cache=page open asks: no lock while no direct write awaits its drop.
+  if (unsettled_inodes_.load(std::memory_order_acquire) == 0) return false;
   std::lock_guard lock(inval_mu_);
   return unsettled_.contains(ino);
 }
@@ -89,7 +89,10 @@ void FuseAdapter::InvalidateLoop() {
     const auto count = unsettled_.find(ino);
     if (count != unsettled_.end()) {
       count->second -= std::min(count->second, range.writes);
-      if (count->second == 0) unsettled_.erase(count);
+      if (count->second == 0) {
+        unsettled_.erase(count);
+        unsettled_inodes_.store(unsettled_.size(), std::memory_order_release);
+      }
     }
   }
 }

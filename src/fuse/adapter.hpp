@@ -274,7 +274,9 @@ class FuseAdapter {
   std::condition_variable inval_cv_;
   std::unordered_map<fuse_ino_t, Range> inval_pending_;  // protected by inval_mu_
   std::unordered_map<fuse_ino_t, unsigned> unsettled_;  // protected by inval_mu_
-  std::atomic<bool> any_direct_written_{false};  // set at the first DirectWritten
+  // unsettled_.size(), for OpenMustDropCache to read without the lock: an
+  // open takes inval_mu_ only while some direct write's drop is pending.
+  std::atomic<size_t> unsettled_inodes_{0};
   bool inval_stop_ = false;                              // protected by inval_mu_
   std::thread inval_thread_;  // started by the first DirectWritten
   void InvalidateLoop();
