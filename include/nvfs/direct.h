@@ -1,0 +1,77 @@
+/* libnvfs-direct: reads of files on an nvfs mount straight from the
+ * namespace, without a kernel crossing, for processes that may read the
+ * namespace (README, "Direct reads"; doc/integrity.md section 10).
+ *
+ * A process that can read the namespace (the image file or DAX device)
+ * can read every byte of every file in it already; this library only makes
+ * such reads fast and correct. It maps the namespace read-only itself,
+ * asks the mount's daemon (over its socket, /run/nvfs/direct-MAJ:MIN) where
+ * a file's bytes lie, copies them, and then checks the file's sequence
+ * counter in a table the daemon shares read-only: if the file's mapping or
+ * size changed meanwhile, or the daemon is not the one that answered, the
+ * copy is thrown away and the read is done again (or by the kernel). No
+ * lock and no system call on the path of a read whose runs are known.
+ * Writes go through the mount as always.
+ *
+ * Anything the library cannot serve falls back to the kernel: every call
+ * below behaves as its system call on the descriptor would (same bytes,
+ * same errno), and nvfs_direct_why() says why a file is not read directly.
+ *
+ * Loaded with LD_PRELOAD=libnvfs-direct.so, the same library serves
+ * pread, pread64, preadv, preadv64, preadv2 and preadv64v2 (flags 0) of
+ * unmodified programs for regular files on nvfs mounts opened for reading
+ * (not O_DIRECT), and hands every other call to the kernel.
+ *
+ * Thread-safe: a handle may be read through from many threads at once.
+ */
+#ifndef NVFS_DIRECT_H
+#define NVFS_DIRECT_H
+
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct nvfs_direct nvfs_direct;
+
+/* Why a handle is not read directly (nvfs_direct_why). */
+enum nvfs_direct_why {
+  NVFS_DIRECT_ACTIVE = 0,       /* reads are served from the namespace */
+  NVFS_DIRECT_NOT_NVFS = 1,     /* not a regular file on an nvfs mount */
+  NVFS_DIRECT_NO_SERVER = 2,    /* the mount serves no direct sessions (direct=off,
+                                   a daemon not run as root, an older daemon) */
+  NVFS_DIRECT_NO_NAMESPACE = 3, /* this process may not read the namespace */
+  NVFS_DIRECT_NOT_READABLE = 4, /* the descriptor is not open for reading */
+  NVFS_DIRECT_O_DIRECT = 5,     /* opened with O_DIRECT: the kernel serves it */
+  NVFS_DIRECT_REFUSED = 6,      /* the daemon refused (limits, a full table) */
+  NVFS_DIRECT_GONE = 7,         /* the daemon that served it went away (unmount,
+                                   restart): the kernel answers from now on */
+  NVFS_DIRECT_NO_MEMORY = 8
+};
+
+/* Attaches to `fd` (not taken over: the caller still closes it, after
+ * nvfs_direct_detach). Never fails but for memory (NULL, errno ENOMEM): a
+ * file that cannot be read directly gets a handle whose reads go to the
+ * kernel, with the reason in nvfs_direct_why(). */
+nvfs_direct *nvfs_direct_attach(int fd);
+
+/* As pread(2) and preadv(2) on the attached descriptor. A media error in
+ * the namespace fails the read with EIO; the process lives. */
+ssize_t nvfs_direct_pread(nvfs_direct *f, void *buf, size_t count, off_t offset);
+ssize_t nvfs_direct_preadv(nvfs_direct *f, const struct iovec *iov, int iovcnt, off_t offset);
+
+/* NVFS_DIRECT_ACTIVE, or why reads go to the kernel. */
+int nvfs_direct_why(const nvfs_direct *f);
+/* A one-line description of a reason. */
+const char *nvfs_direct_strwhy(int why);
+
+/* Frees the handle; the descriptor stays open. */
+void nvfs_direct_detach(nvfs_direct *f);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* NVFS_DIRECT_H */

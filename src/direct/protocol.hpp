@@ -1,0 +1,117 @@
+// The direct-read protocol between the daemon (src/direct/server.cpp) and
+// libnvfs-direct (src/direct/client.cpp). One unix stream socket per mount,
+// at SocketPath(st_dev of the mount); requests are answered in order, one
+// at a time; every message has a fixed size.
+//
+// A session:
+//   1. kOpHello (no descriptor): the reply names the namespace the mount
+//      serves (its path and size). Allowed before the proof.
+//   2. kOpProve with one descriptor: the namespace, opened for reading by
+//      the client itself. The daemon checks it is the very file or device it
+//      serves (st_dev and st_ino, or st_rdev for a device) and readable; the
+//      reply carries the slot table's descriptor (a sealed memfd: the client
+//      can map it read-only only) and the namespace's identity at this
+//      mount (mount_count and uuid, which the client reads again from its
+//      own mapping after every copy). The client maps the namespace
+//      read-only itself: it is given nothing it could not read already.
+//   3. kOpMap with one descriptor: a regular file opened for reading on this
+//      mount (the kernel checked the permissions at that open). The reply:
+//      the file's slot, the seq and size the runs are valid for, and runs
+//      from `start` (<= the offset asked, block-aligned) on. The daemon keeps
+//      no per-file state for the client: it closes the descriptor before it
+//      answers, and a client asks again, with the descriptor again, when the
+//      slot's seq has moved or it needs runs past those it has.
+// Anything before a successful kOpProve but kOpHello, a malformed message, a
+// wrong magic or version: one reply with an error, then the daemon closes
+// the connection.
+#pragma once
+
+#include <sys/types.h>
+#include <sys/sysmacros.h>
+
+#include <climits>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+#include "nvfs/direct_abi.hpp"
+
+namespace nvfs::direct {
+
+inline constexpr uint32_t kMagic = 0x7264766eu;  // "nvdr"
+inline constexpr uint32_t kVersion = 1;
+
+// Where a root daemon makes the sockets (0755, root's): only root can put a
+// socket there, so a client that finds one trusts it is the mount's daemon.
+inline constexpr const char* kSocketDir = "/run/nvfs";
+
+// The socket of the FUSE mount whose st_dev is `dev`:
+// /run/nvfs/direct-MAJOR:MINOR.
+inline std::string SocketPath(dev_t dev) {
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "%s/direct-%u:%u", kSocketDir, major(dev), minor(dev));
+  return buf;
+}
+
+enum Op : uint32_t {
+  kOpHello = 1,
+  kOpProve = 2,  // one descriptor: the namespace, opened for reading
+  kOpMap = 3,    // one descriptor: a file on the mount, opened for reading
+};
+
+struct Request {
+  uint32_t magic;    // kMagic
+  uint32_t version;  // kVersion
+  uint32_t op;       // Op
+  uint32_t reserved0;
+  uint64_t offset;   // kOpMap: the file offset the runs must cover
+  uint64_t reserved1;
+};
+static_assert(sizeof(Request) == 32);
+
+struct ReplyHeader {
+  uint32_t magic;  // kMagic
+  uint32_t op;     // the request's
+  int32_t error;   // 0, or the errno that refuses the request
+  uint32_t size;   // bytes of the whole reply
+};
+
+struct HelloReply {
+  ReplyHeader h;
+  uint64_t namespace_size;  // bytes the client maps
+  uint32_t path_len;        // bytes of `path` used (no NUL)
+  uint32_t reserved;
+  char path[PATH_MAX];      // the namespace the mount serves
+};
+
+// Carries the table's descriptor (SCM_RIGHTS) when error == 0.
+struct ProveReply {
+  ReplyHeader h;
+  uint64_t namespace_size;
+  uint64_t mount_count;  // format::SuperDynamic::mount_count at this mount
+  uint8_t uuid[16];      // format::SuperStatic::uuid
+  uint32_t slot_count;   // slots in the table, the header (slot 0) included
+  uint32_t reserved;
+  uint64_t table_bytes;  // slot_count * sizeof(DirectSlot)
+};
+
+inline constexpr uint32_t kMaxRuns = 128;
+
+struct MapReply {
+  ReplyHeader h;
+  uint64_t ino;
+  uint64_t seq;    // the slot's seq these runs and this size are valid for (even)
+  uint64_t size;   // the file's size at `seq`
+  uint64_t start;  // file offset of the first run
+  uint32_t slot;   // index into the table (>= 1)
+  uint32_t run_count;
+  DirectRun runs[kMaxRuns];  // consecutive in the file from `start`
+};
+
+// Bounds the daemon keeps (server.cpp).
+inline constexpr unsigned kMaxConnections = 256;        // all clients
+inline constexpr unsigned kMaxConnectionsPerUid = 32;   // one user's
+inline constexpr unsigned kRequestsPerSecond = 20000;   // one connection's, on average
+inline constexpr unsigned kRequestBurst = 2000;         // ... and at once
+
+}  // namespace nvfs::direct
