@@ -57,6 +57,7 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "nvfs/direct_abi.hpp"
 #include "nvfs/epoch.hpp"
 #include "nvfs/media.hpp"
 #include "nvfs/name_hash.hpp"
@@ -436,6 +437,33 @@ class Filesystem {
   // of system. names only the ACL names. With size 0 returns the size that list needs.
   Result<size_t> ListXattr(uint64_t ino, char* list, size_t size, const Cred& cred);
   Status RemoveXattr(uint64_t ino, std::string_view name);
+
+  // --- Direct reads (src/direct/, include/nvfs/direct_abi.hpp) ---------------------
+  // Other processes that map the namespace themselves read files from it
+  // directly, checking each copy against the file's slot in `table`, a
+  // table of `count` slots (slot 0 the header, the rest zeroed) that the
+  // caller shares with them read-only. From now on the filesystem keeps
+  // the slot of every inode DirectMap was asked about current: its seq
+  // moves with CachedInode::data_seq (odd during each change of the file's
+  // mapping or size, before any block it frees can be reused), and by 2
+  // when the inode leaves the cache (doc/integrity.md section 10). Call
+  // once; the table must outlive the filesystem.
+  void SetDirectTable(DirectSlot* table, uint32_t count);
+  struct DirectMapping {
+    uint32_t slot = 0;     // index into the table
+    uint64_t seq = 0;      // the slot's seq the runs and size were read at (even)
+    uint64_t size = 0;     // the file's size then
+    uint64_t start = 0;    // file offset of runs[0]: `offset` rounded down to a block
+    size_t run_count = 0;  // runs filled, consecutive in the file, whole blocks up to EOF
+  };
+  // The runs of regular file `ino` from the block holding `offset` on (at
+  // most `max_runs`, none if `offset` is at or past EOF) as byte ranges of
+  // the namespace, and its slot. The inode must be open (EBADF otherwise:
+  // its slot would go with its cache entry at once). EINVAL for anything
+  // but a regular file, ENOSPC when every slot is taken, EIO for a damaged
+  // map, ESTALE for an inode not in use.
+  Result<DirectMapping> DirectMap(uint64_t ino, uint64_t offset, DirectRun* runs,
+                                  size_t max_runs);
 
   // --- Information ----------------------------------------------------------------
   uint32_t block_size() const;

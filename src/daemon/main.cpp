@@ -17,6 +17,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <syslog.h>
 #include <unistd.h>
 
@@ -32,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "direct/server.hpp"
 #include "fuse/adapter.hpp"
 #include "fuse/transport.hpp"
 #include "fuse/uring.hpp"
@@ -77,6 +79,10 @@ constexpr const char* kUsage =
     "  attr_timeout=S           up, and an inode's attributes (default: as long\n"
     "                           as the mount; the daemon tells the kernel of\n"
     "                           every change it cannot know; for measurements)\n"
+    "  direct=on|off            serve direct reads (libnvfs-direct) on the socket\n"
+    "                           /run/nvfs/direct-MAJOR:MINOR of the mount (default\n"
+    "                           on; needs root): processes that can read DEVICE\n"
+    "                           read files from their own mapping of it\n"
     "  ro                       mount read-only\n"
     "  errors=remount-ro        on damage found on the media (a block pointer\n"
     "                           naming no data block, a damaged directory or\n"
@@ -112,6 +118,7 @@ struct CommandLine {
   char* cache = nullptr;
   char* errors = nullptr;
   char* io_uring = nullptr;
+  char* direct = nullptr;
   unsigned threads = 0;
   int read_ahead_kb = -1;  // -1: not given
   long long extent_map_runs = -1;  // -1: not given
@@ -134,6 +141,7 @@ struct CommandLine {
     std::free(cache);
     std::free(errors);
     std::free(io_uring);
+    std::free(direct);
   }
 };
 
@@ -143,6 +151,7 @@ const fuse_opt kOptions[] = {
     NVFS_OPT("cache=%s", cache),
     NVFS_OPT("errors=%s", errors),
     NVFS_OPT("io_uring=%s", io_uring),
+    NVFS_OPT("direct=%s", direct),
     NVFS_OPT("threads=%u", threads),
     NVFS_OPT("read_ahead_kb=%d", read_ahead_kb),
     NVFS_OPT("extent_map_runs=%lld", extent_map_runs),
@@ -402,6 +411,15 @@ int main(int argc, char** argv) {
       return UsageError("errors must be remount-ro or continue");
     }
   }
+  bool direct_reads = true;
+  if (cl.direct != nullptr) {
+    const std::string v = cl.direct;
+    if (v == "off") {
+      direct_reads = false;
+    } else if (v != "on") {
+      return UsageError("direct must be on or off");
+    }
+  }
   if (cl.read_ahead_kb < -1 || cl.read_ahead_kb > (1 << 20)) {
     return UsageError("read_ahead_kb must be between 0 and 1048576");
   }
@@ -476,6 +494,9 @@ int main(int argc, char** argv) {
   if (cl.extent_map_runs >= 0) {
     mount_options.extent_map_runs = static_cast<uint32_t>(cl.extent_map_runs);
   }
+  // Direct reads' server: declared before the filesystem, whose inode
+  // cache writes into its table to the end, so that it goes after it.
+  std::unique_ptr<nvfs::direct::Server> direct;
   auto mounted = nvfs::Filesystem::Mount(device, mount_options);
   if (!mounted.ok()) {
     Say("%s", mounted.error().Describe().c_str());
@@ -531,6 +552,19 @@ int main(int argc, char** argv) {
     SetReadAhead(mountpoint, cl.read_ahead_kb >= 0 ? cl.read_ahead_kb : 1024,
                  cl.read_ahead_kb >= 0);
   }
+  // Direct reads: the socket is bound before the daemon detaches, so that a
+  // client started once this command has returned finds it (it waits in
+  // the backlog until the thread starts, below).
+  std::string direct_note = "direct reads off";
+  if (direct_reads) {
+    unsigned major_no = 0, minor_no = 0;
+    std::string why = "the mount's device number is unknown";
+    if (std::sscanf(MountDevice(mountpoint).c_str(), "%u:%u", &major_no, &minor_no) == 2) {
+      direct = nvfs::direct::Server::Create(*fs, makedev(major_no, minor_no), device, &why);
+    }
+    direct_note = direct != nullptr ? "direct reads on " + direct->socket_path()
+                                    : "direct reads off: " + why;
+  }
   if (!cl.foreground) openlog("nvfs", LOG_PID, LOG_DAEMON);
   if (fuse_daemonize(cl.foreground ? 1 : 0) != 0) {
     Say("cannot detach (fork failed); try -f");
@@ -564,12 +598,18 @@ int main(int argc, char** argv) {
       transport = "io_uring";
     }
   }
+  if (direct != nullptr && !direct->Serve()) {
+    direct.reset();
+    direct_note = "direct reads off: cannot start their thread";
+  }
   if (ring != nullptr) {
     Say("%s: mounted on %s, transport io_uring (%u queues of %u entries, one pinned thread "
-        "each; /dev/fuse for FORGET, INTERRUPT, notifications)",
-        device.c_str(), mountpoint.c_str(), ring->queues(), nvfs::UringTransport::kQueueDepth);
+        "each; /dev/fuse for FORGET, INTERRUPT, notifications); %s",
+        device.c_str(), mountpoint.c_str(), ring->queues(), nvfs::UringTransport::kQueueDepth,
+        direct_note.c_str());
   } else {
-    Say("%s: mounted on %s, transport %s", device.c_str(), mountpoint.c_str(), transport);
+    Say("%s: mounted on %s, transport %s; %s", device.c_str(), mountpoint.c_str(), transport,
+        direct_note.c_str());
   }
 
   int loop;
@@ -586,6 +626,9 @@ int main(int argc, char** argv) {
     fuse_loop_cfg_destroy(config);
   }
   if (ring != nullptr) ring->Stop();
+  // No direct request reaches the core from now on; the table stays, kept
+  // current by the core, until `direct` goes after the core's unmount.
+  if (direct != nullptr) direct->Stop();
   adapter.StopInvalidations();  // it notifies through the session freed below
   // Every worker has returned: nothing runs in the core any more. A mount
   // of the namespace from now on waits for this process to exit.

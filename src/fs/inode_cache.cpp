@@ -7,7 +7,38 @@ namespace nvfs {
 CachedInode::~CachedInode() { ExtentMap::Destroy(extents.load(std::memory_order_relaxed)); }
 
 InodeCache::~InodeCache() {
-  set_.clear_and_dispose([](CachedInode* inode) { delete inode; });
+  while (!set_.empty()) Delete(&*set_.begin());
+}
+
+void InodeCache::Delete(CachedInode* inode) {
+  set_.erase(set_.iterator_to(*inode));
+  if (DirectSlot* slot = inode->direct.load(std::memory_order_relaxed)) {
+    // A client's snapshot of this slot never matches again: the seq moves
+    // on, and the next inode given the slot starts from there.
+    slot->ino.store(0, std::memory_order_relaxed);
+    slot->seq.fetch_add(2, std::memory_order_release);
+    free_slots_.push_back(static_cast<uint32_t>(slot - direct_table_));
+  }
+  delete inode;
+}
+
+void InodeCache::SetDirectTable(DirectSlot* table, uint32_t count) {
+  std::lock_guard lock(mu_);
+  direct_table_ = table;
+  free_slots_.clear();
+  for (uint32_t i = count; i-- > 1;) free_slots_.push_back(i);  // slot 1 first
+}
+
+DirectSlot* InodeCache::AssignSlot(CachedInode* inode) {
+  std::lock_guard lock(mu_);
+  if (DirectSlot* slot = inode->direct.load(std::memory_order_relaxed)) return slot;
+  if (free_slots_.empty()) return nullptr;
+  DirectSlot* slot = &direct_table_[free_slots_.back()];
+  free_slots_.pop_back();
+  slot->size.store(inode->media->size, std::memory_order_relaxed);
+  slot->ino.store(inode->ino, std::memory_order_relaxed);
+  inode->direct.store(slot, std::memory_order_release);
+  return slot;
 }
 
 CachedInode* InodeCache::Pin(uint64_t ino, const format::Inode* on_media) {
@@ -40,8 +71,7 @@ CachedInode* InodeCache::Settle(CachedInode* inode) {
     inode->pins = 1;
     return inode;
   }
-  set_.erase(set_.iterator_to(*inode));
-  delete inode;
+  Delete(inode);
   return nullptr;
 }
 
@@ -105,8 +135,7 @@ uint32_t InodeCache::Opens(CachedInode* inode) const {
 void InodeCache::Erase(CachedInode* inode) {
   {
     std::lock_guard lock(mu_);
-    set_.erase(set_.iterator_to(*inode));
-    delete inode;
+    Delete(inode);
   }
   erased_.notify_all();
 }

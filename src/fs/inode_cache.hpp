@@ -13,6 +13,7 @@
 #include <shared_mutex>
 #include <vector>
 
+#include "nvfs/direct_abi.hpp"
 #include "nvfs/format.hpp"
 
 namespace nvfs {
@@ -38,6 +39,11 @@ struct CachedInode : public boost::intrusive::set_base_hook<> {
   // `lock` exclusively (MappingChange), so a reader never returns bytes of a
   // block that was freed and reused under it.
   std::atomic<uint64_t> data_seq{0};
+  // The inode's slot in the direct readers' table (include/nvfs/direct_abi.hpp),
+  // once a direct client asked for it: its seq moves with data_seq
+  // (MappingChange). Set under `lock` held shared (InodeCache::AssignSlot),
+  // so never while a MappingChange runs; cleared when the entry is deleted.
+  std::atomic<DirectSlot*> direct{nullptr};
 
   // The file's extent map, valid while its seq() equals data_seq; built and
   // replaced by readers only (file.cpp, ReadInto), freed through
@@ -65,16 +71,29 @@ struct CachedInode : public boost::intrusive::set_base_hook<> {
 // lock. REQUIRES: the inode's lock held exclusively for its whole life.
 class MappingChange {
  public:
-  explicit MappingChange(CachedInode* inode) : inode_(inode) {
+  // The direct slot's seq moves with data_seq: made odd before anything
+  // changes (the fence orders both before every store that follows, freed
+  // blocks reused by another file included), and even after, with the new
+  // size published first.
+  explicit MappingChange(CachedInode* inode)
+      : inode_(inode), slot_(inode->direct.load(std::memory_order_relaxed)) {
     inode_->data_seq.fetch_add(1, std::memory_order_relaxed);
+    if (slot_ != nullptr) slot_->seq.fetch_add(1, std::memory_order_relaxed);
     std::atomic_thread_fence(std::memory_order_release);
   }
-  ~MappingChange() { inode_->data_seq.fetch_add(1, std::memory_order_release); }
+  ~MappingChange() {
+    if (slot_ != nullptr) {
+      slot_->size.store(inode_->media->size, std::memory_order_relaxed);
+      slot_->seq.fetch_add(1, std::memory_order_release);
+    }
+    inode_->data_seq.fetch_add(1, std::memory_order_release);
+  }
   MappingChange(const MappingChange&) = delete;
   MappingChange& operator=(const MappingChange&) = delete;
 
  private:
   CachedInode* inode_;
+  DirectSlot* slot_;
 };
 
 struct CachedInodeKey {
@@ -128,14 +147,30 @@ class InodeCache {
 
   size_t size() const;
 
+  // Direct readers' slots (include/nvfs/direct_abi.hpp): slots 1 .. count-1
+  // of `table` are handed to inodes by AssignSlot and given back (their seq
+  // moved by 2, ino 0) when the inode's entry is deleted. Called once,
+  // before any AssignSlot; the table outlives the cache.
+  void SetDirectTable(DirectSlot* table, uint32_t count);
+  // The inode's slot, assigned now if it has none; nullptr when every slot
+  // is taken (or no table was given). REQUIRES: inode pinned, its lock held
+  // (shared is enough: no MappingChange runs meanwhile).
+  DirectSlot* AssignSlot(CachedInode* inode);
+  DirectSlot* direct_table() const { return direct_table_; }
+
  private:
   // REQUIRES: mu_ held. See Unpin.
   CachedInode* Settle(CachedInode* inode);
+  // Removes the entry, gives its direct slot back and deletes it.
+  // REQUIRES: mu_ held.
+  void Delete(CachedInode* inode);
 
   mutable std::mutex mu_;
   std::condition_variable erased_;  // a reclaimed entry left the set
   Set set_;                        // protected by mu_
   bool reclaim_unlinked_ = false;  // protected by mu_
+  DirectSlot* direct_table_ = nullptr;     // set once, before use
+  std::vector<uint32_t> free_slots_;       // protected by mu_
 };
 
 }  // namespace nvfs

@@ -636,6 +636,10 @@ Status FsOps::FreeUnlinkedData(Filesystem& fs, CachedInode* cached) {
 void FsOps::ReclaimIdle(Filesystem& fs, CachedInode* inode) {
   {
     std::unique_lock lock(inode->lock);
+    // No reader holds the inode any more, but a direct client may still
+    // hold its runs (a descriptor closed without detaching): its slot moves
+    // before the blocks are freed.
+    const MappingChange change(inode);
     // A failure here leaves the inode on the orphan list: the next mount
     // finishes it.
     (void)Reclaim(fs, inode->ino);

@@ -117,6 +117,9 @@ class Checker {
   // Records a problem; returns true if the caller should repair it now. In
   // -p mode a kDecision problem stops the check (halted()).
   bool Problem(Repair repair, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
+  // Moves the dynamic half's mount_count, once, before the first repair
+  // (fsck.cpp).
+  void MoveMountCount();
   // Records a problem this version cannot repair in any mode.
   void Unrepairable(const char* fmt, ...) __attribute__((format(printf, 2, 3)));
   void Fixed() { ++report_.corrected; }
@@ -294,6 +297,7 @@ class Checker {
   bool dynamic_ok_ = false;
   bool rebuild_dynamic_ = false;
   bool dynamic_dirty_ = false;   // dynamic_ changed: written at the end
+  bool mount_count_moved_ = false;  // MoveMountCount ran
   bool clear_errors_ = false;    // dynamic_.errors to be cleared at the end
   bool recovered_ = false;       // journal recovery ran (or, -n, was simulated)
 

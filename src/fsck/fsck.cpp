@@ -124,7 +124,24 @@ bool Checker::Problem(Repair repair, const char* fmt, ...) {
     halted_ = true;
   }
   if (say_) say_(std::string(buf) + outcome);
+  if (fix) MoveMountCount();
   return fix;
+}
+
+// Before the first repair that may store into a block a file used: a
+// direct reader (doc/integrity.md section 10) left attached by a daemon
+// killed since checks mount_count after every copy, and stops trusting its
+// runs when it moves. The repairs made before the dynamic half is read
+// (the static copies, journal recovery) store only into metadata that was
+// metadata before. A rebuilt half gets a count drawn at random instead
+// (CheckDynamic).
+void Checker::MoveMountCount() {
+  if (mount_count_moved_ || !dynamic_ok_ || !CanWrite()) return;
+  mount_count_moved_ = true;
+  dynamic_.mount_count += 1;
+  dynamic_.checksum = SuperDynamicChecksum(dynamic_);
+  media_.Store(format::kSuperDynamicOffset, &dynamic_, sizeof dynamic_);
+  media_.Persist(format::kSuperDynamicOffset, sizeof dynamic_);
 }
 
 void Checker::Unrepairable(const char* fmt, ...) {
@@ -437,6 +454,7 @@ void Checker::CheckDynamic() {
   std::memcpy(dynamic_.magic, format::kSuperDynamicMagic, sizeof dynamic_.magic);
   dynamic_.state = static_cast<uint32_t>(format::FsState::kMounted);
   dynamic_.next_generation = RandomU64() >> 32;
+  dynamic_.mount_count = RandomU64() >> 16;  // not a count a direct reader saw (MoveMountCount)
 }
 
 // Group descriptors and the free counts, against the bitmaps as pass 5 left

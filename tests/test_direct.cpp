@@ -1,0 +1,463 @@
+// Direct reads through a real mount (issue 20): the daemon's socket and its
+// hardening, spoken to byte by byte (no client library), and the slot table
+// it keeps current. The library's own cases through a mount are in
+// test_direct_lib.cpp.
+#include <catch2/catch.hpp>
+#include <fcntl.h>
+#include <grp.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "direct/protocol.hpp"
+#include "mount_fixture.hpp"
+#include "nvfs/format.hpp"
+
+using namespace nvfs;
+using namespace nvfs::direct;
+using nvfs::test::MountedFs;
+
+namespace {
+
+// The socket of the mount at `dir`.
+std::string SocketOf(const std::string& dir) {
+  struct stat st;
+  REQUIRE(stat(dir.c_str(), &st) == 0);
+  return SocketPath(st.st_dev);
+}
+
+int Connect(const std::string& path) {
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    close(fd);
+    return -1;
+  }
+  timeval tv{5, 0};  // no test waits forever for a reply
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  return fd;
+}
+
+// Sends `size` bytes with descriptors `fds`.
+bool SendRaw(int sock, const void* data, size_t size, std::vector<int> fds = {}) {
+  iovec iov{const_cast<void*>(data), size};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  std::vector<char> control(CMSG_SPACE(sizeof(int) * (fds.empty() ? 1 : fds.size())));
+  if (!fds.empty()) {
+    msg.msg_control = control.data();
+    msg.msg_controllen = CMSG_SPACE(sizeof(int) * fds.size());
+    cmsghdr* cm = CMSG_FIRSTHDR(&msg);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
+    std::memcpy(CMSG_DATA(cm), fds.data(), sizeof(int) * fds.size());
+  }
+  return sendmsg(sock, &msg, MSG_NOSIGNAL) == static_cast<ssize_t>(size);
+}
+
+bool SendRequest(int sock, uint32_t op, int fd = -1, uint64_t offset = 0) {
+  Request r{kMagic, kVersion, op, 0, offset, 0};
+  return SendRaw(sock, &r, sizeof r, fd >= 0 ? std::vector<int>{fd} : std::vector<int>{});
+}
+
+// Receives one reply of at most `size` bytes (a whole message: replies are
+// sent in one piece); the descriptor that came with it in *fd. Returns the
+// bytes received, 0 at EOF, -1 on error or timeout.
+ssize_t Receive(int sock, void* reply, size_t size, int* fd = nullptr) {
+  size_t have = 0;
+  if (fd != nullptr) *fd = -1;
+  while (have < size) {
+    iovec iov{static_cast<char*>(reply) + have, size - have};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+    const ssize_t n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
+    if (n <= 0) return have > 0 ? static_cast<ssize_t>(have) : n;
+    for (cmsghdr* cm = CMSG_FIRSTHDR(&msg); cm != nullptr; cm = CMSG_NXTHDR(&msg, cm)) {
+      if (cm->cmsg_type == SCM_RIGHTS && fd != nullptr) std::memcpy(fd, CMSG_DATA(cm), sizeof(int));
+    }
+    have += static_cast<size_t>(n);
+    const auto* h = static_cast<const ReplyHeader*>(reply);
+    if (have >= sizeof(ReplyHeader) && have >= h->size) break;
+  }
+  return static_cast<ssize_t>(have);
+}
+
+// True once the peer has closed the connection (EOF), within 5 s.
+bool Disconnected(int sock) {
+  char byte;
+  return recv(sock, &byte, 1, 0) == 0;
+}
+
+// A proven session: the socket, the table's descriptor.
+struct Session {
+  int sock = -1;
+  int table_fd = -1;
+  ProveReply prove{};
+  ~Session() {
+    if (sock >= 0) close(sock);
+    if (table_fd >= 0) close(table_fd);
+  }
+};
+
+void Prove(const MountedFs& m, Session* s) {
+  s->sock = Connect(SocketOf(m.dir()));
+  REQUIRE(s->sock >= 0);
+  const int ns = open(m.image().c_str(), O_RDONLY | O_CLOEXEC);
+  REQUIRE(ns >= 0);
+  REQUIRE(SendRequest(s->sock, kOpProve, ns));
+  close(ns);
+  REQUIRE(Receive(s->sock, &s->prove, sizeof s->prove, &s->table_fd) ==
+          static_cast<ssize_t>(sizeof s->prove));
+  REQUIRE(s->prove.h.error == 0);
+  REQUIRE(s->table_fd >= 0);
+}
+
+MapReply MapFile(int sock, int fd, uint64_t offset = 0) {
+  MapReply reply{};
+  REQUIRE(SendRequest(sock, kOpMap, fd, offset));
+  REQUIRE(Receive(sock, &reply, sizeof reply) == static_cast<ssize_t>(sizeof reply));
+  return reply;
+}
+
+void WriteFile(const std::string& path, const std::string& bytes) {
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  REQUIRE(fd >= 0);
+  REQUIRE(write(fd, bytes.data(), bytes.size()) == static_cast<ssize_t>(bytes.size()));
+  close(fd);
+}
+
+// Reads the file's bytes the way a client does: from its own mapping of
+// the namespace, through the runs.
+std::string ReadThroughRuns(const std::byte* ns, const MapReply& r) {
+  std::string out;
+  for (uint32_t i = 0; i < r.run_count && out.size() < r.size; ++i) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(r.runs[i].len, r.size - out.size()));
+    if (r.runs[i].offset == kDirectHole) {
+      out.append(n, '\0');
+    } else {
+      out.append(reinterpret_cast<const char*>(ns + r.runs[i].offset), n);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("direct: the socket, its mode, and direct=off", "[mount][direct]") {
+  NVFS_REQUIRE_FUSE();
+  if (geteuid() != 0) NVFS_SKIP("the direct socket needs a root daemon");
+  MountedFs m;
+  m.Start();
+  const std::string path = SocketOf(m.dir());
+  struct stat st;
+  REQUIRE(stat(path.c_str(), &st) == 0);
+  CHECK(S_ISSOCK(st.st_mode));
+  CHECK((st.st_mode & 0777) == 0666);
+  CHECK(m.log().find("direct reads on " + path) != std::string::npos);
+  REQUIRE(stat(kSocketDir, &st) == 0);
+  CHECK(st.st_uid == 0);
+  CHECK((st.st_mode & 022) == 0);
+  REQUIRE(m.Stop() == 0);
+  CHECK(access(path.c_str(), F_OK) != 0);  // removed at unmount
+
+  m.Start("direct=off");
+  CHECK(access(SocketOf(m.dir()).c_str(), F_OK) != 0);
+  CHECK(m.log().find("direct reads off") != std::string::npos);
+  REQUIRE(m.Stop() == 0);
+}
+
+TEST_CASE("direct: hello, proof, runs and the shared table", "[mount][direct]") {
+  NVFS_REQUIRE_FUSE();
+  if (geteuid() != 0) NVFS_SKIP("the direct socket needs a root daemon");
+  MountedFs m;
+  m.Start();
+  const int sock = Connect(SocketOf(m.dir()));
+  REQUIRE(sock >= 0);
+  REQUIRE(SendRequest(sock, kOpHello));
+  HelloReply hello{};
+  REQUIRE(Receive(sock, &hello, sizeof hello) == static_cast<ssize_t>(sizeof hello));
+  CHECK(hello.h.error == 0);
+  char real[PATH_MAX];
+  REQUIRE(realpath(m.image().c_str(), real) != nullptr);
+  CHECK(std::string(hello.path, hello.path_len) == real);
+  struct stat img;
+  REQUIRE(stat(m.image().c_str(), &img) == 0);
+  CHECK(hello.namespace_size == static_cast<uint64_t>(img.st_size));
+  close(sock);
+
+  Session s;
+  Prove(m, &s);
+  CHECK(s.prove.slot_count >= 2);
+  CHECK(s.prove.table_bytes == uint64_t{s.prove.slot_count} * sizeof(DirectSlot));
+  // The table is read-only to clients: no writable mapping, no write.
+  CHECK(mmap(nullptr, s.prove.table_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, s.table_fd, 0) ==
+        MAP_FAILED);
+  const char zero = 0;
+  CHECK(pwrite(s.table_fd, &zero, 1, 0) < 0);
+  const std::string self = "/proc/self/fd/" + std::to_string(s.table_fd);
+  const int rw = open(self.c_str(), O_RDWR);
+  if (rw >= 0) {  // reopened writable: the seals still refuse
+    CHECK(pwrite(rw, &zero, 1, 0) < 0);
+    CHECK(mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, rw, 0) == MAP_FAILED);
+    close(rw);
+  }
+  auto* table = static_cast<const DirectSlot*>(
+      mmap(nullptr, s.prove.table_bytes, PROT_READ, MAP_SHARED, s.table_fd, 0));
+  REQUIRE(table != MAP_FAILED);
+  CHECK(mprotect(const_cast<DirectSlot*>(table), 4096, PROT_READ | PROT_WRITE) != 0);
+  const auto* header = reinterpret_cast<const DirectTableHeader*>(table);
+  CHECK(header->magic == kDirectTableMagic);
+  CHECK(header->slot_count == s.prove.slot_count);
+  const int nsfd = open(m.image().c_str(), O_RDONLY);
+  REQUIRE(nsfd >= 0);
+  auto* ns = static_cast<const std::byte*>(
+      mmap(nullptr, s.prove.namespace_size, PROT_READ, MAP_SHARED, nsfd, 0));
+  close(nsfd);
+  REQUIRE(ns != MAP_FAILED);
+  uint64_t mount_count;
+  std::memcpy(&mount_count,
+              ns + format::kSuperDynamicOffset + offsetof(format::SuperDynamic, mount_count), 8);
+  CHECK(mount_count == s.prove.mount_count);
+  CHECK(std::memcmp(ns + offsetof(format::SuperStatic, uuid), s.prove.uuid, 16) == 0);
+
+  // A file with a hole: its runs read from the client's own mapping give
+  // its bytes.
+  std::string bytes(100000, 'a');
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>('a' + i % 23);
+  std::fill(bytes.begin() + 8192, bytes.begin() + 40960, '\0');
+  {
+    const int fd = open(m.path("f").c_str(), O_WRONLY | O_CREAT, 0600);
+    REQUIRE(fd >= 0);
+    REQUIRE(pwrite(fd, bytes.data(), 8192, 0) == 8192);
+    REQUIRE(pwrite(fd, bytes.data() + 40960, bytes.size() - 40960, 40960) ==
+            static_cast<ssize_t>(bytes.size() - 40960));
+    close(fd);
+  }
+  const int fd = open(m.path("f").c_str(), O_RDONLY);
+  REQUIRE(fd >= 0);
+  MapReply r = MapFile(s.sock, fd);
+  REQUIRE(r.h.error == 0);
+  CHECK(r.size == bytes.size());
+  CHECK(r.start == 0);
+  CHECK(r.slot >= 1);
+  CHECK(r.slot < s.prove.slot_count);
+  CHECK(r.seq % 2 == 0);
+  bool hole = false;
+  for (uint32_t i = 0; i < r.run_count; ++i) hole = hole || r.runs[i].offset == kDirectHole;
+  CHECK(hole);
+  CHECK(ReadThroughRuns(ns, r) == bytes);
+  const DirectSlot& slot = table[r.slot];
+  CHECK(slot.seq.load() == r.seq);
+  CHECK(slot.size.load() == bytes.size());
+  struct stat fst;
+  REQUIRE(fstat(fd, &fst) == 0);
+  CHECK(slot.ino.load() == fst.st_ino);
+  CHECK(r.ino == fst.st_ino);
+
+  // An overwrite in place leaves the slot; a truncate moves it, and the new
+  // runs say the new size.
+  {
+    const int w = open(m.path("f").c_str(), O_WRONLY);
+    REQUIRE(w >= 0);
+    REQUIRE(pwrite(w, "XYZ", 3, 10) == 3);
+    CHECK(slot.seq.load() == r.seq);
+    REQUIRE(ftruncate(w, 5000) == 0);
+    close(w);
+  }
+  CHECK(slot.seq.load() > r.seq);
+  CHECK(slot.seq.load() % 2 == 0);
+  CHECK(slot.size.load() == 5000);
+  MapReply r2 = MapFile(s.sock, fd);
+  REQUIRE(r2.h.error == 0);
+  CHECK(r2.slot == r.slot);
+  CHECK(r2.seq == slot.seq.load());
+  CHECK(r2.size == 5000);
+  std::string expect = bytes.substr(0, 5000);
+  expect.replace(10, 3, "XYZ");
+  CHECK(ReadThroughRuns(ns, r2) == expect);
+  // Runs from an offset start at its block.
+  MapReply r3 = MapFile(s.sock, fd, 4100);
+  REQUIRE(r3.h.error == 0);
+  CHECK(r3.start == 4096);
+
+  // When the inode leaves the cache, its slot moves by 2 and is freed.
+  const uint64_t before = slot.seq.load();
+  close(fd);
+  REQUIRE(unlink(m.path("f").c_str()) == 0);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (slot.ino.load() != 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  CHECK(slot.ino.load() == 0);
+  CHECK(slot.seq.load() > before);
+  CHECK(slot.seq.load() % 2 == 0);
+  munmap(const_cast<std::byte*>(ns), s.prove.namespace_size);
+  munmap(const_cast<DirectSlot*>(table), s.prove.table_bytes);
+  REQUIRE(m.Stop() == 0);
+}
+
+TEST_CASE("direct: no proof, no session; refusals keep the mount serving", "[mount][direct]") {
+  NVFS_REQUIRE_FUSE();
+  if (geteuid() != 0) NVFS_SKIP("the direct socket needs a root daemon");
+  MountedFs m;
+  m.Start();
+  WriteFile(m.path("f"), "hello");
+  const std::string path = SocketOf(m.dir());
+  const int file = open(m.path("f").c_str(), O_RDONLY);
+  REQUIRE(file >= 0);
+
+  SECTION("a map before the proof is answered once, then the connection closed") {
+    const int sock = Connect(path);
+    REQUIRE(SendRequest(sock, kOpMap, file));
+    ReplyHeader h{};
+    REQUIRE(Receive(sock, &h, sizeof h) == sizeof h);
+    CHECK(h.error == EACCES);
+    CHECK(Disconnected(sock));
+    close(sock);
+  }
+  SECTION("a proof with another file, or the namespace opened write-only, is refused") {
+    for (int bad : {file, open(m.image().c_str(), O_WRONLY), open(m.image().c_str(), O_PATH)}) {
+      REQUIRE(bad >= 0);
+      const int sock = Connect(path);
+      REQUIRE(SendRequest(sock, kOpProve, bad));
+      ReplyHeader h{};
+      REQUIRE(Receive(sock, &h, sizeof h) == sizeof h);
+      CHECK(h.error == EACCES);
+      CHECK(Disconnected(sock));
+      close(sock);
+      if (bad != file) close(bad);
+    }
+  }
+  SECTION("a proof without a descriptor is refused") {
+    const int sock = Connect(path);
+    REQUIRE(SendRequest(sock, kOpProve));
+    ReplyHeader h{};
+    REQUIRE(Receive(sock, &h, sizeof h) == sizeof h);
+    CHECK(h.error == EACCES);
+    CHECK(Disconnected(sock));
+    close(sock);
+  }
+  SECTION("malformed messages: an error, then the connection closed") {
+    Request wrong_magic{0x1234, kVersion, kOpHello, 0, 0, 0};
+    Request wrong_version{kMagic, 99, kOpHello, 0, 0, 0};
+    Request wrong_op{kMagic, kVersion, 77, 0, 0, 0};
+    for (const Request& r : {wrong_magic, wrong_version, wrong_op}) {
+      const int sock = Connect(path);
+      REQUIRE(SendRaw(sock, &r, sizeof r));
+      ReplyHeader h{};
+      REQUIRE(Receive(sock, &h, sizeof h) == sizeof h);
+      CHECK(h.error == EPROTO);
+      CHECK(Disconnected(sock));
+      close(sock);
+    }
+    // Two descriptors with one request.
+    Session s;
+    Prove(m, &s);
+    Request r{kMagic, kVersion, kOpMap, 0, 0, 0};
+    REQUIRE(SendRaw(s.sock, &r, sizeof r, {file, file}));
+    ReplyHeader h{};
+    REQUIRE(Receive(s.sock, &h, sizeof h) == sizeof h);
+    CHECK(h.error == EPROTO);
+    CHECK(Disconnected(s.sock));
+    // Half a request, then the client goes.
+    const int sock = Connect(path);
+    REQUIRE(SendRaw(sock, &r, 7));
+    close(sock);
+  }
+  SECTION("a proven client: a write-only descriptor, a directory, a file elsewhere") {
+    Session s;
+    Prove(m, &s);
+    const int wo = open(m.path("f").c_str(), O_WRONLY);
+    REQUIRE(wo >= 0);
+    CHECK(MapFile(s.sock, wo).h.error == EBADF);
+    close(wo);
+    const int dir = open(m.dir().c_str(), O_RDONLY | O_DIRECTORY);
+    CHECK(MapFile(s.sock, dir).h.error == EINVAL);
+    close(dir);
+    const int other = open("/proc/self/exe", O_RDONLY);
+    CHECK(MapFile(s.sock, other).h.error == EXDEV);
+    close(other);
+    // ...and the session goes on serving.
+    CHECK(MapFile(s.sock, file).h.error == 0);
+  }
+  SECTION("one user's connections are bounded") {
+    std::vector<int> socks;
+    int refused = 0;
+    for (unsigned i = 0; i < kMaxConnectionsPerUid + 4; ++i) {
+      const int sock = Connect(path);
+      REQUIRE(sock >= 0);
+      socks.push_back(sock);
+    }
+    // The server sees each in turn: the first kMaxConnectionsPerUid are
+    // served (a hello each), the rest refused with EUSERS.
+    for (int sock : socks) {
+      if (!SendRequest(sock, kOpHello)) {
+        ++refused;
+        continue;
+      }
+      HelloReply reply{};
+      const ssize_t n = Receive(sock, &reply, sizeof reply);
+      if (n >= static_cast<ssize_t>(sizeof(ReplyHeader)) && reply.h.error == EUSERS) ++refused;
+    }
+    CHECK(refused == 4);
+    for (int sock : socks) close(sock);
+  }
+  SECTION("a user who cannot read the namespace gets no session") {
+    struct stat st;
+    REQUIRE(stat(m.image().c_str(), &st) == 0);
+    REQUIRE((st.st_mode & 0007) == 0);  // the image is no one else's to read
+    REQUIRE(chmod(m.path("f").c_str(), 0644) == 0);
+    const pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      if (setgroups(0, nullptr) != 0 || setresgid(65534, 65534, 65534) != 0 ||
+          setresuid(65534, 65534, 65534) != 0) {
+        _exit(10);
+      }
+      if (open(m.image().c_str(), O_RDONLY) >= 0) _exit(11);
+      const int sock = Connect(path);
+      if (sock < 0) _exit(12);
+      // The file is readable to it, through the mount: still no runs.
+      const int f = open(m.path("f").c_str(), O_RDONLY);
+      if (f < 0) _exit(13);
+      Request r{kMagic, kVersion, kOpMap, 0, 0, 0};
+      if (!SendRaw(sock, &r, sizeof r, {f})) _exit(14);
+      ReplyHeader h{};
+      if (Receive(sock, &h, sizeof h) != sizeof h || h.error != EACCES) _exit(15);
+      if (!Disconnected(sock)) _exit(16);
+      char buf[8] = {};
+      if (pread(f, buf, sizeof buf, 0) != 5 || std::memcmp(buf, "hello", 5) != 0) _exit(17);
+      _exit(0);
+    }
+    int status = 0;
+    REQUIRE(waitpid(pid, &status, 0) == pid);
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+  }
+  // Whatever came before, the mount serves.
+  char buf[8] = {};
+  CHECK(pread(file, buf, sizeof buf, 0) == 5);
+  CHECK(std::string(buf, 5) == "hello");
+  close(file);
+  REQUIRE(m.Stop() == 0);
+}
