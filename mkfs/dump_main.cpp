@@ -108,6 +108,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "nvfs-dump: %s\n", media.error().message.c_str());
     return 1;
   }
+  if (const std::string exposure = nvfs::NamespaceExposure(argv[optind]); !exposure.empty()) {
+    std::fprintf(stderr, "nvfs-dump: warning: %s\n", exposure.c_str());
+  }
   const std::byte* base = (*media)->base();
   auto found = nvfs::FindSuper(base, (*media)->size());
   if (!found.ok()) {

@@ -79,6 +79,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "fsck.nvfs: %s\n", media.error().message.c_str());
     return nvfs::kFsckOperational;
   }
+  if (const std::string exposure = nvfs::NamespaceExposure(device); !exposure.empty()) {
+    std::fprintf(stderr, "fsck.nvfs: warning: %s\n", exposure.c_str());
+  }
   std::unique_ptr<nvfs::Progress> progress;  // made once the group count is known
   const nvfs::FsckReport report = nvfs::CheckNamespace(
       **media, mode,

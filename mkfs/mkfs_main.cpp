@@ -163,6 +163,14 @@ int main(int argc, char** argv) {
                 std::to_string(sig.offset) + "); use -f to format it anyway");
   }
 
+  // An existing file or device keeps its mode (a new image is made 0600):
+  // said once, even with -q, when every user can read or write it.
+  if (exists) {
+    if (const std::string exposure = nvfs::NamespaceExposure(device); !exposure.empty()) {
+      std::fprintf(stderr, "mkfs.nvfs: warning: %s\n", exposure.c_str());
+    }
+  }
+
   const nvfs::Geometry& g = plan->geometry;
   if (!quiet) {
     std::printf("%s%s: %s, %" PRIu64 " blocks of %u bytes, %u groups\n",

@@ -268,6 +268,30 @@ TEST_CASE("OpenMedia: grow_to creates a missing file", "[media][grow]") {
   CHECK_FALSE(PathExists(other.path()));
 }
 
+// The namespace is the boundary: an image created for nvfs is the owner's
+// alone, whatever the umask; a file that exists keeps the mode it was given.
+TEST_CASE("OpenMedia: grow_to creates the file 0600 even under umask 0, and keeps an existing "
+          "file's mode", "[media][grow][namespace]") {
+  TempPath created("create-mode");
+  TempPath existing("keep-mode");
+  MakeFile(existing.path(), 0);
+  REQUIRE(chmod(existing.path().c_str(), 0640) == 0);
+  const mode_t saved = umask(0);
+  MediaOptions options;
+  options.grow_to = 2 * kMiB;
+  const bool created_ok = OpenMedia(created.path(), options).ok();
+  const bool existing_ok = OpenMedia(existing.path(), options).ok();
+  umask(saved);
+  REQUIRE(created_ok);
+  REQUIRE(existing_ok);
+  struct stat st;
+  REQUIRE(stat(created.path().c_str(), &st) == 0);
+  CHECK((st.st_mode & 07777) == 0600);
+  REQUIRE(stat(existing.path().c_str(), &st) == 0);
+  CHECK((st.st_mode & 07777) == 0640);
+  CHECK(FileSize(existing.path()) == 2 * kMiB);
+}
+
 TEST_CASE("OpenMedia: grow_to extends a short file and keeps its bytes", "[media][grow]") {
   TempPath image("extend");
   MakeFile(image.path(), 64 * 1024, 'x');
@@ -433,6 +457,67 @@ TEST_CASE("Media: stores outside the rules abort instead of writing", "[media][s
   Media& read_only = **ro;
   CHECK(RunQuietlyInChild([&] { read_only.Store(0, &x, 1); }) == kChildAborted);
   CHECK(RunQuietlyInChild([&] { read_only.Fill(0, 0, 1); }) == kChildAborted);
+}
+
+// ---------------------------------------------------------------------------
+// Who else can read the namespace
+// ---------------------------------------------------------------------------
+
+TEST_CASE("NamespaceExposure: the bits of every other user, never the group's", "[media][namespace]") {
+  TempPath image("exposure");
+  MakeFile(image.path(), kMiB);
+  const std::string& p = image.path();
+  const std::string fix = " every file in it whatever its permissions; chmod o-rw " + p;
+  struct Case {
+    mode_t mode;
+    std::string warning;
+  };
+  const Case cases[] = {
+      {0600, ""},
+      {0640, ""},
+      {0660, ""},
+      {0400, ""},
+      {0604, p + " can be read by every user, who can then read" + fix},
+      {0644, p + " can be read by every user, who can then read" + fix},
+      {0602, p + " can be written by every user, who can then change" + fix},
+      {0666, p + " can be read and written by every user, who can then read and change" + fix},
+      {0605, p + " can be read by every user, who can then read" + fix},
+  };
+  for (const Case& c : cases) {
+    INFO("mode 0" << std::oct << c.mode);
+    REQUIRE(chmod(p.c_str(), c.mode) == 0);
+    CHECK(NamespaceExposure(p) == c.warning);
+  }
+  // Nothing to say about what cannot be stat'ed: opening it says why.
+  CHECK(NamespaceExposure(p + ".missing").empty());
+  // A device node: its own mode (/dev/null is 0666).
+  struct stat st;
+  if (stat("/dev/null", &st) == 0 && (st.st_mode & 0006) == 0006) {
+    CHECK_THAT(NamespaceExposure("/dev/null"),
+               Catch::StartsWith("/dev/null can be read and written by every user"));
+  }
+}
+
+// Pasted into a shell as it is, the advice works on a path with a space
+// and a quote in it.
+TEST_CASE("NamespaceExposure: the chmod it advises can be pasted into a shell",
+          "[media][namespace]") {
+  TempPath dir("exposure dir");
+  REQUIRE(mkdir(dir.path().c_str(), 0700) == 0);
+  const std::string p = dir.path() + "/it's.img";
+  MakeFile(p, kMiB);
+  REQUIRE(chmod(p.c_str(), 0664) == 0);
+  const std::string warning = NamespaceExposure(p);
+  const size_t advice = warning.rfind("; chmod o-rw ");
+  REQUIRE(advice != std::string::npos);
+  const test::RunResult pasted = test::RunShell(warning.substr(advice + 2));
+  INFO(warning << "\n" << pasted.out);
+  CHECK(pasted.exit_code == 0);
+  CHECK(NamespaceExposure(p).empty());
+  struct stat st;
+  REQUIRE(stat(p.c_str(), &st) == 0);
+  CHECK((st.st_mode & 07777) == 0660);  // the group's bits stay
+  unlink(p.c_str());
 }
 
 TEST_CASE("GranularityName names each granularity", "[media]") {

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -752,6 +753,105 @@ TEST_CASE("mkfs.nvfs refuses a namespace in use", "[mkfs][cli][lock]") {
   const RunResult r = Mkfs({"-q", "-f", image.path()});
   CHECK(r.exit_code == 0);
   CHECK_FALSE(DigestFile(image.path()) == before);
+}
+
+// ---------------------------------------------------------------------------
+// The namespace is the boundary (doc/integrity.md): images are the owner's,
+// and every program says so once when every user can read or write one.
+// ---------------------------------------------------------------------------
+
+mode_t ModeOf(const std::string& path) {
+  struct stat st;
+  REQUIRE(stat(path.c_str(), &st) == 0);
+  return st.st_mode & 07777;
+}
+
+// The lines of `out` that carry a warning.
+std::vector<std::string> Warnings(const std::string& out) {
+  std::vector<std::string> found;
+  for (const std::string& line : Lines(out)) {
+    if (line.find("warning") != std::string::npos) found.push_back(line);
+  }
+  return found;
+}
+
+std::string ReadWarning(const std::string& program, const std::string& path) {
+  return program + ": warning: " + path + " can be read by every user, who can then read every "
+         "file in it whatever its permissions; chmod o-rw " + path;
+}
+
+TEST_CASE("mkfs.nvfs -s creates the image 0600, even under umask 0", "[mkfs][cli][namespace]") {
+  TempPath image("cli-mode");
+  const char* mkfs = std::getenv("NVFS_MKFS");
+  REQUIRE(mkfs != nullptr);
+  const RunResult r =
+      test::RunShell(std::string("umask 0 && '") + mkfs + "' -q -s 64M '" + image.path() + "'");
+  INFO(r.out);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.out.empty());
+  CHECK(ModeOf(image.path()) == 0600);
+  RequireFsckClean(image.path());
+}
+
+TEST_CASE("mkfs.nvfs keeps an existing image's mode, and warns once when every user can read it",
+          "[mkfs][cli][namespace]") {
+  TempPath image("cli-keep-mode");
+  MakeFile(image.path(), 0);
+  REQUIRE(chmod(image.path().c_str(), 0640) == 0);  // a group: the administrator's choice
+  const RunResult quiet = Mkfs({"-q", "-s", "64M", image.path()});
+  INFO(quiet.out);
+  REQUIRE(quiet.exit_code == 0);
+  CHECK(quiet.out.empty());
+  CHECK(ModeOf(image.path()) == 0640);
+
+  REQUIRE(chmod(image.path().c_str(), 0644) == 0);
+  for (const char* flag : {"-n", "-q"}) {  // a dry run too, and even when quiet
+    const RunResult r = Mkfs({flag, "-f", image.path()});
+    INFO(flag << ": " << r.out);
+    CHECK(r.exit_code == 0);
+    const std::vector<std::string> warnings = Warnings(r.out);
+    REQUIRE(warnings.size() == 1);
+    CHECK(warnings[0] == ReadWarning("mkfs.nvfs", image.path()));
+  }
+  CHECK(ModeOf(image.path()) == 0644);
+  RequireFsckClean(image.path());
+}
+
+TEST_CASE("fsck.nvfs and nvfs-dump warn in one line about a namespace every user can read or "
+          "write, and not about a group", "[mkfs][cli][namespace]") {
+  TempPath image("cli-exposed");
+  MakeNvfsImage(image.path());
+  const std::string& p = image.path();
+  const auto dump = [](const std::string& path) { return Run("NVFS_DUMP", {path}); };
+  const auto fsck = [](const std::string& path) { return Fsck({"-n", path}); };
+  const std::string fix = " every file in it whatever its permissions; chmod o-rw " + p;
+  struct Case {
+    mode_t mode;
+    std::string warning;  // after "PROGRAM: warning: "; empty: none
+  };
+  const Case cases[] = {
+      {0604, p + " can be read by every user, who can then read" + fix},
+      {0602, p + " can be written by every user, who can then change" + fix},
+      {0640, ""},
+      {0660, ""},
+      {0600, ""},
+  };
+  for (const Case& c : cases) {
+    REQUIRE(chmod(p.c_str(), c.mode) == 0);
+    for (const bool is_dump : {false, true}) {
+      const char* program = is_dump ? "nvfs-dump" : "fsck.nvfs";
+      const RunResult r = is_dump ? dump(p) : fsck(p);
+      INFO(program << " on mode 0" << std::oct << c.mode << ": " << r.out);
+      CHECK(r.exit_code == 0);
+      const std::vector<std::string> warnings = Warnings(r.out);
+      if (c.warning.empty()) {
+        CHECK(warnings.empty());
+      } else {
+        REQUIRE(warnings.size() == 1);
+        CHECK(warnings[0] == std::string(program) + ": warning: " + c.warning);
+      }
+    }
+  }
 }
 
 }  // namespace

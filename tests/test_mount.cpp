@@ -384,6 +384,78 @@ TEST_CASE("mount: permissions with default_permissions and a second uid", "[moun
   CHECK(m.Stop() == 0);
 }
 
+// The namespace is the boundary (doc/integrity.md): a user the mount refuses
+// a file must not get its bytes from the image instead. mkfs.nvfs -s made
+// images 0644, and uid 65534 read a 0600 file's secret out of the image.
+TEST_CASE("mount: a 0600 file's bytes cannot be read by another user through the image "
+          "mkfs.nvfs -s made", "[mount][namespace]") {
+  NVFS_REQUIRE_FUSE();
+  MountedFs m(64 * kMiB);
+  m.Start("allow_other");  // so the mount itself lets uid 65534 in, and only the modes refuse
+  REQUIRE(chmod(m.dir().c_str(), 0755) == 0);
+  const std::string secret = "nvfs-secret-" + std::to_string(getpid()) + "-" +
+                             std::to_string(std::random_device{}());
+  WriteFile(m.path("secret"), secret, 0600);
+  REQUIRE(chmod(m.path("secret").c_str(), 0600) == 0);
+  REQUIRE(ReadAll(m.path("secret")) == secret);
+
+  // The child's answer: 0 both refused with EACCES; 1 the image opened and
+  // held the secret; 2 the image opened, no secret in it; 3 the image
+  // refused with another errno; 4 the file through the mount not refused
+  // with EACCES; 100 could not become uid 65534.
+  const int outcome = RunInChild([&]() -> int {
+    if (!BecomeNobody()) return 100;
+    const int fd = open(m.image().c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+      std::string bytes;
+      char buf[1 << 16];
+      ssize_t n;
+      while ((n = read(fd, buf, sizeof buf)) > 0) bytes.append(buf, static_cast<size_t>(n));
+      close(fd);
+      return bytes.find(secret) != std::string::npos ? 1 : 2;
+    }
+    if (errno != EACCES) return 3;
+    if (Err(open(m.path("secret").c_str(), O_RDONLY | O_CLOEXEC)) != EACCES) return 4;
+    return 0;
+  });
+  INFO("uid 65534: 0 refused both; 1 read the secret out of the image; 2 opened the image; "
+       "3 the image refused with an errno other than EACCES; 4 the file through the mount not "
+       "refused; 100 could not change uid: got " << outcome);
+  CHECK(outcome == 0);
+  CHECK((Stat(m.image()).st_mode & 07777) == 0600);
+  CHECK(m.Stop() == 0);
+}
+
+// The daemon says, in one line, what an image every user can read exposes
+// and how to close it; a group is the administrator's choice and is not
+// warned about.
+TEST_CASE("mount: the daemon warns in one line about an image every user can read",
+          "[mount][namespace]") {
+  NVFS_REQUIRE_FUSE();
+  MountedFs m(64 * kMiB);
+  REQUIRE(chmod(m.image().c_str(), 0644) == 0);
+  m.Start();
+  CHECK(m.Stop() == 0);
+  const auto warnings = [&] {
+    std::vector<std::string> found;
+    for (const std::string& line : Lines(m.log())) {
+      if (line.find("warning") != std::string::npos) found.push_back(line);
+    }
+    return found;
+  };
+  INFO("daemon log: " << m.log());
+  const std::vector<std::string> first = warnings();
+  REQUIRE(first.size() == 1);
+  CHECK(first[0] == "nvfs: warning: " + m.image() +
+                        " can be read by every user, who can then read every file in it "
+                        "whatever its permissions; chmod o-rw " + m.image());
+
+  REQUIRE(chmod(m.image().c_str(), 0640) == 0);
+  m.Start();
+  CHECK(m.Stop() == 0);
+  CHECK(warnings().size() == 1);  // the log is appended to: still the first mount's one
+}
+
 // A valid security.capability value (VFS_CAP_REVISION_2, cap_net_raw
 // permitted and effective): the kernel checks the format on setxattr.
 std::string CapabilityValue() {

@@ -29,7 +29,7 @@ TempPath::~TempPath() {
 }
 
 void MakeFile(const std::string& path, uint64_t size, char fill) {
-  const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0644);
+  const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);  // as mkfs.nvfs -s
   if (fd < 0) throw std::runtime_error("cannot create " + path);
   if (ftruncate(fd, static_cast<off_t>(size)) != 0) throw std::runtime_error("ftruncate");
   if (fill != 0) {

@@ -26,7 +26,8 @@ class TempPath {
   std::string path_;
 };
 
-// Creates (or truncates) `path` with `size` bytes, all `fill`.
+// Creates (0600, as mkfs.nvfs -s does: the tests' images are namespaces) or
+// truncates `path` with `size` bytes, all `fill`.
 void MakeFile(const std::string& path, uint64_t size, char fill = 0);
 std::vector<char> ReadFile(const std::string& path);
 void WriteAt(const std::string& path, uint64_t offset, const void* data, size_t len);

@@ -42,7 +42,11 @@ unmount_demo() {
 
 unmount_demo
 
-# -f: the demo re-formats its own image on every run.
+# -f: the demo re-formats its own image on every run. mkfs.nvfs makes a new
+# image 0600 but keeps an existing file's mode, and one an older demo left
+# 0644 would let every user read what the demo writes (doc/integrity.md,
+# "The namespace is the boundary"): it is made 0600 first.
+if [ -f "$image" ]; then chmod 600 "$image"; fi
 step "$bin/mkfs.nvfs" -f -s "$size" -L demo "$image"
 step "$bin/fsck.nvfs" -n "$image"
 step "$bin/nvfs-dump" "$image"

@@ -22,8 +22,7 @@ trap 'stop_nvfs; rm -f "$image"' EXIT
 times=()
 for run in $(seq "$runs"); do
   rm -f "$image"
-  truncate -s 512M "$image"
-  "$NVFS_MKFS" -q "$image" >/dev/null
+  "$NVFS_MKFS" -q -s 512M "$image" >/dev/null  # -s: created 0600, as every image
   mount_nvfs
   start=$(date +%s.%N)
   phases=$("$build/nvfs-tmpfiles" "$mnt" "$n") || { echo "nvfs-tmpfiles failed: $phases"; exit 1; }

@@ -51,7 +51,10 @@ struct MediaOptions {
   // Refuse namespaces smaller than this many bytes (the message names it).
   uint64_t min_size = 0;
   // Regular files only: create the file if it is missing and extend it to this
-  // size if it is shorter (never shrinks). Requires !read_only.
+  // size if it is shorter (never shrinks). Requires !read_only. A file
+  // created gets 0600 less the umask, owner-only even under umask 0 (the
+  // namespace is the boundary: NamespaceExposure); an existing one keeps
+  // its mode.
   uint64_t grow_to = 0;
 };
 
@@ -221,5 +224,20 @@ uint64_t LastMediaErrorOffset();
 // DAX device, EBUSY in use, ENOSPC too small (with the minimum), and what
 // libpmem2 says when it cannot map.
 Result<std::unique_ptr<Media>> OpenMedia(const std::string& path, const MediaOptions& options);
+
+// The namespace is the security boundary (doc/integrity.md, "The namespace
+// is the boundary"): whoever can read its bytes can read every file in it,
+// whatever the files' modes say, and whoever can write them can change any
+// file. Returns one line for a warning when `path` can be read or written
+// by every user (S_IROTH or S_IWOTH in stat(2) of it; of a device node, the
+// node's own mode): what that exposes and the chmod that ends it, e.g.
+//   "/dev/shm/x.img can be read by every user, who can then read every file
+//    in it whatever its permissions; chmod o-rw /dev/shm/x.img"
+// Empty when neither bit is set, or the path cannot be stat'ed (opening it
+// says why). Group bits are never warned about: letting a group in is the
+// administrator's choice, as `disk` is for block devices. Callers add their
+// own "PROGRAM: warning: " and print it once (mkfs.nvfs, fsck.nvfs,
+// nvfs-dump, the daemon).
+std::string NamespaceExposure(const std::string& path);
 
 }  // namespace nvfs

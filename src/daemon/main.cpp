@@ -38,6 +38,7 @@
 #include "fuse/transport.hpp"
 #include "fuse/uring.hpp"
 #include "nvfs/fs.hpp"
+#include "nvfs/media.hpp"
 
 namespace {
 
@@ -504,6 +505,9 @@ int main(int argc, char** argv) {
   }
   std::unique_ptr<nvfs::Filesystem> fs = std::move(mounted.value());
   adapter.set_filesystem(fs.get());
+  if (const std::string exposure = nvfs::NamespaceExposure(device); !exposure.empty()) {
+    Say("warning: %s", exposure.c_str());
+  }
   if (fs->recorded_errors()) {
     Say("%s: warning: the filesystem has recorded errors; %s; run fsck.nvfs", device.c_str(),
         fs->read_only() ? "mounted read-only" : "mounted read-write (errors=continue)");

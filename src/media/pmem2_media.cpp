@@ -313,7 +313,9 @@ Result<std::unique_ptr<Media>> Pmem2Media::Open(const std::string& path,
   media->read_only_ = options.read_only;
   int flags = (options.read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC | O_NONBLOCK;
   if (may_create) flags |= O_CREAT;
-  media->fd_ = open(p, flags, 0644);
+  // Created owner-only: whoever can read the image reads every file in it
+  // (NamespaceExposure). An existing file keeps its mode.
+  media->fd_ = open(p, flags, 0600);
   if (media->fd_ < 0) {
     if (errno == EACCES || errno == EPERM || errno == EROFS) {
       return MakeError(errno, "%s: permission denied (%s access)", p,

@@ -18,6 +18,9 @@ while [ $# -gt 1 ]; do
   esac
 done
 dev=$1
+# An image truncate creates is the owner's only, as one mkfs.nvfs -s creates
+# (doc/integrity.md, "The namespace is the boundary").
+umask 077
 if [ -c "$dev" ] || [ -b "$dev" ]; then
   exec "$mkfs" -f -q "${args[@]}" "$dev"
 fi
