@@ -320,7 +320,7 @@ TEST_CASE("direct: no proof, no session; refusals keep the mount serving", "[mou
   NVFS_REQUIRE_FUSE();
   if (geteuid() != 0) NVFS_SKIP("the direct socket needs a root daemon");
   MountedFs m;
-  m.Start();
+  m.Start("allow_other");  // the file modes alone refuse (the last section)
   WriteFile(m.path("f"), "hello");
   const std::string path = SocketOf(m.dir());
   const int file = open(m.path("f").c_str(), O_RDONLY);
