@@ -1,0 +1,489 @@
+// libnvfs-direct's C API (include/nvfs/direct.h): attach, the read paths
+// of file.hpp, detach; and the library's constructor and fork handlers.
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
+
+#include <linux/magic.h>
+
+#include <algorithm>
+#include <new>
+
+#include "direct/epoch.hpp"
+#include "direct/export.hpp"
+#include "direct/fault.hpp"
+#include "direct/file.hpp"
+#include "direct/libc.hpp"
+#include "direct/preload.hpp"
+#include "direct/session.hpp"
+#include "nvfs/direct.h"
+
+namespace nvfs::direct {
+
+namespace {
+
+// Refreshes of runs one read may make before it goes to the kernel (a file
+// changing under it faster than it can be asked about).
+constexpr int kMaxRefreshes = 8;
+
+// Extents a handle keeps of one state of its file: windows asked for at
+// different offsets are merged up to this, and the older ones dropped after.
+constexpr uint32_t kMaxExtents = 4096;
+
+void FreeSnapshot(void* p) {
+  auto* s = static_cast<Snapshot*>(p);
+  s->~Snapshot();
+  ::operator delete(s);
+}
+
+Snapshot* NewSnapshot(Session* session, const MapReply& r, uint32_t count) {
+  void* mem = ::operator new(sizeof(Snapshot) + size_t{count} * sizeof(Extent), std::nothrow);
+  if (mem == nullptr) return nullptr;
+  auto* s = new (mem) Snapshot;
+  s->session = session;
+  s->ns_base = session->ns_base;
+  s->seq_word = &session->table[r.slot].seq;
+  s->seq = r.seq;
+  s->size = r.size;
+  s->slot = r.slot;
+  s->count = count;
+  return s;
+}
+
+// The snapshot of the reply, keeping what `old` knew of the same state of
+// the file outside the reply's window (clipped to it), as long as all of it
+// fits in kMaxExtents; the window alone otherwise.
+Snapshot* BuildSnapshot(Session* session, const MapReply& r, const Snapshot* old) {
+  uint64_t end = r.start;
+  for (uint32_t i = 0; i < r.run_count; ++i) end += r.runs[i].len;
+  const bool same_state = old != nullptr && old->session == session && old->seq == r.seq &&
+                          old->slot == r.slot && old->size == r.size;
+  uint32_t before = 0, after = 0;  // old extents (pieces of) before and after the window
+  if (same_state) {
+    for (uint32_t i = 0; i < old->count; ++i) {
+      const Extent& e = old->extents()[i];
+      if (e.file_offset < r.start) ++before;
+      if (e.file_offset + e.len > end) ++after;
+    }
+    if (before + after + r.run_count > kMaxExtents) before = after = 0;
+  }
+  Snapshot* s = NewSnapshot(session, r, before + r.run_count + after);
+  if (s == nullptr) return nullptr;
+  Extent* out = s->extents();
+  uint32_t n = 0;
+  for (uint32_t i = 0; before != 0 && n < before; ++i) {
+    Extent piece = old->extents()[i];
+    if (piece.file_offset >= r.start) break;
+    piece.len = std::min(piece.len, r.start - piece.file_offset);
+    out[n++] = piece;
+  }
+  uint64_t file_off = r.start;
+  for (uint32_t i = 0; i < r.run_count; ++i) {
+    out[n++] = {file_off, r.runs[i].len, r.runs[i].offset};
+    file_off += r.runs[i].len;
+  }
+  for (uint32_t i = 0; after != 0 && i < old->count; ++i) {
+    Extent piece = old->extents()[i];
+    if (piece.file_offset + piece.len <= end) continue;
+    if (piece.file_offset < end) {
+      const uint64_t cut = end - piece.file_offset;
+      piece.file_offset = end;
+      piece.len -= cut;
+      if (piece.ns_offset != kDirectHole) piece.ns_offset += cut;
+    }
+    out[n++] = piece;
+  }
+  s->count = n;
+  return s;
+}
+
+void FreeHandle(nvfs_direct* f) {
+  Snapshot* s = f->snapshot.load(std::memory_order_acquire);
+  if (s != nullptr) FreeSnapshot(s);
+  if (f->session != nullptr) f->session->Unref();
+  delete f;
+}
+
+// The file is read through the kernel from now on.
+void MakeGone(nvfs_direct* f, int why) {
+  f->why.store(why, std::memory_order_release);
+  Snapshot* old = f->snapshot.exchange(nullptr, std::memory_order_acq_rel);
+  if (old != nullptr) Retire(old, FreeSnapshot);
+}
+
+// Asks for the runs at `offset` and publishes them, unless another thread
+// already replaced `observed`. False: this read goes to the kernel.
+bool Refresh(nvfs_direct* f, Snapshot* observed, uint64_t offset) {
+  Session* session = f->session;
+  if (session == nullptr) return false;
+  MapReply reply;
+  Snapshot* old;
+  int status;
+  {
+    std::lock_guard lock(session->mu);
+    if (f->snapshot.load(std::memory_order_acquire) != observed) return true;
+    if (f->why.load(std::memory_order_acquire) != NVFS_DIRECT_ACTIVE) return false;
+    status = session->MapLocked(f->fd, offset, &reply);
+    if (status == Session::kMapOk) {
+      Snapshot* fresh = BuildSnapshot(session, reply, observed);
+      if (fresh == nullptr) return false;
+      old = f->snapshot.exchange(fresh, std::memory_order_acq_rel);
+    }
+  }
+  if (status == Session::kMapGone) {
+    MakeGone(f, NVFS_DIRECT_GONE);
+    return false;
+  }
+  if (status != Session::kMapOk) return false;
+  if (old != nullptr) Retire(old, FreeSnapshot);
+  return true;
+}
+
+// Where a read writes: a position in an iovec array.
+struct Cursor {
+  const iovec* iov;
+  int iovcnt;
+  int index = 0;
+  size_t in = 0;  // bytes of iov[index] already written
+
+  // Copies `n` bytes from `src`, or zeros when src is null.
+  void Put(const std::byte* src, size_t n) {
+    while (n > 0) {
+      while (iov[index].iov_len == in) {
+        ++index;
+        in = 0;
+      }
+      const size_t k = std::min(n, iov[index].iov_len - in);
+      char* dst = static_cast<char*>(iov[index].iov_base) + in;
+      if (src == nullptr) {
+        std::memset(dst, 0, k);
+      } else {
+        std::memcpy(dst, src, k);
+        src += k;
+      }
+      in += k;
+      n -= k;
+    }
+  }
+};
+
+enum class Step { kCopied, kRefresh, kGone, kMediaError, kKernel };
+
+// Calls fn(extent piece, ns offset or kDirectHole, len) for the pieces of
+// [offset, offset + n); false, with *gap at the first byte no extent covers.
+template <class Fn>
+bool ForEachPiece(const Snapshot* s, uint64_t offset, uint64_t n, uint64_t* gap, Fn&& fn) {
+  uint64_t pos = offset;
+  const Extent* e = nullptr;
+  const Extent* const last = s->extents() + s->count;
+  while (pos < offset + n) {
+    if (e == nullptr || e == last || pos - e->file_offset >= e->len) {
+      e = s->Find(pos);
+      if (e == nullptr) {
+        *gap = pos;
+        return false;
+      }
+    }
+    const uint64_t within = pos - e->file_offset;
+    const uint64_t k = std::min(e->len - within, offset + n - pos);
+    fn(e->ns_offset == kDirectHole ? kDirectHole : e->ns_offset + within, k);
+    pos += k;
+    ++e;
+  }
+  return true;
+}
+
+bool TouchesPoison(const Snapshot* s, uint64_t offset, uint64_t n) {
+  bool touched = false;
+  uint64_t gap;
+  ForEachPiece(s, offset, n, &gap, [&](uint64_t ns_off, uint64_t len) {
+    if (ns_off != kDirectHole && FaultTouchesPoison(s->session->fault, ns_off, len)) touched = true;
+  });
+  return touched;
+}
+
+// One chunk of a read, in its own section: *copied bytes went to `dst`
+// (fewer than `len` at the end of the file) when kCopied.
+Step CopyChunk(nvfs_direct* f, Cursor& dst, uint64_t offset, size_t len, size_t* copied,
+               Snapshot** observed, uint64_t* refresh_at) {
+  ReadSection section;
+  if (!section.Enter()) return Step::kKernel;
+  Snapshot* s = f->snapshot.load(std::memory_order_acquire);
+  *observed = s;
+  *refresh_at = offset;
+  if (s == nullptr) {
+    return f->why.load(std::memory_order_acquire) == NVFS_DIRECT_ACTIVE ? Step::kRefresh
+                                                                         : Step::kKernel;
+  }
+  Session* session = s->session;
+  if (session->gone.load(std::memory_order_acquire)) return Step::kGone;
+  const uint64_t seq = s->seq_word->load(std::memory_order_acquire);
+  if (seq != s->seq) return Step::kRefresh;
+  const uint64_t n = offset >= s->size ? 0 : std::min<uint64_t>(len, s->size - offset);
+  uint64_t gap;
+  if (!ForEachPiece(s, offset, n, &gap, [](uint64_t, uint64_t) {})) {
+    *refresh_at = gap;
+    return Step::kRefresh;
+  }
+  const bool poisoned_before = session->fault->poisoned.load(std::memory_order_acquire) != 0;
+  if (!(poisoned_before && TouchesPoison(s, offset, n))) {
+    Cursor c = dst;
+    tls.in_copy = 1;
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    ForEachPiece(s, offset, n, &gap, [&](uint64_t ns_off, uint64_t k) {
+      c.Put(ns_off == kDirectHole ? nullptr : s->ns_base + ns_off, k);
+    });
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    tls.in_copy = 0;
+    dst = c;  // committed below only if the check passes; the caller re-copies otherwise
+  }
+  std::atomic_thread_fence(std::memory_order_acquire);
+  if (s->seq_word->load(std::memory_order_relaxed) != seq) return Step::kRefresh;
+  if (!session->IdentityHolds()) {
+    session->gone.store(true, std::memory_order_release);
+    return Step::kGone;
+  }
+  if (session->fault->poisoned.load(std::memory_order_acquire) != 0 && TouchesPoison(s, offset, n)) {
+    return Step::kMediaError;
+  }
+  *copied = static_cast<size_t>(n);
+  return Step::kCopied;
+}
+
+// The iovecs from `skip` bytes on (to hand the rest of a read to the
+// kernel); null without memory.
+iovec* IovFrom(const iovec* iov, int iovcnt, size_t skip, int* count) {
+  auto* out = new (std::nothrow) iovec[static_cast<size_t>(iovcnt)];
+  if (out == nullptr) return nullptr;
+  int n = 0;
+  for (int i = 0; i < iovcnt; ++i) {
+    if (skip >= iov[i].iov_len) {
+      skip -= iov[i].iov_len;
+      continue;
+    }
+    out[n++] = {static_cast<char*>(iov[i].iov_base) + skip, iov[i].iov_len - skip};
+    skip = 0;
+  }
+  *count = n;
+  return out;
+}
+
+// The session's reason for a daemon's refusal of a file.
+int WhyOfMapError(int err) {
+  switch (err) {
+    case EXDEV: case ENODEV: case EINVAL: case EISDIR: case ENOENT: case ESTALE:
+      return NVFS_DIRECT_NOT_NVFS;
+    case EBADF: case EACCES: case EPERM:
+      return NVFS_DIRECT_NOT_READABLE;
+    case ENOMEM:
+      return NVFS_DIRECT_NO_MEMORY;
+    default:
+      return NVFS_DIRECT_REFUSED;
+  }
+}
+
+// What a descriptor is, before any session: NVFS_DIRECT_ACTIVE when it may
+// be read directly as far as the process can tell.
+int Classify(int fd, struct stat* st) {
+  if (fstat(fd, st) != 0 || !S_ISREG(st->st_mode)) return NVFS_DIRECT_NOT_NVFS;
+  if (!TestMode()) {
+    struct statfs fs;
+    if (fstatfs(fd, &fs) != 0 || fs.f_type != FUSE_SUPER_MAGIC) return NVFS_DIRECT_NOT_NVFS;
+  }
+  const int flags = libc::Get(&libc::Table::fcntl)(fd, F_GETFL);
+  if (flags < 0 || (flags & O_PATH) != 0 || (flags & O_ACCMODE) == O_WRONLY) {
+    return NVFS_DIRECT_NOT_READABLE;
+  }
+  if ((flags & O_DIRECT) != 0) return NVFS_DIRECT_O_DIRECT;
+  return NVFS_DIRECT_ACTIVE;
+}
+
+void PrepareFork() {
+  SessionsPrepareFork();
+  EpochPrepareFork();
+  FaultPrepareFork();
+}
+void ParentAfterFork() {
+  FaultAfterFork();
+  EpochParentAfterFork();
+  SessionsParentAfterFork();
+}
+void ChildAfterFork() {
+  FaultAfterFork();
+  EpochChildAfterFork();
+  SessionsChildAfterFork();
+}
+
+__attribute__((constructor)) void LibraryInit() {
+  libc::Resolve();
+  pthread_atfork(PrepareFork, ParentAfterFork, ChildAfterFork);
+  PreloadInit();
+}
+
+}  // namespace
+
+ssize_t ReadKernel(const nvfs_direct* f, const struct iovec* iov, int iovcnt, off_t offset) {
+  if (iovcnt == 1) return libc::Get(&libc::Table::pread)(f->fd, iov[0].iov_base, iov[0].iov_len, offset);
+  return libc::Get(&libc::Table::preadv)(f->fd, iov, iovcnt, offset);
+}
+
+ssize_t ReadSlow(nvfs_direct* f, const struct iovec* iov, int iovcnt, off_t offset) {
+  if (offset < 0 || iovcnt <= 0 || iovcnt > IOV_MAX ||
+      f->why.load(std::memory_order_acquire) != NVFS_DIRECT_ACTIVE) {
+    return ReadKernel(f, iov, iovcnt, offset);
+  }
+  size_t total = 0;
+  for (int i = 0; i < iovcnt; ++i) {
+    if (iov[i].iov_len > SSIZE_MAX - total) return ReadKernel(f, iov, iovcnt, offset);  // EINVAL
+    total += iov[i].iov_len;
+  }
+  total = std::min(total, kMaxRw);
+  Cursor dst{iov, iovcnt};
+  size_t done = 0;
+  int refreshes = 0;
+  while (done < total) {
+    const size_t len = std::min(kChunk, total - done);
+    size_t copied = 0;
+    Snapshot* observed = nullptr;
+    uint64_t at = 0;
+    Cursor chunk = dst;
+    const Step step = CopyChunk(f, chunk, static_cast<uint64_t>(offset) + done, len, &copied,
+                                &observed, &at);
+    if (step == Step::kCopied) {
+      dst = chunk;
+      done += copied;
+      refreshes = 0;
+      if (copied < len) return static_cast<ssize_t>(done);  // the end of the file
+      continue;
+    }
+    if (step == Step::kMediaError) {
+      if (done > 0) return static_cast<ssize_t>(done);
+      errno = EIO;
+      return -1;
+    }
+    if (step == Step::kGone) MakeGone(f, NVFS_DIRECT_GONE);
+    if (step == Step::kRefresh && ++refreshes <= kMaxRefreshes && Refresh(f, observed, at)) continue;
+    break;  // the rest through the kernel
+  }
+  if (done == total) return static_cast<ssize_t>(done);
+  if (done == 0) return ReadKernel(f, iov, iovcnt, offset);
+  int count = 0;
+  iovec* rest = IovFrom(iov, iovcnt, done, &count);
+  if (rest == nullptr) return static_cast<ssize_t>(done);
+  // Only what is left of `total` (the cap) is asked for.
+  size_t want = total - done;
+  for (int i = 0; i < count; ++i) {
+    rest[i].iov_len = std::min(rest[i].iov_len, want);
+    want -= rest[i].iov_len;
+  }
+  const ssize_t r = ReadKernel(f, rest, count, offset + static_cast<off_t>(done));
+  delete[] rest;
+  return r < 0 ? static_cast<ssize_t>(done) : static_cast<ssize_t>(done) + r;
+}
+
+nvfs_direct* Attach(int fd, uint64_t offset) {
+  struct stat st;
+  const int why = Classify(fd, &st);
+  auto* f = new (std::nothrow) nvfs_direct(fd, why);
+  if (f == nullptr) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  if (why != NVFS_DIRECT_ACTIVE) return f;
+  // A session found gone on its first request is replaced once.
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    int session_why = NVFS_DIRECT_ACTIVE;
+    Session* session = SessionFor(st.st_dev, &session_why);
+    if (session == nullptr) {
+      f->why.store(session_why, std::memory_order_relaxed);
+      return f;
+    }
+    MapReply reply;
+    const int status = session->Map(fd, offset, &reply);
+    if (status == Session::kMapGone) {
+      session->Unref();
+      f->why.store(NVFS_DIRECT_GONE, std::memory_order_relaxed);
+      continue;
+    }
+    f->session = session;
+    f->why.store(NVFS_DIRECT_ACTIVE, std::memory_order_relaxed);
+    if (status == Session::kMapOk) {
+      // Without memory for it, the first read asks again.
+      f->snapshot.store(BuildSnapshot(session, reply, nullptr), std::memory_order_release);
+    } else if (status > 0) {
+      f->why.store(WhyOfMapError(status), std::memory_order_relaxed);
+    }
+    // kMapUnavailable: active without runs; the first read asks again.
+    return f;
+  }
+  return f;
+}
+
+void HandleUnref(nvfs_direct* f) {
+  if (f->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) FreeHandle(f);
+}
+
+void RetireHandle(nvfs_direct* f) {
+  Retire(f, [](void* p) { HandleUnref(static_cast<nvfs_direct*>(p)); });
+}
+
+}  // namespace nvfs::direct
+
+using namespace nvfs::direct;
+
+NVFS_DIRECT_EXPORT nvfs_direct* nvfs_direct_attach(int fd) {
+  DepthGuard depth;
+  return Attach(fd, 0);
+}
+
+NVFS_DIRECT_EXPORT ssize_t nvfs_direct_pread(nvfs_direct* f, void* buf, size_t count, off_t offset) {
+  if (tls.depth != 0) return libc::Get(&libc::Table::pread)(f->fd, buf, count, offset);
+  DepthGuard depth;
+  if (count <= kChunk && offset >= 0) {
+    ReadSection section;
+    if (section.Enter()) {
+      const Snapshot* s = f->snapshot.load(std::memory_order_acquire);
+      if (s != nullptr) {
+        const ssize_t n = ReadFast(s, buf, count, static_cast<uint64_t>(offset));
+        if (n != kSlow) return n;
+      }
+    }
+  }
+  const iovec one{buf, count};
+  return ReadSlow(f, &one, 1, offset);
+}
+
+NVFS_DIRECT_EXPORT ssize_t nvfs_direct_preadv(nvfs_direct* f, const struct iovec* iov, int iovcnt,
+                                              off_t offset) {
+  if (tls.depth != 0) return libc::Get(&libc::Table::preadv)(f->fd, iov, iovcnt, offset);
+  DepthGuard depth;
+  return ReadSlow(f, iov, iovcnt, offset);
+}
+
+NVFS_DIRECT_EXPORT int nvfs_direct_why(const nvfs_direct* f) {
+  return f == nullptr ? NVFS_DIRECT_NO_MEMORY : f->why.load(std::memory_order_acquire);
+}
+
+NVFS_DIRECT_EXPORT const char* nvfs_direct_strwhy(int why) {
+  switch (why) {
+    case NVFS_DIRECT_ACTIVE: return "read directly from the namespace";
+    case NVFS_DIRECT_NOT_NVFS: return "not a regular file on an nvfs mount";
+    case NVFS_DIRECT_NO_SERVER: return "the mount serves no direct sessions";
+    case NVFS_DIRECT_NO_NAMESPACE: return "this process may not read the namespace";
+    case NVFS_DIRECT_NOT_READABLE: return "the descriptor is not open for reading";
+    case NVFS_DIRECT_O_DIRECT: return "opened with O_DIRECT: the kernel serves it";
+    case NVFS_DIRECT_REFUSED: return "the daemon refused the session or the file";
+    case NVFS_DIRECT_GONE: return "the daemon that served the file went away";
+    case NVFS_DIRECT_NO_MEMORY: return "out of memory";
+    default: return "unknown reason";
+  }
+}
+
+NVFS_DIRECT_EXPORT void nvfs_direct_detach(nvfs_direct* f) {
+  if (f == nullptr) return;
+  DepthGuard depth;
+  RetireHandle(f);
+}
