@@ -332,6 +332,34 @@ TEST_CASE("direct: a new mount of the namespace ends the session", "[direct]") {
   CheckRead(fresh.f, runs, 5, 4 * kBlock, kBlock, kBlock);
 }
 
+TEST_CASE("direct: a handle whose descriptor number now names another file reads through the kernel",
+          "[direct]") {
+  const std::string a_path = MakeFile("renamed-a", 2 * kBlock, 'k');
+  const std::string b_path = MakeFile("renamed-b", 2 * kBlock, 'm');
+  std::vector<DirectRun> a_runs = {{E().Alloc(2 * kBlock), 2 * kBlock}};
+  const std::vector<DirectRun> b_runs = {{E().Alloc(2 * kBlock), 2 * kBlock}};
+  WriteRuns(a_runs, 12);
+  WriteRuns(b_runs, 13);
+  const uint32_t a_slot = E().daemon->Serve(a_path, 2 * kBlock, a_runs);
+  E().daemon->Serve(b_path, 2 * kBlock, b_runs);
+  const int fd = open(a_path.c_str(), O_RDONLY);
+  REQUIRE(fd >= 0);
+  nvfs_direct* f = nvfs_direct_attach(fd);
+  CheckRead(f, a_runs, 12, 2 * kBlock, 0, kBlock);
+  // The caller breaks the contract: the number is closed and reused while
+  // the handle lives, and A's runs move, so the handle asks again.
+  close(fd);
+  REQUIRE(open(b_path.c_str(), O_RDONLY) == fd);
+  a_runs = {{E().Alloc(2 * kBlock), 2 * kBlock}};
+  E().daemon->Change(a_slot, 2 * kBlock, a_runs);
+  std::vector<char> buf(kBlock);
+  REQUIRE(nvfs_direct_pread(f, buf.data(), kBlock, 0) == static_cast<ssize_t>(kBlock));
+  REQUIRE(buf == std::vector<char>(kBlock, 'm'));  // B's own bytes, through the kernel
+  REQUIRE(nvfs_direct_why(f) == NVFS_DIRECT_NOT_NVFS);
+  nvfs_direct_detach(f);
+  close(fd);
+}
+
 // The daemon moves a file to other blocks again and again, and hands the
 // blocks it left to "another file" (fills them with 0xFF) right after it
 // moved the seq; readers in other threads must see one whole version of
@@ -651,4 +679,65 @@ TEST_CASE("direct: a process that may not read the namespace reads through the k
   static PreloadFiles f;
   REQUIRE(Helper({"attach", f.a, std::to_string(NVFS_DIRECT_NO_NAMESPACE), "a"}, false, 65534) == 0);
   REQUIRE(Helper({"reuse", f.a, "a", f.b, "b"}, true, 65534) == 0);
+}
+
+// Not a test: the time of a 4 KiB direct read against a bare memcpy of the
+// same bytes from a mapping of the namespace, and (with NVFS_PREAD set)
+// nvfs-pread's file mode with and without --direct on the same file.
+// Run: test_direct '[.bench]'.
+TEST_CASE("direct: time per read", "[.bench]") {
+  const uint64_t size = 16ull << 20;
+  const std::string path = MakeFile("bench", size, 'k');
+  const std::vector<DirectRun> runs = {{E().Alloc(size), size}};
+  WriteRuns(runs, 11);
+  E().daemon->Serve(path, size, runs);
+  Attached a(path);
+  REQUIRE(a.why() == NVFS_DIRECT_ACTIVE);
+
+  const int ns = open(E().daemon->ns_path().c_str(), O_RDONLY);
+  REQUIRE(ns >= 0);
+  void* map = mmap(nullptr, kNsSize, PROT_READ, MAP_SHARED, ns, 0);
+  REQUIRE(map != MAP_FAILED);
+  close(ns);
+  const auto* base = static_cast<const char*>(map) + runs[0].offset;
+  void* raw = nullptr;
+  REQUIRE(posix_memalign(&raw, 4096, 1 << 20) == 0);
+  char* buf = static_cast<char*>(raw);
+
+  const uint64_t ops = 1 << 21;
+  std::mt19937_64 rng(1);
+  std::vector<uint64_t> rand_offsets(1 << 16);
+  for (auto& o : rand_offsets) o = rng() % (size / 4096) * 4096;
+  for (const std::string pattern : {"same", "seq", "rand"}) {
+    auto offset = [&](uint64_t i) -> uint64_t {
+      if (pattern == "same") return 0;
+      if (pattern == "seq") return i * 4096 % size;
+      return rand_offsets[i % rand_offsets.size()];
+    };
+    double best_direct = 1e18, best_memcpy = 1e18;
+    for (int rep = 0; rep < 5; ++rep) {
+      auto t0 = std::chrono::steady_clock::now();
+      for (uint64_t i = 0; i < ops; ++i) {
+        if (nvfs_direct_pread(a.f, buf, 4096, static_cast<off_t>(offset(i))) != 4096) FAIL("read");
+      }
+      auto t1 = std::chrono::steady_clock::now();
+      for (uint64_t i = 0; i < ops; ++i) {
+        std::memcpy(buf, base + offset(i), 4096);
+        asm volatile("" ::: "memory");
+      }
+      auto t2 = std::chrono::steady_clock::now();
+      best_direct = std::min(best_direct, std::chrono::duration<double, std::nano>(t1 - t0).count() / ops);
+      best_memcpy = std::min(best_memcpy, std::chrono::duration<double, std::nano>(t2 - t1).count() / ops);
+    }
+    std::printf("4 KiB %-4s  nvfs_direct_pread %6.1f ns   memcpy %6.1f ns   ratio %.2f\n", pattern.c_str(),
+                best_direct, best_memcpy, best_direct / best_memcpy);
+  }
+  free(raw);
+  munmap(map, kNsSize);
+  if (const char* tool = std::getenv("NVFS_PREAD")) {
+    for (const char* direct : {"--direct", ""}) {
+      const std::string cmd = std::string(tool) + " file " + direct + " -b 4k,1m -r 3 " + path;
+      REQUIRE(std::system(cmd.c_str()) == 0);
+    }
+  }
 }

@@ -114,6 +114,9 @@ void MakeGone(nvfs_direct* f, int why) {
   if (old != nullptr) Retire(old, FreeSnapshot);
 }
 
+// A refresh answered for another inode than the handle's.
+constexpr int kMapOtherFile = -100;
+
 // Asks for the runs at `offset` and publishes them, unless another thread
 // already replaced `observed`. False: this read goes to the kernel.
 bool Refresh(nvfs_direct* f, Snapshot* observed, uint64_t offset) {
@@ -127,14 +130,16 @@ bool Refresh(nvfs_direct* f, Snapshot* observed, uint64_t offset) {
     if (f->snapshot.load(std::memory_order_acquire) != observed) return true;
     if (f->why.load(std::memory_order_acquire) != NVFS_DIRECT_ACTIVE) return false;
     status = session->MapLocked(f->fd, offset, &reply);
+    if (status == Session::kMapOk && f->ino != 0 && reply.ino != f->ino) status = kMapOtherFile;
     if (status == Session::kMapOk) {
+      f->ino = reply.ino;
       Snapshot* fresh = BuildSnapshot(session, reply, observed);
       if (fresh == nullptr) return false;
       old = f->snapshot.exchange(fresh, std::memory_order_acq_rel);
     }
   }
-  if (status == Session::kMapGone) {
-    MakeGone(f, NVFS_DIRECT_GONE);
+  if (status == Session::kMapGone || status == kMapOtherFile) {
+    MakeGone(f, status == kMapOtherFile ? NVFS_DIRECT_NOT_NVFS : NVFS_DIRECT_GONE);
     return false;
   }
   if (status != Session::kMapOk) return false;
@@ -412,6 +417,7 @@ nvfs_direct* Attach(int fd, uint64_t offset) {
     f->why.store(NVFS_DIRECT_ACTIVE, std::memory_order_relaxed);
     if (status == Session::kMapOk) {
       // Without memory for it, the first read asks again.
+      f->ino = reply.ino;
       f->snapshot.store(BuildSnapshot(session, reply, nullptr), std::memory_order_release);
     } else if (status > 0) {
       f->why.store(WhyOfMapError(status), std::memory_order_relaxed);

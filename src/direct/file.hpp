@@ -76,6 +76,10 @@ struct nvfs_direct {
   // Null while the file is not read directly, or before its first runs.
   std::atomic<nvfs::direct::Snapshot*> snapshot{nullptr};
   nvfs::direct::Session* session = nullptr;  // referenced while the handle lives
+  // The inode the first answer named (0 before it): a later answer for
+  // another inode means the descriptor number now names another file (it
+  // was closed and reused under a racing read), which the kernel serves.
+  uint64_t ino = 0;  // protected by session->mu
   // The owner's reference (dropped one epoch after detach or the close of a
   // preloaded descriptor), and one per reader in the slow path, which leaves
   // its read section to ask the daemon.
