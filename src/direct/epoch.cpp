@@ -27,6 +27,9 @@ using epoch_detail::global_epoch;
 
 constexpr size_t kCollectAt = 8;    // retired objects before a collection
 constexpr size_t kMaxGarbage = 64;  // ... before a retirer waits for readers
+constexpr int kMaxYields = 100000;  // ... before it gives up and leaks (see Retire)
+
+std::atomic<uint64_t> leaked{0};  // objects never freed: a reader's section never closed
 
 // Every record ever made, newest first; records are reused, never freed.
 std::atomic<ReaderRecord*> records{nullptr};
@@ -146,16 +149,28 @@ void Retire(void* object, void (*free_fn)(void*)) {
   {
     std::lock_guard lock(retired_mu);
     // Readers finish their section without waiting for anything, so the
-    // wait ends; a thread is never here inside its own section.
-    while (retired.count == kMaxGarbage) {
+    // wait ends; a thread is never here inside its own section. Unless a
+    // signal handler jumped out of a read (siglongjmp) and left its
+    // thread's section open for good: then nothing retired after it can
+    // ever be freed, and the object is leaked rather than waited for.
+    bool room = true;
+    for (int yields = 0; retired.count == kMaxGarbage; ++yields) {
       TakeReclaimable(ready);
-      if (retired.count == kMaxGarbage) sched_yield();
+      if (retired.count < kMaxGarbage) break;
+      if (yields == kMaxYields) {
+        leaked.fetch_add(1, std::memory_order_relaxed);
+        room = false;
+        break;
+      }
+      sched_yield();
     }
-    // The replacement was published before: a reader that sees the new
-    // epoch sees it too (it loads the epoch with acquire).
-    const uint64_t e = global_epoch.fetch_add(1, std::memory_order_seq_cst) + 1;
-    retired.items[retired.count++] = {object, free_fn, e};
-    if (ready.count == 0 && retired.count >= kCollectAt) TakeReclaimable(ready);
+    if (room) {
+      // The replacement was published before: a reader that sees the new
+      // epoch sees it too (it loads the epoch with acquire).
+      const uint64_t e = global_epoch.fetch_add(1, std::memory_order_seq_cst) + 1;
+      retired.items[retired.count++] = {object, free_fn, e};
+      if (ready.count == 0 && retired.count >= kCollectAt) TakeReclaimable(ready);
+    }
   }
   for (size_t i = 0; i < ready.count; ++i) ready.items[i].free_fn(ready.items[i].object);
 }

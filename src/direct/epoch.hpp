@@ -22,9 +22,13 @@
 // rare (a refresh of runs, a close), reads are not.
 //
 // Garbage is bounded: Retire collects when kCollectAt objects wait, and
-// waits for the readers (yielding) when more than kMaxGarbage do. Read
-// sections are short (one bounded copy, never a system call) and never
-// nest: a thread never retires or waits inside its own section.
+// waits for the readers (yielding) when kMaxGarbage do. Read sections are
+// short (one bounded copy, never a system call) and never nest: a thread
+// never retires or waits inside its own section. The one way a section
+// stays open for good is a signal handler that siglongjmps out of a read;
+// reclamation then stops, and what is retired after is leaked (after a
+// bounded wait) rather than freed or waited for. That thread's later reads
+// go to the kernel (its depth count stays up, file.hpp).
 #pragma once
 
 #include <atomic>
