@@ -62,9 +62,7 @@ FakeDirectDaemon::FakeDirectDaemon(const std::string& root, uint64_t ns_size, ui
   ns_fd_ = open(ns_path_.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   Check(ns_fd_ >= 0, "ns.img");
   Check(ftruncate(ns_fd_, static_cast<off_t>(ns_size)) == 0, "ftruncate ns.img");
-  const uint8_t uuid[16] = {0x6e, 0x76, 0x66, 0x73, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
-  WriteNamespace(kUuidOffset, uuid, sizeof uuid);
-  SetMountCount(7);
+  WriteIdentity(7);
 
   table_fd_ = memfd_create("nvfs-direct-table", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   Check(table_fd_ >= 0, "memfd_create");
@@ -166,6 +164,12 @@ void FakeDirectDaemon::FillNamespace(uint64_t offset, uint8_t byte, size_t len) 
 
 void FakeDirectDaemon::SetMountCount(uint64_t mount_count) {
   WriteNamespace(kMountCountOffset, &mount_count, sizeof mount_count);
+}
+
+void FakeDirectDaemon::WriteIdentity(uint64_t mount_count) {
+  const uint8_t uuid[16] = {0x6e, 0x76, 0x66, 0x73, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+  WriteNamespace(kUuidOffset, uuid, sizeof uuid);
+  SetMountCount(mount_count);
 }
 
 uint64_t FakeDirectDaemon::MountCount() const {

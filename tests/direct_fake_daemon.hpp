@@ -49,6 +49,8 @@ class FakeDirectDaemon {
   void FillNamespace(uint64_t offset, uint8_t byte, size_t len);
   // A new mount of the namespace: mount_count moves in the image itself.
   void SetMountCount(uint64_t mount_count);
+  // Writes the uuid and mount_count again (after the image was cut short).
+  void WriteIdentity(uint64_t mount_count);
   uint64_t MountCount() const;
 
   // Runs in one Map reply at most (kMaxRuns by default).

@@ -564,6 +564,16 @@ TEST_CASE("direct: a media error fails that read with EIO and the program's SIGB
 
   REQUIRE(truncate(d.ns_path().c_str(), static_cast<off_t>(kNsSize)) == 0);
   CheckRead(a3.f, runs3, 8, 2 * kBlock, 0, 2 * kBlock);
+
+  // The superblock's page lost: the session's identity is unreadable, so
+  // its files go to the kernel, and the process lives.
+  const uint64_t mount_count = d.MountCount();
+  REQUIRE(truncate(d.ns_path().c_str(), 0) == 0);
+  REQUIRE(nvfs_direct_pread(a3.f, buf.data(), kBlock, 0) == static_cast<ssize_t>(kBlock));
+  REQUIRE(std::vector<char>(buf.begin(), buf.begin() + kBlock) == std::vector<char>(kBlock, 'k'));
+  REQUIRE(a3.why() == NVFS_DIRECT_GONE);
+  REQUIRE(truncate(d.ns_path().c_str(), static_cast<off_t>(kNsSize)) == 0);
+  d.WriteIdentity(mount_count + 1);
 }
 
 TEST_CASE("direct: a forked child reads, with a connection of its own", "[direct][fork]") {

@@ -211,7 +211,8 @@ bool TouchesPoison(const Snapshot* s, uint64_t offset, uint64_t n) {
 }
 
 // One chunk of a read, in its own section: *copied bytes went to `dst`
-// (fewer than `len` at the end of the file) when kCopied.
+// (fewer than `len` at the end of the file) when kCopied; `dst` may have
+// been written and moved otherwise (the caller passes a copy).
 Step CopyChunk(nvfs_direct* f, Cursor& dst, uint64_t offset, size_t len, size_t* copied,
                Snapshot** observed, uint64_t* refresh_at) {
   ReadSection section;
@@ -234,20 +235,24 @@ Step CopyChunk(nvfs_direct* f, Cursor& dst, uint64_t offset, size_t len, size_t*
     return Step::kRefresh;
   }
   const bool poisoned_before = session->fault->poisoned.load(std::memory_order_acquire) != 0;
-  if (!(poisoned_before && TouchesPoison(s, offset, n))) {
-    Cursor c = dst;
-    tls.in_copy = 1;
-    std::atomic_signal_fence(std::memory_order_seq_cst);
+  const bool skip_copy = poisoned_before && TouchesPoison(s, offset, n);
+  // In the fault handler's reach from the copy to the identity check.
+  tls.in_copy = 1;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  if (!skip_copy) {
+    // Into the caller's cursor (a copy of it), which it keeps only when
+    // this returns kCopied.
     ForEachPiece(s, offset, n, &gap, [&](uint64_t ns_off, uint64_t k) {
-      c.Put(ns_off == kDirectHole ? nullptr : s->ns_base + ns_off, k);
+      dst.Put(ns_off == kDirectHole ? nullptr : s->ns_base + ns_off, k);
     });
-    std::atomic_signal_fence(std::memory_order_seq_cst);
-    tls.in_copy = 0;
-    dst = c;  // committed below only if the check passes; the caller re-copies otherwise
   }
   std::atomic_thread_fence(std::memory_order_acquire);
-  if (s->seq_word->load(std::memory_order_relaxed) != seq) return Step::kRefresh;
-  if (!session->IdentityHolds()) {
+  const bool same_seq = s->seq_word->load(std::memory_order_relaxed) == seq;
+  const bool same_mount = session->IdentityHolds();
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  tls.in_copy = 0;
+  if (!same_seq) return Step::kRefresh;
+  if (!same_mount) {
     session->gone.store(true, std::memory_order_release);
     return Step::kGone;
   }

@@ -117,25 +117,28 @@ inline constexpr ssize_t kSlow = -1;
     return kSlow;
   }
   size_t n = 0;
+  const Extent* e = nullptr;
   if (offset < s->size) {
     n = s->size - offset < count ? static_cast<size_t>(s->size - offset) : count;
-    const Extent* e = s->Find(offset);
+    e = s->Find(offset);
     if (e == nullptr || n > e->len - (offset - e->file_offset)) return kSlow;
-    tls.in_copy = 1;
-    std::atomic_signal_fence(std::memory_order_seq_cst);
-    if (e->ns_offset == kDirectHole) {
-      std::memset(buf, 0, n);
-    } else {
-      std::memcpy(buf, s->ns_base + e->ns_offset + (offset - e->file_offset), n);
-    }
-    std::atomic_signal_fence(std::memory_order_seq_cst);
-    tls.in_copy = 0;
+  }
+  // In the fault handler's reach from the copy to the identity check (a
+  // lost superblock page reads as zeros: the identity no longer holds).
+  tls.in_copy = 1;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  if (e == nullptr) {
+    // At or past the end: nothing to copy.
+  } else if (e->ns_offset == kDirectHole) {
+    std::memset(buf, 0, n);
+  } else {
+    std::memcpy(buf, s->ns_base + e->ns_offset + (offset - e->file_offset), n);
   }
   std::atomic_thread_fence(std::memory_order_acquire);
-  if (s->seq_word->load(std::memory_order_relaxed) != seq || !session->IdentityHolds() ||
-      session->fault->poisoned.load(std::memory_order_relaxed) != 0) {
-    return kSlow;
-  }
+  const bool same = s->seq_word->load(std::memory_order_relaxed) == seq && session->IdentityHolds();
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  tls.in_copy = 0;
+  if (!same || session->fault->poisoned.load(std::memory_order_relaxed) != 0) return kSlow;
   return static_cast<ssize_t>(n);
 }
 

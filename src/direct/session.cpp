@@ -78,6 +78,19 @@ uint64_t GuardedWord(const std::byte* base, uint64_t offset) {
   return v;
 }
 
+}  // namespace
+
+bool Session::GuardedIdentityHolds() const {
+  tls.in_copy++;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  const bool holds = IdentityHolds();
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  tls.in_copy--;
+  return holds;
+}
+
+namespace {
+
 int WhyOfConnectError(int err) {
   return err == ENOMEM || err == ENOBUFS ? NVFS_DIRECT_NO_MEMORY : NVFS_DIRECT_NO_SERVER;
 }
@@ -229,7 +242,7 @@ int Session::ConnectLocked() {
         static_cast<uint64_t>(ns_st.st_ino) != ns_ino_ ||
         static_cast<uint64_t>(ns_st.st_rdev) != ns_rdev_ ||
         static_cast<uint64_t>(table_st.st_dev) != table_dev_ ||
-        static_cast<uint64_t>(table_st.st_ino) != table_ino_ || !IdentityHolds()) {
+        static_cast<uint64_t>(table_st.st_ino) != table_ino_ || !GuardedIdentityHolds()) {
       gone.store(true, std::memory_order_release);
       return fail(NVFS_DIRECT_GONE);
     }

@@ -48,10 +48,14 @@ class Session {
 
   // The identity in the mapping is still the one the session was made for
   // (a remount or a daemon restart moves mount_count first).
+  // REQUIRES: tls.in_copy set (a lost superblock page faults), or use
+  // GuardedIdentityHolds.
   [[gnu::always_inline]] bool IdentityHolds() const {
     return MappedWord(kMountCountOffset) == mount_count &&
            MappedWord(kUuidOffset) == uuid_words[0] && MappedWord(kUuidOffset + 8) == uuid_words[1];
   }
+
+  bool GuardedIdentityHolds() const;
 
   // Asks the daemon where `fd`'s bytes from `offset` on lie. The reply is
   // checked (slot in the table, runs inside the namespace, seq even).
