@@ -718,7 +718,7 @@ TEST_CASE("direct: time per read", "[.bench]") {
   std::mt19937_64 rng(1);
   std::vector<uint64_t> rand_offsets(1 << 16);
   for (auto& o : rand_offsets) o = rng() % (size / 4096) * 4096;
-  for (const std::string pattern : {"same", "seq", "rand"}) {
+  for (const std::string pattern : {std::string("same"), std::string("seq"), std::string("rand")}) {
     auto offset = [&](uint64_t i) -> uint64_t {
       if (pattern == "same") return 0;
       if (pattern == "seq") return i * 4096 % size;
@@ -745,8 +745,14 @@ TEST_CASE("direct: time per read", "[.bench]") {
   free(raw);
   munmap(map, kNsSize);
   if (const char* tool = std::getenv("NVFS_PREAD")) {
-    for (const char* direct : {"--direct", ""}) {
-      const std::string cmd = std::string(tool) + " file " + direct + " -b 4k,1m -r 3 " + path;
+    const std::string preload = std::string("LD_PRELOAD=") + std::getenv("NVFS_DIRECT_LIB") + " ";
+    for (const std::string& prefix : {std::string(" --direct"), std::string(), preload}) {
+      const bool preloaded = prefix == preload;
+      const std::string cmd = (preloaded ? prefix : std::string()) + tool + " file" +
+                              (preloaded ? std::string() : prefix) + " -b 4k,1m -r 3 -T " +
+                              (preloaded ? "preload" : prefix.empty() ? "kernel" : "direct") + " " + path;
+      std::printf("%s\n", cmd.c_str());
+      std::fflush(stdout);
       REQUIRE(std::system(cmd.c_str()) == 0);
     }
   }
