@@ -718,7 +718,8 @@ TEST_CASE("direct: time per read", "[.bench]") {
   std::mt19937_64 rng(1);
   std::vector<uint64_t> rand_offsets(1 << 16);
   for (auto& o : rand_offsets) o = rng() % (size / 4096) * 4096;
-  for (const std::string pattern : {std::string("same"), std::string("seq"), std::string("rand")}) {
+  for (const char* const name : {"same", "seq", "rand"}) {
+    const std::string pattern = name;
     auto offset = [&](uint64_t i) -> uint64_t {
       if (pattern == "same") return 0;
       if (pattern == "seq") return i * 4096 % size;
