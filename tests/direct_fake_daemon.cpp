@@ -56,8 +56,10 @@ ReplyHeader Header(uint32_t op, int error, size_t size) {
 
 }  // namespace
 
-FakeDirectDaemon::FakeDirectDaemon(const std::string& root, uint64_t ns_size, uint32_t slot_count)
-    : socket_dir_(root + "/run"), ns_path_(root + "/ns.img"), ns_size_(ns_size),
+FakeDirectDaemon::FakeDirectDaemon(const std::string& root, uint64_t ns_size, uint32_t slot_count,
+                                   const std::string& socket_dir)
+    : socket_dir_(socket_dir.empty() ? root + "/run" : socket_dir), ns_path_(root + "/ns.img"),
+      ns_size_(ns_size),
       slot_count_(slot_count) {
   ns_fd_ = open(ns_path_.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   Check(ns_fd_ >= 0, "ns.img");
@@ -106,7 +108,7 @@ FakeDirectDaemon::~FakeDirectDaemon() {
   for (auto& t : threads) t.join();
   close(listen_fd_);
   unlink(socket_path_.c_str());
-  rmdir(socket_dir_.c_str());
+  rmdir(socket_dir_.c_str());  // fails while another daemon's socket is in it
   munmap(table_, size_t{slot_count_} * sizeof(DirectSlot));
   close(table_fd_);
   close(ns_fd_);

@@ -26,9 +26,10 @@ namespace nvfs::test {
 class FakeDirectDaemon {
  public:
   // Under `root` (an existing directory): ns.img of `ns_size` bytes (0600),
-  // the socket directory run/ (0755) and in it the socket of the file
-  // system `root` lies on, serving until destroyed.
-  FakeDirectDaemon(const std::string& root, uint64_t ns_size, uint32_t slot_count);
+  // the socket directory (0755; `socket_dir`, or root/run) and in it the
+  // socket of the file system `root` lies on, serving until destroyed.
+  FakeDirectDaemon(const std::string& root, uint64_t ns_size, uint32_t slot_count,
+                   const std::string& socket_dir = "");
   ~FakeDirectDaemon();
   FakeDirectDaemon(const FakeDirectDaemon&) = delete;
   FakeDirectDaemon& operator=(const FakeDirectDaemon&) = delete;
