@@ -47,6 +47,8 @@ void Resolve() {
   Find(real.freopen, "freopen");
   Find(real.freopen64, "freopen64");
   Find(real.fclose, "fclose");
+  Find(real.fcloseall, "fcloseall");
+  Find(real.recvmsg, "recvmsg");
   Find(real.opendir, "opendir");
   Find(real.closedir, "closedir");
   Find(real.socket, "socket");

@@ -49,6 +49,8 @@ struct Table {
   FILE* (*freopen)(const char*, const char*, FILE*);
   FILE* (*freopen64)(const char*, const char*, FILE*);
   int (*fclose)(FILE*);
+  int (*fcloseall)(void);
+  ssize_t (*recvmsg)(int, struct msghdr*, int);
   DIR* (*opendir)(const char*);
   int (*closedir)(DIR*);
   int (*socket)(int, int, int);

@@ -11,13 +11,16 @@
 //
 // A number is forgotten (its entry cleared, its generation moved) before
 // and after every call that frees it (close, close_range, closefrom, dup2
-// and dup3 onto it, fclose and closedir, which close inside libc, fcntl
-// F_SETFL, which may set O_DIRECT) and after every call that returns a new
-// one (open and its kin, fopen, dup, fcntl F_DUPFD, socket, accept, pipe,
-// eventfd, epoll_create, memfd_create, opendir), so a number reused for
-// another file never reads the old file's bytes even when its close was
-// not seen (a raw system call). A read that classifies a number installs
-// its handle only if the generation did not move meanwhile.
+// and dup3 onto it, fclose, fcloseall, freopen and closedir, which close
+// inside libc, fcntl F_SETFL, which may set O_DIRECT) and after every call
+// that returns a new one (open and its kin, fopen, freopen, dup, fcntl
+// F_DUPFD, socket, socketpair, accept, pipe, eventfd, epoll_create,
+// memfd_create, opendir, recvmsg's SCM_RIGHTS), so a number reused for
+// another file never reads the old file's bytes when either its close or
+// its reuse was seen. Both unseen (a raw system call, io_uring, a libc
+// internal close such as pclose's, followed by, say, signalfd) is the one
+// way left for a stale entry. A read that classifies a number installs its
+// handle only if the generation did not move meanwhile.
 //
 // The interposed names are resolved to these definitions in every object
 // of the program, so this file must not see the large-file redirections
@@ -382,6 +385,14 @@ NVFS_DIRECT_EXPORT int fclose(FILE* stream) {
   return r;
 }
 
+// Closes every stream inside libc: which numbers were freed is not known,
+// so all are forgotten.
+NVFS_DIRECT_EXPORT int fcloseall(void) {
+  const int r = libc::Get(&libc::Table::fcloseall)();
+  ForgetRange(0, kMaxFd);
+  return r;
+}
+
 NVFS_DIRECT_EXPORT int closedir(DIR* dir) {
   const int fd = dirfd(dir);
   Closing(fd);
@@ -538,6 +549,23 @@ NVFS_DIRECT_EXPORT int accept(int fd, struct sockaddr* addr, socklen_t* len) {
 
 NVFS_DIRECT_EXPORT int accept4(int fd, struct sockaddr* addr, socklen_t* len, int flags) {
   return Fresh(libc::Get(&libc::Table::accept4)(fd, addr, len, flags));
+}
+
+// Descriptors received over a socket (SCM_RIGHTS) are new numbers too.
+NVFS_DIRECT_EXPORT ssize_t recvmsg(int fd, struct msghdr* msg, int flags) {
+  const ssize_t r = libc::Get(&libc::Table::recvmsg)(fd, msg, flags);
+  if (r >= 0 && msg != nullptr && msg->msg_controllen != 0 && preloaded.load(std::memory_order_relaxed)) {
+    for (cmsghdr* c = CMSG_FIRSTHDR(msg); c != nullptr; c = CMSG_NXTHDR(msg, c)) {
+      if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+      const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      for (size_t i = 0; i < count; ++i) {
+        int received;
+        memcpy(&received, CMSG_DATA(c) + i * sizeof(int), sizeof received);
+        Fresh(received);
+      }
+    }
+  }
+  return r;
 }
 
 NVFS_DIRECT_EXPORT int pipe(int fds[2]) noexcept {

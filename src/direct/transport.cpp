@@ -61,7 +61,7 @@ int RecvAll(int sock, void* data, size_t len, int* fd) {
     alignas(cmsghdr) char control[CMSG_SPACE(4 * sizeof(int))];
     msg.msg_control = control;
     msg.msg_controllen = sizeof control;
-    const ssize_t n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
+    const ssize_t n = libc::Get(&libc::Table::recvmsg)(sock, &msg, MSG_CMSG_CLOEXEC);
     if (n < 0) {
       if (errno == EINTR) continue;
       return errno == EAGAIN || errno == EWOULDBLOCK ? ETIMEDOUT : errno;
