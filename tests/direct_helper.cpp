@@ -12,10 +12,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
+#include <cctype>
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "nvfs/direct.h"
@@ -145,6 +150,53 @@ int main(int argc, char** argv) {
       Fail("the child failed");
     }
     Expect(fd, C(argv[3]), "parent after fork");
+  } else if (s == "churn") {  // A A_WANT B B_WANT: dup2 over a number other threads read
+    need(4);
+    const int a = Open(argv[2]);
+    const int b = Open(argv[4]);
+    const int target = dup(a);
+    std::atomic<bool> stop{false};
+    std::atomic<long> bad{0}, reads{0}, direct{0};
+    std::vector<std::thread> readers;
+    for (int t = 0; t < 3; ++t) {
+      readers.emplace_back([&] {
+        std::vector<char> buf(kLen);
+        while (!stop.load(std::memory_order_relaxed)) {
+          const ssize_t n = pread(target, buf.data(), kLen, 4096);
+          reads++;
+          if (n < 0 && errno == EBADF) continue;  // between a close and the open
+          if (n > 0 && std::isupper(static_cast<unsigned char>(buf[0]))) direct++;
+          // One file's bytes, whole (from the namespace or, while the
+          // number is being classified anew, from the kernel): the number
+          // names one file at a time.
+          const char first = static_cast<char>(std::tolower(buf[0]));
+          if (n != static_cast<ssize_t>(kLen) ||
+              (first != std::tolower(C(argv[3])) && first != std::tolower(C(argv[5]))) ||
+              std::count(buf.begin(), buf.end(), buf[0]) != static_cast<ptrdiff_t>(kLen)) {
+            if (bad++ < 5) {
+              std::fprintf(stderr, "wrong read: %zd bytes, first '%c', %ld of them\n", n, buf[0],
+                           static_cast<long>(std::count(buf.begin(), buf.end(), buf[0])));
+            }
+          }
+        }
+      });
+    }
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+    for (int i = 0; i < 4000 || (reads.load() < 20000 && std::chrono::steady_clock::now() < end); ++i) {
+      if (dup2(i % 2 == 0 ? b : a, target) != target) Fail("dup2");
+      if (i % 100 == 0) {
+        // A close and an open that gets the number back, too.
+        close(target);
+        const int again = open(argv[i % 200 == 0 ? 4 : 2], O_RDONLY);
+        if (again != target) Fail("the number was not reused");
+      }
+    }
+    stop = true;
+    for (auto& t : readers) t.join();
+    std::fprintf(stderr, "churn: %ld reads, %ld of them direct\n", reads.load(), direct.load());
+    if (bad.load() != 0) Fail(std::to_string(bad.load()) + " of " + std::to_string(reads.load()) + " reads were wrong");
+    if (dup2(b, target) != target) Fail("dup2");
+    Expect(target, C(argv[5]), "after the churn");
   } else if (s == "attach") {  // A WHY WANT: through the C API
     need(3);
     const int fd = Open(argv[2]);

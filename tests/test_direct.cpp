@@ -718,6 +718,8 @@ TEST_CASE("preload: a descriptor number reused for another file reads that file"
   REQUIRE(Helper({"close_range", f.a, "A", f.b, "B"}) == 0);
   REQUIRE(Helper({"dup2", f.a, "A", f.b, "B"}) == 0);
   REQUIRE(Helper({"dup2", f.a, "A", f.c, "c"}) == 0);
+  REQUIRE(Helper({"churn", f.a, "A", f.b, "B"}) == 0);
+  REQUIRE(Helper({"churn", f.a, "A", f.c, "c"}) == 0);
 }
 
 TEST_CASE("preload: a descriptor opened before the library was loaded", "[direct][preload]") {
