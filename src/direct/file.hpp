@@ -152,6 +152,12 @@ ssize_t ReadSlow(nvfs_direct* f, const struct iovec* iov, int iovcnt, off_t offs
 // Through the kernel, on the handle's descriptor.
 ssize_t ReadKernel(const nvfs_direct* f, const struct iovec* iov, int iovcnt, off_t offset);
 
+// The snapshot of a reply, keeping what `old` (may be null) knew of the
+// same state of the file; null without memory. (read.cpp)
+Snapshot* BuildSnapshot(Session* session, const MapReply& reply, const Snapshot* old);
+// Frees a snapshot no reader can hold any more (a Retire() callback).
+void FreeSnapshot(void* snapshot);
+
 // Attaches to `fd`, asking first for the runs at `offset`. Null only
 // without memory.
 nvfs_direct* Attach(int fd, uint64_t offset);
