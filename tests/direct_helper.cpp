@@ -8,6 +8,7 @@
 //   direct_helper SCENARIO ARGS...   exit 0: as expected; else a message
 #include <fcntl.h>
 #include <stdio.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -155,6 +156,8 @@ int main(int argc, char** argv) {
     const int a = Open(argv[2]);
     const int b = Open(argv[4]);
     const int target = dup(a);
+    // The session first: its socket is made when the first read needs it.
+    Expect(target, C(argv[3]), "before the churn");
     std::atomic<bool> stop{false};
     std::atomic<long> bad{0}, reads{0}, direct{0};
     std::vector<std::thread> readers;
@@ -197,6 +200,33 @@ int main(int argc, char** argv) {
     if (bad.load() != 0) Fail(std::to_string(bad.load()) + " of " + std::to_string(reads.load()) + " reads were wrong");
     if (dup2(b, target) != target) Fail("dup2");
     Expect(target, C(argv[5]), "after the churn");
+  } else if (s == "closefrom") {  // A A_WANT C: the program closes the library's socket too
+    need(3);
+    const int a = Open(argv[2]);
+    Expect(a, C(argv[3]), "before closefrom");
+    struct stat before;
+    if (stat(argv[4], &before) != 0) Fail("stat");
+    closefrom(3);
+    // The numbers the library's socket had are the program's now: files
+    // opened for writing, which a request sent on the old number would hit.
+    std::vector<int> mine;
+    for (int i = 0; i < 8; ++i) mine.push_back(Open(argv[4], O_RDWR));
+    for (int at : {256, 257}) mine.push_back(fcntl(mine[0], F_DUPFD, at));  // where it keeps it
+    const int again = Open(argv[2]);  // attached anew: a request to the daemon
+    Expect(again, C(argv[3]), "after closefrom");
+    struct stat after;
+    if (stat(argv[4], &after) != 0) Fail("stat");
+    if (after.st_size != before.st_size || after.st_mtim.tv_sec != before.st_mtim.tv_sec ||
+        after.st_mtim.tv_nsec != before.st_mtim.tv_nsec) {
+      Fail("a file that took the socket's number was written");
+    }
+    for (int fd : mine) {
+      struct stat st;
+      if (fstat(fd, &st) != 0 || st.st_ino != before.st_ino) {
+        Fail("the library closed a descriptor that took its socket's number");
+      }
+    }
+    Expect(mine[0], 'c', "the other file");
   } else if (s == "attach") {  // A WHY WANT: through the C API
     need(3);
     const int fd = Open(argv[2]);

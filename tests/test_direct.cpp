@@ -718,6 +718,7 @@ TEST_CASE("preload: a descriptor number reused for another file reads that file"
   REQUIRE(Helper({"close_range", f.a, "A", f.b, "B"}) == 0);
   REQUIRE(Helper({"dup2", f.a, "A", f.b, "B"}) == 0);
   REQUIRE(Helper({"dup2", f.a, "A", f.c, "c"}) == 0);
+  REQUIRE(Helper({"closefrom", f.a, "A", f.c}) == 0);
   REQUIRE(Helper({"churn", f.a, "A", f.b, "B"}) == 0);
   REQUIRE(Helper({"churn", f.a, "A", f.c, "c"}) == 0);
 }
@@ -739,7 +740,7 @@ TEST_CASE("direct: a process that may not read the namespace reads through the k
 // Not a test: the time of a 4 KiB direct read against a bare memcpy of the
 // same bytes from a mapping of the namespace, and (with NVFS_PREAD set)
 // nvfs-pread's file mode with and without --direct on the same file.
-// Run: test_direct '[.bench]'.
+// Run: test_direct '[.bench]' (NVFS_DIRECT_BENCH_OPS: reads per loop).
 TEST_CASE("direct: time per read", "[.bench]") {
   const uint64_t size = 16ull << 20;
   const std::string path = MakeFile("bench", size, 'k');
@@ -759,7 +760,8 @@ TEST_CASE("direct: time per read", "[.bench]") {
   REQUIRE(posix_memalign(&raw, 4096, 1 << 20) == 0);
   char* buf = static_cast<char*>(raw);
 
-  const uint64_t ops = 1 << 21;
+  const char* ops_env = std::getenv("NVFS_DIRECT_BENCH_OPS");  // fewer under callgrind
+  const uint64_t ops = ops_env != nullptr ? std::strtoull(ops_env, nullptr, 0) : 1 << 21;
   std::mt19937_64 rng(1);
   std::vector<uint64_t> rand_offsets(1 << 16);
   for (auto& o : rand_offsets) o = rng() % (size / 4096) * 4096;

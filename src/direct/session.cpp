@@ -145,7 +145,17 @@ void Session::DropSocketLocked() {
 
 int Session::ConnectLocked() {
   if (sock_ >= 0) {
-    if (!internal[internal_index_].stolen.load(std::memory_order_acquire)) return NVFS_DIRECT_ACTIVE;
+    // Still our socket: a close the library did not see (a raw system
+    // call) may have given its number to another descriptor, which a
+    // request must not be written into, nor closed.
+    InternalFd& e = internal[internal_index_];
+    struct stat st;
+    if (!e.stolen.load(std::memory_order_acquire) &&
+        (fstat(sock_, &st) != 0 || !S_ISSOCK(st.st_mode) || st.st_ino != sock_ino_ ||
+         st.st_dev != sock_dev_)) {
+      e.stolen.store(true, std::memory_order_release);
+    }
+    if (!e.stolen.load(std::memory_order_acquire)) return NVFS_DIRECT_ACTIVE;
     DropSocketLocked();
   }
   const char* dir = SocketDir();
@@ -188,6 +198,10 @@ int Session::ConnectLocked() {
   internal[slot].fd.store(sock, std::memory_order_release);
   internal_count.fetch_add(1, std::memory_order_relaxed);
   sock_ = sock;
+  struct stat sock_fd_st {};
+  fstat(sock, &sock_fd_st);
+  sock_dev_ = sock_fd_st.st_dev;
+  sock_ino_ = sock_fd_st.st_ino;
   internal_index_ = slot;
 
   Request req{kMagic, kVersion, kOpHello, 0, 0, 0};

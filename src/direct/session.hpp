@@ -103,6 +103,8 @@ class Session {
   // protected by mu:
   int sock_ = -1;
   int internal_index_ = -1;  // its entry among the library's descriptors
+  dev_t sock_dev_ = 0;       // the socket's identity, checked before each use
+  ino_t sock_ino_ = 0;
   uint64_t ns_dev_ = 0, ns_ino_ = 0, ns_rdev_ = 0;  // what was mapped
   uint64_t table_dev_ = 0, table_ino_ = 0;
   size_t table_bytes_ = 0;

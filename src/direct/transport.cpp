@@ -1,6 +1,8 @@
 #include "direct/transport.hpp"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/un.h>
@@ -13,6 +15,9 @@
 namespace nvfs::direct {
 
 namespace {
+
+// Where the library's socket goes, above what programs use in the main.
+constexpr int kHighFd = 256;
 
 void CloseFd(int fd) {
   if (fd >= 0) libc::Get(&libc::Table::close)(fd);
@@ -94,8 +99,18 @@ int TransportConnect(const char* path, uid_t peer_uid, int* sock_out) {
   addr.sun_family = AF_UNIX;
   if (std::strlen(path) >= sizeof addr.sun_path) return ENAMETOOLONG;
   std::strcpy(addr.sun_path, path);
-  const int sock = libc::Get(&libc::Table::socket)(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int sock = libc::Get(&libc::Table::socket)(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (sock < 0) return errno;
+  // Kept out of the low numbers a program expects open() to hand it (a
+  // program that closed 0 to reopen it, say), where the limit leaves room.
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur > 2 * kHighFd) {
+    const int high = libc::Get(&libc::Table::fcntl)(sock, F_DUPFD_CLOEXEC, kHighFd);
+    if (high >= 0) {
+      CloseFd(sock);
+      sock = high;
+    }
+  }
   const timeval timeout{kReplyTimeoutSeconds, 0};
   setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
   setsockopt(sock, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof timeout);
