@@ -57,7 +57,7 @@ nvfs_build_asan() {
   # is current.
   ninja -C "$NVFS_ASAN_BUILD" build.ninja >/dev/null
   local targets
-  # The tests' own programs and what they depend on (test_direct runs
+  # The tests' own programs and what they depend on (test_direct_client runs
   # direct_helper, for one).
   targets=$(meson introspect --tests --targets "$NVFS_ASAN_BUILD" | python3 -c '
 import json, os, sys
