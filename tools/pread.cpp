@@ -2,6 +2,7 @@
 //
 //   nvfs-pread engine [OPTIONS] NAMESPACE   the core's read paths, in process
 //   nvfs-pread file   [OPTIONS] PATH        pread/preadv on any file
+//   nvfs-pread file --direct [OPTIONS] PATH the same through libnvfs-direct
 //
 // Every measurement is repeated R times, the paths interleaved within each
 // repetition so drift hits them alike; reported as mean and standard
@@ -34,6 +35,7 @@
 #include <vector>
 
 #include "nvfs/cli.hpp"
+#include "nvfs/direct.h"
 #include "nvfs/fs.hpp"
 
 namespace {
@@ -48,7 +50,9 @@ constexpr const char* kUsage =
     "  With no options: the seed benchmark (N reads of the same 4 KiB at offset 0)\n"
     "  and sequential and random reads of 512 B, 4 KiB, 64 KiB and 1 MiB over a\n"
     "  file it creates in the namespace (/nvfs-pread.dat).\n"
-    "file: pread and preadv (4 KiB iovecs) loops on PATH (any filesystem).\n"
+    "file: pread and preadv (4 KiB iovecs) loops on PATH (any filesystem); with\n"
+    "  --direct, through libnvfs-direct (nvfs_direct_pread and _preadv on a handle\n"
+    "  attached to each thread's descriptor; reported as mode \"direct\").\n"
     "\n"
     "Options:\n"
     "  -n N            operations in the seed loop (default 2^24; engine)\n"
@@ -63,6 +67,8 @@ constexpr const char* kUsage =
     "  -t THREADS      threads (file mode; default 1)\n"
     "  -D SECONDS      file mode: run each measurement for this long instead of N ops\n"
     "  -d              O_DIRECT (file mode)\n"
+    "  --direct        file mode: read through libnvfs-direct (a file it cannot\n"
+    "                  read directly says why on stderr and is read through the kernel)\n"
     "  -C              file mode: pin thread i to CPU i (mod the CPU count)\n"
     "  -w              engine: a second thread overwrites the file in place meanwhile\n"
     "  -A OFFSET       engine: the destination buffer starts OFFSET bytes into a\n"
@@ -81,7 +87,8 @@ struct Options {
   uint64_t file_size = 256ull << 20;
   int threads = 1;
   double duration = 0;  // seconds per run (file mode); 0: a fixed operation count
-  bool direct = false;
+  bool o_direct = false;      // -d: open with O_DIRECT
+  bool nvfs_direct = false;   // --direct: read through libnvfs-direct
   bool pin = false;  // -C: thread i on CPU i (file mode)
   bool json = false;
   bool writer = false;         // engine: a thread overwrites the file in place meanwhile
@@ -362,7 +369,7 @@ int Engine(Options& o, const std::string& namespace_path) {
 int File(Options& o, const std::string& path) {
   if (o.target.empty()) o.target = path;
   if (o.paths.empty()) o.paths = {"pread", "preadv"};
-  const int main_fd = open(path.c_str(), O_RDONLY | (o.direct ? O_DIRECT : 0));
+  const int main_fd = open(path.c_str(), O_RDONLY | (o.o_direct ? O_DIRECT : 0));
   if (main_fd < 0) Die(path + ": " + std::strerror(errno));
   struct stat st;
   if (fstat(main_fd, &st) != 0) Die(path + ": " + std::strerror(errno));
@@ -405,13 +412,38 @@ int File(Options& o, const std::string& path) {
               ~ThreadFd() {
                 if (own && fd >= 0) close(fd);
               }
-            } const mine{t == 0 ? main_fd : open(path.c_str(), O_RDONLY | (o.direct ? O_DIRECT : 0)),
+            } const mine{t == 0 ? main_fd : open(path.c_str(), O_RDONLY | (o.o_direct ? O_DIRECT : 0)),
                          t != 0};
             const int fd = mine.fd;
             if (fd < 0) {
               failed = true;
               return;
             }
+            // --direct: a handle on the thread's descriptor, detached
+            // before the descriptor is closed.
+            struct Handle {
+              nvfs_direct* f;
+              ~Handle() {
+                if (f != nullptr) nvfs_direct_detach(f);
+              }
+            } const handle{o.nvfs_direct ? nvfs_direct_attach(fd) : nullptr};
+            if (o.nvfs_direct) {
+              if (handle.f == nullptr) {
+                failed = true;
+                return;
+              }
+              static std::atomic<bool> warned{false};
+              const int why = nvfs_direct_why(handle.f);
+              if (why != NVFS_DIRECT_ACTIVE && !warned.exchange(true)) {
+                std::fprintf(stderr, "nvfs-pread: --direct: %s is read through the kernel: %s\n",
+                             path.c_str(), nvfs_direct_strwhy(why));
+              }
+            }
+            auto read_at = [&](void* dst, size_t len, uint64_t off) {
+              return handle.f != nullptr
+                         ? nvfs_direct_pread(handle.f, dst, len, static_cast<off_t>(off))
+                         : pread(fd, dst, len, static_cast<off_t>(off));
+            };
             void* raw = nullptr;
             if (posix_memalign(&raw, 4096, bs) != 0) {
               failed = true;
@@ -445,13 +477,16 @@ int File(Options& o, const std::string& path) {
               if (at_eof) {
                 // The cheapest read: one that reaches the filesystem (FUSE
                 // direct I/O sends it) and returns no data.
-                if (pread(fd, buf.get(), bs, static_cast<off_t>(size)) != 0) failed = true;
+                if (read_at(buf.get(), bs, size) != 0) failed = true;
                 continue;
               }
               const uint64_t off = offsets[(i + static_cast<uint64_t>(t) * 7919) % offsets.size()];
-              const ssize_t n = vectored ? preadv(fd, iov.data(), static_cast<int>(iov.size()),
-                                                  static_cast<off_t>(off))
-                                         : pread(fd, buf.get(), bs, static_cast<off_t>(off));
+              const ssize_t n =
+                  !vectored ? read_at(buf.get(), bs, off)
+                  : handle.f != nullptr
+                      ? nvfs_direct_preadv(handle.f, iov.data(), static_cast<int>(iov.size()),
+                                           static_cast<off_t>(off))
+                      : preadv(fd, iov.data(), static_cast<int>(iov.size()), static_cast<off_t>(off));
               if (n < 0) {
                 failed = true;
                 return;
@@ -473,8 +508,8 @@ int File(Options& o, const std::string& path) {
         }
       }
       for (size_t p = 0; p < o.paths.size(); ++p) {
-        Report(o, "file", o.paths[p], pattern, bs, o.threads, o.duration > 0 ? last_ops : ops,
-               results[p]);
+        Report(o, o.nvfs_direct ? "direct" : "file", o.paths[p], pattern, bs, o.threads,
+               o.duration > 0 ? last_ops : ops, results[p]);
       }
     }
   }
@@ -500,6 +535,7 @@ int main(int argc, char** argv) {
   const std::string mode = argv[1];
   Options o;
   static const option kLong[] = {{"json", no_argument, nullptr, 'j'},
+                                 {"direct", no_argument, nullptr, 'R'},
                                  {"help", no_argument, nullptr, 'h'},
                                  {nullptr, 0, nullptr, 0}};
   optind = 2;
@@ -522,7 +558,8 @@ int main(int argc, char** argv) {
       case 'p': o.paths = Split(optarg); break;
       case 's': o.file_size = size_arg(optarg); break;
       case 't': o.threads = static_cast<int>(size_arg(optarg)); break;
-      case 'd': o.direct = true; break;
+      case 'd': o.o_direct = true; break;
+      case 'R': o.nvfs_direct = true; break;
       case 'C': o.pin = true; break;
       case 'w': o.writer = true; break;
       case 'X': o.no_extent_maps = true; break;
@@ -541,6 +578,7 @@ int main(int argc, char** argv) {
     std::fputs(kUsage, stderr);
     return 2;
   }
+  if (o.nvfs_direct && mode != "file") Die("--direct is for file mode");
   for (const auto& p : o.patterns) {
     if (p != "same" && p != "seq" && p != "rand") Die("unknown pattern " + p);
   }

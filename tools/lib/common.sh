@@ -57,13 +57,20 @@ nvfs_build_asan() {
   # is current.
   ninja -C "$NVFS_ASAN_BUILD" build.ninja >/dev/null
   local targets
-  targets=$(meson introspect --tests "$NVFS_ASAN_BUILD" | python3 -c '
+  # The tests' own programs and what they depend on (test_direct_client runs
+  # direct_helper, for one).
+  targets=$(meson introspect --tests --targets "$NVFS_ASAN_BUILD" | python3 -c '
 import json, os, sys
 build, suites = sys.argv[1], set(sys.argv[2:])
+info = json.load(sys.stdin)
+files = {t["id"]: t["filename"] for t in info["targets"]}
 targets = {"mkfs.nvfs", "fsck.nvfs"}
-for test in json.load(sys.stdin):
+for test in info["tests"]:
     if suites & {s.split(":")[-1] for s in test["suite"]}:
         targets.add(os.path.relpath(test["cmd"][0], build))
+        for dep in test.get("depends", []):
+            for f in files.get(dep, []):
+                targets.add(os.path.relpath(f, build))
 print(" ".join(sorted(targets)))' "$NVFS_ASAN_BUILD" "$@")
   # shellcheck disable=SC2086
   ninja -C "$NVFS_ASAN_BUILD" $targets >/dev/null

@@ -1,0 +1,191 @@
+// libnvfs-direct's C API (include/nvfs/direct.h): attach, the read entry
+// points (the paths themselves are file.hpp's and read.cpp's), detach; the
+// handle's lifetime; the library's constructor and fork handlers.
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
+
+#include <linux/magic.h>
+
+#include <new>
+
+#include "direct/epoch.hpp"
+#include "direct/export.hpp"
+#include "direct/fault.hpp"
+#include "direct/file.hpp"
+#include "direct/libc.hpp"
+#include "direct/preload.hpp"
+#include "direct/session.hpp"
+#include "nvfs/direct.h"
+
+namespace nvfs::direct {
+
+namespace {
+
+void FreeHandle(nvfs_direct* f) {
+  Snapshot* s = f->snapshot.load(std::memory_order_acquire);
+  if (s != nullptr) FreeSnapshot(s);
+  if (f->session != nullptr) f->session->Unref();
+  delete f;
+}
+
+// The session's reason for a daemon's refusal of a file.
+int WhyOfMapError(int err) {
+  switch (err) {
+    case EXDEV: case ENODEV: case EINVAL: case EISDIR: case ENOENT: case ESTALE:
+      return NVFS_DIRECT_NOT_NVFS;
+    case EBADF: case EACCES: case EPERM:
+      return NVFS_DIRECT_NOT_READABLE;
+    case ENOMEM:
+      return NVFS_DIRECT_NO_MEMORY;
+    default:
+      return NVFS_DIRECT_REFUSED;
+  }
+}
+
+// What a descriptor is, before any session: NVFS_DIRECT_ACTIVE when it may
+// be read directly as far as the process can tell.
+int Classify(int fd, struct stat* st) {
+  if (fstat(fd, st) != 0 || !S_ISREG(st->st_mode)) return NVFS_DIRECT_NOT_NVFS;
+  if (!TestMode()) {
+    struct statfs fs;
+    if (fstatfs(fd, &fs) != 0 || fs.f_type != FUSE_SUPER_MAGIC) return NVFS_DIRECT_NOT_NVFS;
+  }
+  const int flags = libc::Get(&libc::Table::fcntl)(fd, F_GETFL);
+  if (flags < 0 || (flags & O_PATH) != 0 || (flags & O_ACCMODE) == O_WRONLY) {
+    return NVFS_DIRECT_NOT_READABLE;
+  }
+  if ((flags & O_DIRECT) != 0) return NVFS_DIRECT_O_DIRECT;
+  return NVFS_DIRECT_ACTIVE;
+}
+
+void PrepareFork() {
+  SessionsPrepareFork();
+  EpochPrepareFork();
+  FaultPrepareFork();
+}
+void ParentAfterFork() {
+  FaultAfterFork();
+  EpochParentAfterFork();
+  SessionsParentAfterFork();
+}
+void ChildAfterFork() {
+  FaultAfterFork();
+  EpochChildAfterFork();
+  SessionsChildAfterFork();
+}
+
+__attribute__((constructor)) void LibraryInit() {
+  libc::Resolve();
+  pthread_atfork(PrepareFork, ParentAfterFork, ChildAfterFork);
+  PreloadInit();
+}
+
+}  // namespace
+
+nvfs_direct* Attach(int fd, uint64_t offset) {
+  struct stat st;
+  const int why = Classify(fd, &st);
+  auto* f = new (std::nothrow) nvfs_direct(fd, why);
+  if (f == nullptr) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  if (why != NVFS_DIRECT_ACTIVE) return f;
+  // A session found gone on its first request is replaced once.
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    int session_why = NVFS_DIRECT_ACTIVE;
+    Session* session = SessionFor(st.st_dev, &session_why);
+    if (session == nullptr) {
+      f->why.store(session_why, std::memory_order_relaxed);
+      return f;
+    }
+    MapReply reply;
+    const int status = session->Map(fd, offset, &reply);
+    if (status == Session::kMapGone) {
+      session->Unref();
+      f->why.store(NVFS_DIRECT_GONE, std::memory_order_relaxed);
+      continue;
+    }
+    f->session = session;
+    f->why.store(NVFS_DIRECT_ACTIVE, std::memory_order_relaxed);
+    if (status == Session::kMapOk) {
+      // Without memory for it, the first read asks again.
+      f->ino = reply.ino;
+      f->snapshot.store(BuildSnapshot(session, reply, nullptr), std::memory_order_release);
+    } else if (status > 0) {
+      f->why.store(WhyOfMapError(status), std::memory_order_relaxed);
+    }
+    // kMapUnavailable: active without runs; the first read asks again.
+    return f;
+  }
+  return f;
+}
+
+void HandleUnref(nvfs_direct* f) {
+  if (f->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) FreeHandle(f);
+}
+
+void RetireHandle(nvfs_direct* f) {
+  Retire(f, [](void* p) { HandleUnref(static_cast<nvfs_direct*>(p)); });
+}
+
+}  // namespace nvfs::direct
+
+using namespace nvfs::direct;
+
+NVFS_DIRECT_EXPORT nvfs_direct* nvfs_direct_attach(int fd) {
+  DepthGuard depth;
+  return Attach(fd, 0);
+}
+
+NVFS_DIRECT_EXPORT ssize_t nvfs_direct_pread(nvfs_direct* f, void* buf, size_t count, off_t offset) {
+  if (tls.depth != 0) return libc::Get(&libc::Table::pread)(f->fd, buf, count, offset);
+  DepthGuard depth;
+  if (count <= kChunk && offset >= 0) {
+    ReadSection section;
+    if (section.Enter()) {
+      const Snapshot* s = f->snapshot.load(std::memory_order_acquire);
+      if (s != nullptr) {
+        const ssize_t n = ReadFast(s, buf, count, static_cast<uint64_t>(offset));
+        if (n != kSlow) return n;
+      }
+    }
+  }
+  const iovec one{buf, count};
+  return ReadSlow(f, &one, 1, offset);
+}
+
+NVFS_DIRECT_EXPORT ssize_t nvfs_direct_preadv(nvfs_direct* f, const struct iovec* iov, int iovcnt,
+                                              off_t offset) {
+  if (tls.depth != 0) return libc::Get(&libc::Table::preadv)(f->fd, iov, iovcnt, offset);
+  DepthGuard depth;
+  return ReadSlow(f, iov, iovcnt, offset);
+}
+
+NVFS_DIRECT_EXPORT int nvfs_direct_why(const nvfs_direct* f) {
+  return f == nullptr ? NVFS_DIRECT_NO_MEMORY : f->why.load(std::memory_order_acquire);
+}
+
+NVFS_DIRECT_EXPORT const char* nvfs_direct_strwhy(int why) {
+  switch (why) {
+    case NVFS_DIRECT_ACTIVE: return "read directly from the namespace";
+    case NVFS_DIRECT_NOT_NVFS: return "not a regular file on an nvfs mount";
+    case NVFS_DIRECT_NO_SERVER: return "the mount serves no direct sessions";
+    case NVFS_DIRECT_NO_NAMESPACE: return "this process may not read the namespace";
+    case NVFS_DIRECT_NOT_READABLE: return "the descriptor is not open for reading";
+    case NVFS_DIRECT_O_DIRECT: return "opened with O_DIRECT: the kernel serves it";
+    case NVFS_DIRECT_REFUSED: return "the daemon refused the session or the file";
+    case NVFS_DIRECT_GONE: return "the daemon that served the file went away";
+    case NVFS_DIRECT_NO_MEMORY: return "out of memory";
+    default: return "unknown reason";
+  }
+}
+
+NVFS_DIRECT_EXPORT void nvfs_direct_detach(nvfs_direct* f) {
+  if (f == nullptr) return;
+  DepthGuard depth;
+  RetireHandle(f);
+}

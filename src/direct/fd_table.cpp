@@ -1,0 +1,210 @@
+// The preload's descriptor table (fd_table.hpp).
+#include "direct/fd_table.hpp"
+
+#include <errno.h>
+
+#include <atomic>
+#include <new>
+
+#include "direct/epoch.hpp"
+#include "direct/file.hpp"
+#include "direct/session.hpp"
+#include "nvfs/direct.h"
+
+namespace nvfs::direct {
+
+namespace {
+
+// Set once by the constructor, before the program runs.
+std::atomic<bool> preloaded{false};
+
+constexpr unsigned kFdsPerChunk = 1024;
+constexpr unsigned kChunks = 1024;  // numbers past 2^20 go to the kernel
+static_assert(kFdsPerChunk * kChunks - 1 == kMaxFd);
+
+struct FdEntry {
+  std::atomic<nvfs_direct*> handle{nullptr};
+  std::atomic<uint64_t> generation{0};  // moved whenever the number is forgotten
+};
+struct FdChunk {
+  FdEntry entries[kFdsPerChunk];
+};
+std::atomic<FdChunk*> chunks[kChunks];
+
+nvfs_direct* const kNotDirect = reinterpret_cast<nvfs_direct*>(uintptr_t{1});
+
+// Handles forgotten from a signal handler that interrupted the library on
+// its thread (retiring takes a lock): retired by the next forget outside one.
+std::atomic<nvfs_direct*> pending{nullptr};
+
+FdEntry* Find(int fd) {
+  if (fd < 0 || static_cast<unsigned>(fd) > kMaxFd) return nullptr;
+  FdChunk* c = chunks[static_cast<unsigned>(fd) / kFdsPerChunk].load(std::memory_order_acquire);
+  return c == nullptr ? nullptr : &c->entries[static_cast<unsigned>(fd) % kFdsPerChunk];
+}
+
+FdEntry* FindOrMake(int fd) {
+  if (fd < 0 || static_cast<unsigned>(fd) > kMaxFd) return nullptr;
+  std::atomic<FdChunk*>& slot = chunks[static_cast<unsigned>(fd) / kFdsPerChunk];
+  FdChunk* c = slot.load(std::memory_order_acquire);
+  if (c == nullptr) {
+    auto* fresh = new (std::nothrow) FdChunk;
+    if (fresh == nullptr) return nullptr;
+    if (slot.compare_exchange_strong(c, fresh, std::memory_order_acq_rel)) {
+      c = fresh;
+    } else {
+      delete fresh;
+    }
+  }
+  return &c->entries[static_cast<unsigned>(fd) % kFdsPerChunk];
+}
+
+void Release(nvfs_direct* h) {
+  if (tls.depth != 0) {
+    nvfs_direct* head = pending.load(std::memory_order_relaxed);
+    do {
+      h->pending_next = head;
+    } while (!pending.compare_exchange_weak(head, h, std::memory_order_release,
+                                            std::memory_order_relaxed));
+    return;
+  }
+  DepthGuard depth;
+  for (nvfs_direct* p = pending.exchange(nullptr, std::memory_order_acquire); p != nullptr;) {
+    nvfs_direct* next = p->pending_next;
+    RetireHandle(p);
+    p = next;
+  }
+  RetireHandle(h);
+}
+
+void ForgetEntry(FdEntry& e) {
+  e.generation.fetch_add(1, std::memory_order_seq_cst);
+  if (e.handle.load(std::memory_order_relaxed) == nullptr) return;
+  nvfs_direct* old = e.handle.exchange(nullptr, std::memory_order_acq_rel);
+  if (old != nullptr && old != kNotDirect) Release(old);
+}
+
+// errno is kept: these run around the program's own calls.
+void Forget(int fd) {
+  if (!preloaded.load(std::memory_order_relaxed)) return;
+  FdEntry* e = Find(fd);
+  if (e == nullptr) return;
+  const int saved = errno;
+  ForgetEntry(*e);
+  errno = saved;
+}
+
+void ForgetRange(unsigned first, unsigned last) {
+  if (!preloaded.load(std::memory_order_relaxed) || first > kMaxFd) return;
+  const int saved = errno;
+  if (last > kMaxFd) last = kMaxFd;
+  for (unsigned c = first / kFdsPerChunk; c <= last / kFdsPerChunk; ++c) {
+    FdChunk* chunk = chunks[c].load(std::memory_order_acquire);
+    if (chunk == nullptr) continue;
+    const unsigned lo = c == first / kFdsPerChunk ? first % kFdsPerChunk : 0;
+    const unsigned hi = c == last / kFdsPerChunk ? last % kFdsPerChunk : kFdsPerChunk - 1;
+    for (unsigned i = lo; i <= hi; ++i) ForgetEntry(chunk->entries[i]);
+  }
+  errno = saved;
+}
+
+// Before a call that may free `fd`: ours (a session socket) or the program's.
+void Closing(int fd) {
+  if (fd < 0) return;
+  SessionsNoteClosed(static_cast<unsigned>(fd), static_cast<unsigned>(fd));
+  Forget(fd);
+}
+
+int Fresh(int fd) {
+  if (fd >= 0) Forget(fd);
+  return fd;
+}
+
+// Looks at a descriptor not seen before and installs what it is. False: the
+// read goes to the kernel this time (no memory, or the number was freed or
+// reused while it was looked at).
+bool Classify(int fd, off_t offset) {
+  FdEntry* e = FindOrMake(fd);
+  if (e == nullptr) return false;
+  const uint64_t generation = e->generation.load(std::memory_order_seq_cst);
+  nvfs_direct* h = Attach(fd, static_cast<uint64_t>(offset));
+  if (h == nullptr) return false;
+  nvfs_direct* value = h;
+  if (h->why.load(std::memory_order_relaxed) != NVFS_DIRECT_ACTIVE) {
+    HandleUnref(h);  // never published
+    value = kNotDirect;
+  }
+  nvfs_direct* expected = nullptr;
+  if (!e->handle.compare_exchange_strong(expected, value, std::memory_order_acq_rel)) {
+    if (value != kNotDirect) HandleUnref(h);  // another reader's classification stands
+    return true;
+  }
+  if (e->generation.load(std::memory_order_seq_cst) != generation) {
+    // Closed or reused meanwhile: what was looked at may be the old file.
+    nvfs_direct* mine = value;
+    if (e->handle.compare_exchange_strong(mine, nullptr, std::memory_order_acq_rel) &&
+        value != kNotDirect) {
+      RetireHandle(value);
+    }
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+bool FdServe(int fd, const iovec* iov, int iovcnt, off_t offset, ssize_t* result) {
+  if (!preloaded.load(std::memory_order_relaxed) || tls.depth != 0 || offset < 0 || iovcnt <= 0) {
+    return false;
+  }
+  DepthGuard depth;
+  FdEntry* e = Find(fd);
+  for (int pass = 0; pass < 2; ++pass) {
+    nvfs_direct* h = nullptr;
+    {
+      ReadSection section;
+      if (!section.Enter()) break;
+      h = e == nullptr ? nullptr : e->handle.load(std::memory_order_acquire);
+      if (h == kNotDirect) break;
+      if (h != nullptr) {
+        if (iovcnt == 1 && iov[0].iov_len <= kChunk) {
+          const Snapshot* s = h->snapshot.load(std::memory_order_acquire);
+          if (s != nullptr) {
+            const ssize_t n = ReadFast(s, iov[0].iov_base, iov[0].iov_len, static_cast<uint64_t>(offset));
+            if (n != kSlow) {
+              *result = n;
+              return true;
+            }
+          }
+        }
+        HandleRef(h);  // the slow path leaves the section
+      }
+    }
+    if (h == nullptr) {
+      if (pass == 1 || !Classify(fd, offset)) break;
+      e = Find(fd);
+      continue;
+    }
+    *result = ReadSlow(h, iov, iovcnt, offset);
+    const int saved = errno;
+    HandleUnref(h);
+    errno = saved;
+    return true;
+  }
+  return false;
+}
+
+
+void SetPreloaded() { preloaded.store(true, std::memory_order_relaxed); }
+bool Preloaded() { return preloaded.load(std::memory_order_relaxed); }
+
+void FdForget(int fd) { Forget(fd); }
+void FdForgetRange(unsigned first, unsigned last) { ForgetRange(first, last); }
+void FdClosing(int fd) { Closing(fd); }
+void FdClosingRange(unsigned first, unsigned last) {
+  SessionsNoteClosed(first, last);
+  ForgetRange(first, last);
+}
+int FdFresh(int fd) { return Fresh(fd); }
+
+}  // namespace nvfs::direct

@@ -1,0 +1,185 @@
+// An attached file (the nvfs_direct handle) and the read path over it.
+//
+// What a handle knows of its file's runs is one immutable Snapshot: the
+// slot, the seq the runs are valid for, the size at that seq, and extents
+// of the file sorted by offset. A refresh (the slot's seq moved, or a read
+// past the known extents) builds a new snapshot and publishes it with one
+// atomic exchange; the old one is retired (epoch.hpp). Readers never lock.
+//
+// A read copies first and checks after (doc/integrity.md section 10): the
+// slot's seq loaded with acquire must equal the snapshot's before the copy,
+// and after it (behind an acquire fence) the seq must still equal it and
+// the namespace's identity in the process's own mapping (mount_count and
+// uuid) must be unchanged. The daemon moves the seq before any block the
+// file gave up can be reused, so a copy that may have seen another file's
+// bytes always fails the check and is thrown away.
+#pragma once
+
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "direct/epoch.hpp"
+#include "direct/session.hpp"
+#include "nvfs/direct_abi.hpp"
+
+namespace nvfs::direct {
+
+// `len` bytes of the file at `file_offset` lie at `ns_offset` of the
+// namespace (kDirectHole: zeros).
+struct Extent {
+  uint64_t file_offset;
+  uint64_t len;
+  uint64_t ns_offset;
+};
+
+struct Snapshot {
+  Session* session;
+  const std::byte* ns_base;        // session->ns_base
+  const std::atomic<uint64_t>* seq_word;  // the slot's seq
+  uint64_t seq;   // even: the state the extents and size are valid for
+  uint64_t size;  // the file's size at seq
+  uint32_t slot;
+  uint32_t count;  // extents, sorted, not overlapping
+  Extent* extents() { return reinterpret_cast<Extent*>(this + 1); }
+  const Extent* extents() const { return reinterpret_cast<const Extent*>(this + 1); }
+
+  // The extent holding byte `offset`, or null when it is not known.
+  [[gnu::always_inline]] const Extent* Find(uint64_t offset) const {
+    const Extent* e = extents();
+    uint32_t lo = 0, hi = count;
+    while (lo < hi) {
+      const uint32_t mid = (lo + hi) / 2;
+      if (e[mid].file_offset <= offset) {
+        lo = mid + 1;
+      } else {
+        hi = mid;
+      }
+    }
+    if (lo == 0) return nullptr;
+    const Extent* found = &e[lo - 1];
+    return offset - found->file_offset < found->len ? found : nullptr;
+  }
+};
+static_assert(sizeof(Snapshot) % alignof(Extent) == 0);
+
+}  // namespace nvfs::direct
+
+// The handle of include/nvfs/direct.h.
+struct nvfs_direct {
+  const int fd;
+  std::atomic<int> why;
+  // Null while the file is not read directly, or before its first runs.
+  std::atomic<nvfs::direct::Snapshot*> snapshot{nullptr};
+  nvfs::direct::Session* session = nullptr;  // referenced while the handle lives
+  // The inode the first answer named (0 before it): a later answer for
+  // another inode means the descriptor number now names another file (it
+  // was closed and reused under a racing read), which the kernel serves.
+  uint64_t ino = 0;  // protected by session->mu
+  // The owner's reference (dropped one epoch after detach or the close of a
+  // preloaded descriptor), and one per reader in the slow path, which leaves
+  // its read section to ask the daemon.
+  std::atomic<uint32_t> refs{1};
+  // The preload's list of handles whose descriptor was closed from a signal
+  // handler that interrupted the library (preload.cpp); retired later.
+  nvfs_direct* pending_next = nullptr;
+
+  nvfs_direct(int f, int w) : fd(f), why(w) {}
+};
+
+namespace nvfs::direct {
+
+// Reads at most this much in one section: a longer read is done in chunks,
+// each copied and checked on its own (as FUSE splits a read into requests
+// of max_read), so a refresh never throws away more than a chunk.
+inline constexpr size_t kChunk = size_t{1} << 20;
+
+// pread(2) returns at most this many bytes (MAX_RW_COUNT).
+inline constexpr size_t kMaxRw = 0x7ffff000;
+
+inline constexpr ssize_t kSlow = -1;
+
+// The read in one piece: one extent covers [offset, offset + count) (or it
+// is at or past the end of the file), no page of the mapping is poisoned,
+// and the copy passed the check. kSlow: anything else, with `buf` possibly
+// written; the slow path starts over.
+// REQUIRES: inside a read section; count <= kChunk.
+[[gnu::always_inline]] inline ssize_t ReadFast(const Snapshot* s, void* buf, size_t count,
+                                               uint64_t offset) {
+  const Session* session = s->session;
+  const uint64_t seq = s->seq_word->load(std::memory_order_acquire);
+  if (seq != s->seq || session->fault->poisoned.load(std::memory_order_relaxed) != 0 ||
+      session->gone.load(std::memory_order_relaxed)) {
+    return kSlow;
+  }
+  size_t n = 0;
+  const Extent* e = nullptr;
+  if (offset < s->size) {
+    n = s->size - offset < count ? static_cast<size_t>(s->size - offset) : count;
+    e = s->Find(offset);
+    if (e == nullptr || n > e->len - (offset - e->file_offset)) return kSlow;
+  }
+  // In the fault handler's reach from the copy to the identity check (a
+  // lost superblock page reads as zeros: the identity no longer holds).
+  tls.in_copy = 1;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  if (e == nullptr) {
+    // At or past the end: nothing to copy.
+  } else if (e->ns_offset == kDirectHole) {
+    std::memset(buf, 0, n);
+  } else {
+    std::memcpy(buf, s->ns_base + e->ns_offset + (offset - e->file_offset), n);
+  }
+  std::atomic_thread_fence(std::memory_order_acquire);
+  const bool same = s->seq_word->load(std::memory_order_relaxed) == seq && session->IdentityHolds();
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  tls.in_copy = 0;
+  if (!same || session->fault->poisoned.load(std::memory_order_relaxed) != 0) return kSlow;
+  return static_cast<ssize_t>(n);
+}
+
+// Everything else: reads across extents, iovecs, refreshes of runs, a
+// session gone, media errors, and the kernel when all else fails (and for
+// handles not read directly). Returns as preadv(2).
+// REQUIRES: not inside a read section; the handle stays alive (the caller
+// holds a reference or owns it).
+ssize_t ReadSlow(nvfs_direct* f, const struct iovec* iov, int iovcnt, off_t offset);
+
+// Through the kernel, on the handle's descriptor.
+ssize_t ReadKernel(const nvfs_direct* f, const struct iovec* iov, int iovcnt, off_t offset);
+
+// The snapshot of a reply, keeping what `old` (may be null) knew of the
+// same state of the file; null without memory. (read.cpp)
+Snapshot* BuildSnapshot(Session* session, const MapReply& reply, const Snapshot* old);
+// Frees a snapshot no reader can hold any more (a Retire() callback).
+void FreeSnapshot(void* snapshot);
+
+// Attaches to `fd`, asking first for the runs at `offset`. Null only
+// without memory.
+nvfs_direct* Attach(int fd, uint64_t offset);
+
+// Drops the owner's reference one epoch later (after detach, or when a
+// preloaded descriptor is closed).
+void RetireHandle(nvfs_direct* f);
+
+// A reference for the slow path. REQUIRES: inside a read section that
+// loaded `f`, or the owner.
+inline void HandleRef(nvfs_direct* f) { f->refs.fetch_add(1, std::memory_order_relaxed); }
+void HandleUnref(nvfs_direct* f);
+
+// Records `entry` of the thread's calls into the library: a call made from
+// a signal handler that interrupted the library on this thread (depth > 0)
+// goes straight to the kernel (no lock, no section).
+class DepthGuard {
+ public:
+  DepthGuard() { ++tls.depth; }
+  ~DepthGuard() { --tls.depth; }
+  DepthGuard(const DepthGuard&) = delete;
+  DepthGuard& operator=(const DepthGuard&) = delete;
+};
+
+}  // namespace nvfs::direct

@@ -1,0 +1,67 @@
+#include "direct/libc.hpp"
+
+#include <dlfcn.h>
+
+namespace nvfs::direct::libc {
+
+Table real{};
+
+namespace {
+
+template <class F>
+void Find(F& slot, const char* name) {
+  if (slot == nullptr) slot = reinterpret_cast<F>(dlsym(RTLD_NEXT, name));
+}
+
+}  // namespace
+
+void Resolve() {
+  Find(real.pread, "pread");
+  Find(real.pread64, "pread64");
+  Find(real.pread_chk, "__pread_chk");
+  Find(real.pread64_chk, "__pread64_chk");
+  Find(real.preadv, "preadv");
+  Find(real.preadv64, "preadv64");
+  Find(real.preadv2, "preadv2");
+  Find(real.preadv64v2, "preadv64v2");
+  Find(real.close, "close");
+  Find(real.close_range, "close_range");
+  Find(real.closefrom, "closefrom");
+  Find(real.dup, "dup");
+  Find(real.dup2, "dup2");
+  Find(real.dup3, "dup3");
+  Find(real.fcntl, "fcntl");
+  Find(real.fcntl64, "fcntl64");
+  Find(real.open, "open");
+  Find(real.open64, "open64");
+  Find(real.open_2, "__open_2");
+  Find(real.open64_2, "__open64_2");
+  Find(real.openat, "openat");
+  Find(real.openat64, "openat64");
+  Find(real.openat_2, "__openat_2");
+  Find(real.openat64_2, "__openat64_2");
+  Find(real.creat, "creat");
+  Find(real.creat64, "creat64");
+  Find(real.fopen, "fopen");
+  Find(real.fopen64, "fopen64");
+  Find(real.freopen, "freopen");
+  Find(real.freopen64, "freopen64");
+  Find(real.fclose, "fclose");
+  Find(real.fcloseall, "fcloseall");
+  Find(real.recvmsg, "recvmsg");
+  Find(real.opendir, "opendir");
+  Find(real.closedir, "closedir");
+  Find(real.socket, "socket");
+  Find(real.socketpair, "socketpair");
+  Find(real.accept, "accept");
+  Find(real.accept4, "accept4");
+  Find(real.pipe, "pipe");
+  Find(real.pipe2, "pipe2");
+  Find(real.eventfd, "eventfd");
+  Find(real.epoll_create, "epoll_create");
+  Find(real.epoll_create1, "epoll_create1");
+  Find(real.memfd_create, "memfd_create");
+  Find(real.sigaction, "sigaction");
+}
+
+}  // namespace nvfs::direct::libc

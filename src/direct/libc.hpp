@@ -1,0 +1,84 @@
+// libc's own definitions of the calls libnvfs-direct interposes
+// (preload.cpp, fault.cpp), found with dlsym(RTLD_NEXT) once, at load.
+//
+// The library defines pread, close, sigaction and the rest itself, and a
+// call from inside the library to `close` binds to that definition, not to
+// libc's: every call the library makes for itself goes through these
+// pointers instead.
+#pragma once
+
+#include <dirent.h>
+#include <signal.h>
+#include <stdio.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+namespace nvfs::direct::libc {
+
+struct Table {
+  ssize_t (*pread)(int, void*, size_t, off_t);
+  ssize_t (*pread64)(int, void*, size_t, off_t);
+  ssize_t (*pread_chk)(int, void*, size_t, off_t, size_t);
+  ssize_t (*pread64_chk)(int, void*, size_t, off_t, size_t);
+  ssize_t (*preadv)(int, const struct iovec*, int, off_t);
+  ssize_t (*preadv64)(int, const struct iovec*, int, off_t);
+  ssize_t (*preadv2)(int, const struct iovec*, int, off_t, int);
+  ssize_t (*preadv64v2)(int, const struct iovec*, int, off_t, int);
+
+  int (*close)(int);
+  int (*close_range)(unsigned, unsigned, int);
+  void (*closefrom)(int);
+  int (*dup)(int);
+  int (*dup2)(int, int);
+  int (*dup3)(int, int, int);
+  int (*fcntl)(int, int, ...);
+  int (*fcntl64)(int, int, ...);
+  int (*open)(const char*, int, ...);
+  int (*open64)(const char*, int, ...);
+  int (*open_2)(const char*, int);
+  int (*open64_2)(const char*, int);
+  int (*openat)(int, const char*, int, ...);
+  int (*openat64)(int, const char*, int, ...);
+  int (*openat_2)(int, const char*, int);
+  int (*openat64_2)(int, const char*, int);
+  int (*creat)(const char*, mode_t);
+  int (*creat64)(const char*, mode_t);
+  FILE* (*fopen)(const char*, const char*);
+  FILE* (*fopen64)(const char*, const char*);
+  FILE* (*freopen)(const char*, const char*, FILE*);
+  FILE* (*freopen64)(const char*, const char*, FILE*);
+  int (*fclose)(FILE*);
+  int (*fcloseall)(void);
+  ssize_t (*recvmsg)(int, struct msghdr*, int);
+  DIR* (*opendir)(const char*);
+  int (*closedir)(DIR*);
+  int (*socket)(int, int, int);
+  int (*socketpair)(int, int, int, int*);
+  int (*accept)(int, struct sockaddr*, socklen_t*);
+  int (*accept4)(int, struct sockaddr*, socklen_t*, int);
+  int (*pipe)(int*);
+  int (*pipe2)(int*, int);
+  int (*eventfd)(unsigned, int);
+  int (*epoll_create)(int);
+  int (*epoll_create1)(int);
+  int (*memfd_create)(const char*, unsigned);
+
+  int (*sigaction)(int, const struct sigaction*, struct sigaction*);
+};
+
+// Filled by Resolve(); a pointer is null where libc lacks the call.
+extern Table real;
+
+// Fills `real`. Run by the library's constructor; safe to call again (a
+// call that reaches the library before its constructor ran resolves it).
+void Resolve();
+
+// The pointer, resolved first if the constructor has not run yet.
+template <class F>
+inline F Get(F Table::*member) {
+  if (real.*member == nullptr) Resolve();
+  return real.*member;
+}
+
+}  // namespace nvfs::direct::libc

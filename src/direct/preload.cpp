@@ -1,0 +1,399 @@
+// libnvfs-direct as LD_PRELOAD (preload.hpp): the interposed calls, each
+// libc's own plus what the descriptor table (fd_table.hpp) must learn.
+//
+// The interposed names are resolved to these definitions in every object
+// of the program, so this file must not see the large-file redirections
+// (open would be defined as open64) nor the fortified inline wrappers.
+#undef _FILE_OFFSET_BITS
+#undef _FORTIFY_SOURCE
+
+#include "direct/preload.hpp"
+
+#include <dirent.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <linux/close_range.h>
+
+#include "direct/export.hpp"
+#include "direct/fd_table.hpp"
+#include "direct/libc.hpp"
+
+namespace nvfs::direct {
+
+namespace {
+
+ssize_t ServePread(int fd, void* buf, size_t count, off_t offset,
+                   ssize_t (*real)(int, void*, size_t, off_t)) {
+  const iovec one{buf, count};
+  ssize_t n;
+  return FdServe(fd, &one, 1, offset, &n) ? n : real(fd, buf, count, offset);
+}
+
+ssize_t ServePreadv(int fd, const iovec* iov, int iovcnt, off_t offset,
+                    ssize_t (*real)(int, const iovec*, int, off_t)) {
+  ssize_t n;
+  return FdServe(fd, iov, iovcnt, offset, &n) ? n : real(fd, iov, iovcnt, offset);
+}
+
+bool SameFile(const char* a, const char* b, size_t b_len) {
+  const char* slash = strrchr(a, '/');
+  const char* base = slash == nullptr ? a : slash + 1;
+  // The entry's last component.
+  size_t start = b_len;
+  while (start > 0 && b[start - 1] != '/') --start;
+  return strlen(base) == b_len - start && memcmp(base, b + start, b_len - start) == 0;
+}
+
+}  // namespace
+
+void PreloadInit() {
+  const char* list = getenv("LD_PRELOAD");
+  if (list == nullptr) return;
+  Dl_info info;
+  if (dladdr(reinterpret_cast<void*>(&PreloadInit), &info) == 0 || info.dli_fname == nullptr) return;
+  // ld.so separates the entries with spaces or colons.
+  for (const char* p = list; *p != '\0';) {
+    const size_t len = strcspn(p, " :");
+    if (len > 0 && SameFile(info.dli_fname, p, len)) {
+      SetPreloaded();
+      return;
+    }
+    p += len;
+    if (*p != '\0') ++p;
+  }
+}
+
+}  // namespace nvfs::direct
+
+using namespace nvfs::direct;
+
+// --- reads -------------------------------------------------------------------
+
+NVFS_DIRECT_EXPORT ssize_t pread(int fd, void* buf, size_t count, off_t offset) {
+  return ServePread(fd, buf, count, offset, libc::Get(&libc::Table::pread));
+}
+
+NVFS_DIRECT_EXPORT ssize_t pread64(int fd, void* buf, size_t count, off_t offset) {
+  return ServePread(fd, buf, count, offset, libc::Get(&libc::Table::pread64));
+}
+
+// _FORTIFY_SOURCE's spellings: a read larger than the buffer is libc's to
+// report (it aborts).
+NVFS_DIRECT_EXPORT ssize_t __pread_chk(int fd, void* buf, size_t count, off_t offset, size_t buflen) {
+  if (count > buflen) return libc::Get(&libc::Table::pread_chk)(fd, buf, count, offset, buflen);
+  return ServePread(fd, buf, count, offset, libc::Get(&libc::Table::pread));
+}
+
+NVFS_DIRECT_EXPORT ssize_t __pread64_chk(int fd, void* buf, size_t count, off_t offset, size_t buflen) {
+  if (count > buflen) return libc::Get(&libc::Table::pread64_chk)(fd, buf, count, offset, buflen);
+  return ServePread(fd, buf, count, offset, libc::Get(&libc::Table::pread64));
+}
+
+NVFS_DIRECT_EXPORT ssize_t preadv(int fd, const struct iovec* iov, int iovcnt, off_t offset) {
+  return ServePreadv(fd, iov, iovcnt, offset, libc::Get(&libc::Table::preadv));
+}
+
+NVFS_DIRECT_EXPORT ssize_t preadv64(int fd, const struct iovec* iov, int iovcnt, off_t offset) {
+  return ServePreadv(fd, iov, iovcnt, offset, libc::Get(&libc::Table::preadv64));
+}
+
+// Flags 0 only: RWF_NOWAIT, RWF_HIPRI and the rest mean something to the
+// kernel; offset -1 (the file position) is the kernel's too.
+NVFS_DIRECT_EXPORT ssize_t preadv2(int fd, const struct iovec* iov, int iovcnt, off_t offset, int flags) {
+  auto* real = libc::Get(&libc::Table::preadv2);
+  ssize_t n;
+  if (flags == 0 && FdServe(fd, iov, iovcnt, offset, &n)) return n;
+  return real(fd, iov, iovcnt, offset, flags);
+}
+
+NVFS_DIRECT_EXPORT ssize_t preadv64v2(int fd, const struct iovec* iov, int iovcnt, off_t offset,
+                                      int flags) {
+  auto* real = libc::Get(&libc::Table::preadv64v2);
+  ssize_t n;
+  if (flags == 0 && FdServe(fd, iov, iovcnt, offset, &n)) return n;
+  return real(fd, iov, iovcnt, offset, flags);
+}
+
+// --- calls that free a number --------------------------------------------------
+
+NVFS_DIRECT_EXPORT int close(int fd) {
+  FdClosing(fd);
+  const int r = libc::Get(&libc::Table::close)(fd);
+  FdForget(fd);
+  return r;
+}
+
+NVFS_DIRECT_EXPORT int close_range(unsigned first, unsigned last, int flags) noexcept {
+  const bool closes = (flags & CLOSE_RANGE_CLOEXEC) == 0;
+  if (closes) FdClosingRange(first, last);
+  auto* real = libc::Get(&libc::Table::close_range);
+  const int r = real != nullptr ? real(first, last, flags)
+                                : static_cast<int>(syscall(SYS_close_range, first, last, flags));
+  if (closes) FdForgetRange(first, last);
+  return r;
+}
+
+NVFS_DIRECT_EXPORT void closefrom(int low) noexcept {
+  const unsigned first = low < 0 ? 0 : static_cast<unsigned>(low);
+  FdClosingRange(first, UINT_MAX);
+  auto* real = libc::Get(&libc::Table::closefrom);
+  if (real != nullptr) {
+    real(low);
+  } else {
+    syscall(SYS_close_range, first, ~0u, 0);
+  }
+  FdForgetRange(first, UINT_MAX);
+}
+
+NVFS_DIRECT_EXPORT int dup2(int oldfd, int newfd) noexcept {
+  if (oldfd != newfd) FdClosing(newfd);
+  const int r = libc::Get(&libc::Table::dup2)(oldfd, newfd);
+  if (r >= 0) FdForget(r);
+  return r;
+}
+
+NVFS_DIRECT_EXPORT int dup3(int oldfd, int newfd, int flags) noexcept {
+  if (oldfd != newfd) FdClosing(newfd);
+  const int r = libc::Get(&libc::Table::dup3)(oldfd, newfd, flags);
+  if (r >= 0) FdForget(r);
+  return r;
+}
+
+NVFS_DIRECT_EXPORT int fclose(FILE* stream) {
+  const int fd = stream != nullptr ? fileno(stream) : -1;
+  FdClosing(fd);
+  const int r = libc::Get(&libc::Table::fclose)(stream);
+  if (fd >= 0) FdForget(fd);
+  return r;
+}
+
+// Closes every stream inside libc: which numbers were freed is not known,
+// so all are forgotten.
+NVFS_DIRECT_EXPORT int fcloseall(void) {
+  const int r = libc::Get(&libc::Table::fcloseall)();
+  FdForgetRange(0, kMaxFd);
+  return r;
+}
+
+NVFS_DIRECT_EXPORT int closedir(DIR* dir) {
+  const int fd = dirfd(dir);
+  FdClosing(fd);
+  const int r = libc::Get(&libc::Table::closedir)(dir);
+  if (fd >= 0) FdForget(fd);
+  return r;
+}
+
+namespace {
+
+int AfterFcntl(int fd, int cmd, int r) {
+  if (r < 0) return r;
+  if (cmd == F_SETFL) FdForget(fd);  // O_DIRECT may have come (or gone)
+  if (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC) FdForget(r);
+  return r;
+}
+
+}  // namespace
+
+// The third argument is passed on as glibc's own fcntl reads it: one
+// pointer-sized word, whatever the command.
+NVFS_DIRECT_EXPORT int fcntl(int fd, int cmd, ...) {
+  va_list ap;
+  va_start(ap, cmd);
+  void* arg = va_arg(ap, void*);
+  va_end(ap);
+  return AfterFcntl(fd, cmd, libc::Get(&libc::Table::fcntl)(fd, cmd, arg));
+}
+
+NVFS_DIRECT_EXPORT int fcntl64(int fd, int cmd, ...) {
+  va_list ap;
+  va_start(ap, cmd);
+  void* arg = va_arg(ap, void*);
+  va_end(ap);
+  auto* real = libc::Get(&libc::Table::fcntl64);
+  if (real == nullptr) real = libc::Get(&libc::Table::fcntl);
+  return AfterFcntl(fd, cmd, real(fd, cmd, arg));
+}
+
+// --- calls that return a number ------------------------------------------------
+
+#define NVFS_OPEN_MODE(flags)                      \
+  mode_t mode = 0;                                 \
+  if (__OPEN_NEEDS_MODE(flags)) {                  \
+    va_list ap;                                    \
+    va_start(ap, flags);                           \
+    mode = static_cast<mode_t>(va_arg(ap, int));   \
+    va_end(ap);                                    \
+  }
+
+NVFS_DIRECT_EXPORT int open(const char* path, int flags, ...) {
+  NVFS_OPEN_MODE(flags);
+  return FdFresh(libc::Get(&libc::Table::open)(path, flags, mode));
+}
+
+NVFS_DIRECT_EXPORT int open64(const char* path, int flags, ...) {
+  NVFS_OPEN_MODE(flags);
+  return FdFresh(libc::Get(&libc::Table::open64)(path, flags, mode));
+}
+
+NVFS_DIRECT_EXPORT int openat(int dirfd, const char* path, int flags, ...) {
+  NVFS_OPEN_MODE(flags);
+  return FdFresh(libc::Get(&libc::Table::openat)(dirfd, path, flags, mode));
+}
+
+NVFS_DIRECT_EXPORT int openat64(int dirfd, const char* path, int flags, ...) {
+  NVFS_OPEN_MODE(flags);
+  return FdFresh(libc::Get(&libc::Table::openat64)(dirfd, path, flags, mode));
+}
+
+#undef NVFS_OPEN_MODE
+
+NVFS_DIRECT_EXPORT int __open_2(const char* path, int flags) {
+  return FdFresh(libc::Get(&libc::Table::open_2)(path, flags));
+}
+
+NVFS_DIRECT_EXPORT int __open64_2(const char* path, int flags) {
+  return FdFresh(libc::Get(&libc::Table::open64_2)(path, flags));
+}
+
+NVFS_DIRECT_EXPORT int __openat_2(int dirfd, const char* path, int flags) {
+  return FdFresh(libc::Get(&libc::Table::openat_2)(dirfd, path, flags));
+}
+
+NVFS_DIRECT_EXPORT int __openat64_2(int dirfd, const char* path, int flags) {
+  return FdFresh(libc::Get(&libc::Table::openat64_2)(dirfd, path, flags));
+}
+
+NVFS_DIRECT_EXPORT int creat(const char* path, mode_t mode) {
+  return FdFresh(libc::Get(&libc::Table::creat)(path, mode));
+}
+
+NVFS_DIRECT_EXPORT int creat64(const char* path, mode_t mode) {
+  return FdFresh(libc::Get(&libc::Table::creat64)(path, mode));
+}
+
+namespace {
+
+FILE* FreshStream(FILE* f) {
+  if (f != nullptr) FdFresh(fileno(f));
+  return f;
+}
+
+}  // namespace
+
+NVFS_DIRECT_EXPORT FILE* fopen(const char* path, const char* mode) {
+  return FreshStream(libc::Get(&libc::Table::fopen)(path, mode));
+}
+
+NVFS_DIRECT_EXPORT FILE* fopen64(const char* path, const char* mode) {
+  return FreshStream(libc::Get(&libc::Table::fopen64)(path, mode));
+}
+
+NVFS_DIRECT_EXPORT FILE* freopen(const char* path, const char* mode, FILE* stream) {
+  const int old = stream != nullptr ? fileno(stream) : -1;
+  FdClosing(old);
+  FILE* f = libc::Get(&libc::Table::freopen)(path, mode, stream);
+  if (old >= 0) FdForget(old);
+  return FreshStream(f);
+}
+
+NVFS_DIRECT_EXPORT FILE* freopen64(const char* path, const char* mode, FILE* stream) {
+  const int old = stream != nullptr ? fileno(stream) : -1;
+  FdClosing(old);
+  FILE* f = libc::Get(&libc::Table::freopen64)(path, mode, stream);
+  if (old >= 0) FdForget(old);
+  return FreshStream(f);
+}
+
+NVFS_DIRECT_EXPORT DIR* opendir(const char* path) {
+  DIR* d = libc::Get(&libc::Table::opendir)(path);
+  if (d != nullptr) FdFresh(dirfd(d));
+  return d;
+}
+
+NVFS_DIRECT_EXPORT int dup(int fd) noexcept { return FdFresh(libc::Get(&libc::Table::dup)(fd)); }
+
+NVFS_DIRECT_EXPORT int socket(int domain, int type, int protocol) noexcept {
+  return FdFresh(libc::Get(&libc::Table::socket)(domain, type, protocol));
+}
+
+NVFS_DIRECT_EXPORT int socketpair(int domain, int type, int protocol, int sv[2]) noexcept {
+  const int r = libc::Get(&libc::Table::socketpair)(domain, type, protocol, sv);
+  if (r == 0) {
+    FdFresh(sv[0]);
+    FdFresh(sv[1]);
+  }
+  return r;
+}
+
+NVFS_DIRECT_EXPORT int accept(int fd, struct sockaddr* addr, socklen_t* len) {
+  return FdFresh(libc::Get(&libc::Table::accept)(fd, addr, len));
+}
+
+NVFS_DIRECT_EXPORT int accept4(int fd, struct sockaddr* addr, socklen_t* len, int flags) {
+  return FdFresh(libc::Get(&libc::Table::accept4)(fd, addr, len, flags));
+}
+
+// Descriptors received over a socket (SCM_RIGHTS) are new numbers too.
+NVFS_DIRECT_EXPORT ssize_t recvmsg(int fd, struct msghdr* msg, int flags) {
+  const ssize_t r = libc::Get(&libc::Table::recvmsg)(fd, msg, flags);
+  if (r >= 0 && msg != nullptr && msg->msg_controllen != 0 && Preloaded()) {
+    for (cmsghdr* c = CMSG_FIRSTHDR(msg); c != nullptr; c = CMSG_NXTHDR(msg, c)) {
+      if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+      const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      for (size_t i = 0; i < count; ++i) {
+        int received;
+        memcpy(&received, CMSG_DATA(c) + i * sizeof(int), sizeof received);
+        FdFresh(received);
+      }
+    }
+  }
+  return r;
+}
+
+NVFS_DIRECT_EXPORT int pipe(int fds[2]) noexcept {
+  const int r = libc::Get(&libc::Table::pipe)(fds);
+  if (r == 0) {
+    FdFresh(fds[0]);
+    FdFresh(fds[1]);
+  }
+  return r;
+}
+
+NVFS_DIRECT_EXPORT int pipe2(int fds[2], int flags) noexcept {
+  const int r = libc::Get(&libc::Table::pipe2)(fds, flags);
+  if (r == 0) {
+    FdFresh(fds[0]);
+    FdFresh(fds[1]);
+  }
+  return r;
+}
+
+NVFS_DIRECT_EXPORT int eventfd(unsigned count, int flags) noexcept {
+  return FdFresh(libc::Get(&libc::Table::eventfd)(count, flags));
+}
+
+NVFS_DIRECT_EXPORT int epoll_create(int size) noexcept {
+  return FdFresh(libc::Get(&libc::Table::epoll_create)(size));
+}
+
+NVFS_DIRECT_EXPORT int epoll_create1(int flags) noexcept {
+  return FdFresh(libc::Get(&libc::Table::epoll_create1)(flags));
+}
+
+NVFS_DIRECT_EXPORT int memfd_create(const char* name, unsigned flags) noexcept {
+  return FdFresh(libc::Get(&libc::Table::memfd_create)(name, flags));
+}

@@ -1,0 +1,481 @@
+#include "direct/session.hpp"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <new>
+
+#include "direct/epoch.hpp"
+#include "direct/libc.hpp"
+#include "direct/transport.hpp"
+#include "nvfs/direct.h"
+#include "nvfs/format.hpp"
+
+namespace nvfs::direct {
+
+const uint64_t Session::kMountCountOffset =
+    format::kSuperDynamicOffset + offsetof(format::SuperDynamic, mount_count);
+const uint64_t Session::kUuidOffset = format::kSuperStaticOffset + offsetof(format::SuperStatic, uuid);
+
+namespace {
+
+// How long a mount that served no session is left alone (unless its socket
+// is made anew).
+constexpr int64_t kRetrySeconds = 10;
+
+constexpr int kMaxSessions = 64;
+std::mutex registry_mu;
+Session* registry[kMaxSessions];  // protected by registry_mu; the usable sessions by mount
+Session* all_sessions = nullptr;  // protected by registry_mu; listed or not, until freed
+
+// The library's own long-lived descriptors (session sockets), so that a
+// program closing them (closefrom, a dup2 onto one) is noticed.
+constexpr int kMaxInternal = kMaxSessions;
+struct InternalFd {
+  std::atomic<int> fd{-1};
+  std::atomic<bool> stolen{false};
+};
+InternalFd internal[kMaxInternal];
+std::atomic<int> internal_count{0};
+
+int64_t NowSeconds() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec;
+}
+
+void CloseFd(int fd) {
+  if (fd >= 0) libc::Get(&libc::Table::close)(fd);
+}
+
+const char* SocketDir() {
+  const char* dir = secure_getenv("NVFS_DIRECT_SOCKET_DIR");
+  return dir != nullptr && dir[0] != '\0' ? dir : kSocketDir;
+}
+
+// Only root can put a socket in the directory (or, in tests, this user).
+bool SocketDirTrusted(const char* dir) {
+  struct stat st;
+  if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) return false;
+  if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) return false;
+  return st.st_uid == 0 || (TestMode() && st.st_uid == geteuid());
+}
+
+// A read of a word of a fresh mapping, inside the fault handler's reach.
+uint64_t GuardedWord(const std::byte* base, uint64_t offset) {
+  tls.in_copy++;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  const uint64_t v = __atomic_load_n(reinterpret_cast<const uint64_t*>(base + offset), __ATOMIC_RELAXED);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  tls.in_copy--;
+  return v;
+}
+
+}  // namespace
+
+bool Session::GuardedIdentityHolds() const {
+  tls.in_copy++;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  const bool holds = IdentityHolds();
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  tls.in_copy--;
+  return holds;
+}
+
+namespace {
+
+int WhyOfConnectError(int err) {
+  return err == ENOMEM || err == ENOBUFS ? NVFS_DIRECT_NO_MEMORY : NVFS_DIRECT_NO_SERVER;
+}
+
+int WhyOfDaemonError(int err) {
+  switch (err) {
+    case EPROTO: case EPROTONOSUPPORT: case EBADMSG: case ENOSYS: case EOPNOTSUPP:
+      return NVFS_DIRECT_NO_SERVER;  // an older (or newer) daemon
+    default:
+      return NVFS_DIRECT_REFUSED;
+  }
+}
+
+}  // namespace
+
+bool TestMode() {
+  const char* dir = secure_getenv("NVFS_DIRECT_SOCKET_DIR");
+  return dir != nullptr && dir[0] != '\0';
+}
+
+Session::~Session() {
+  {
+    std::lock_guard lock(registry_mu);
+    if (prev_ != nullptr) prev_->next_ = next_;
+    if (next_ != nullptr) next_->prev_ = prev_;
+    if (all_sessions == this) all_sessions = next_;
+  }
+  if (fault != nullptr) FaultUnregisterMapping(fault);
+  if (ns_base != nullptr) munmap(const_cast<std::byte*>(ns_base), ns_size);
+  if (table != nullptr) munmap(const_cast<DirectSlot*>(table), table_bytes_);
+  DropSocketLocked();
+}
+
+void Session::Unref() {
+  if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+}
+
+void Session::DropSocketLocked() {
+  if (internal_index_ >= 0) {
+    InternalFd& e = internal[internal_index_];
+    // A socket the program closed is not ours to close again.
+    if (!e.stolen.load(std::memory_order_acquire)) CloseFd(sock_);
+    e.fd.store(-1, std::memory_order_release);
+    e.stolen.store(false, std::memory_order_relaxed);
+    internal_count.fetch_sub(1, std::memory_order_relaxed);
+    internal_index_ = -1;
+  } else {
+    CloseFd(sock_);
+  }
+  sock_ = -1;
+}
+
+int Session::ConnectLocked() {
+  if (sock_ >= 0) {
+    // Still our socket: a close the library did not see (a raw system
+    // call) may have given its number to another descriptor, which a
+    // request must not be written into, nor closed.
+    InternalFd& e = internal[internal_index_];
+    struct stat st;
+    if (!e.stolen.load(std::memory_order_acquire) &&
+        (fstat(sock_, &st) != 0 || !S_ISSOCK(st.st_mode) || st.st_ino != sock_ino_ ||
+         st.st_dev != sock_dev_)) {
+      e.stolen.store(true, std::memory_order_release);
+    }
+    if (!e.stolen.load(std::memory_order_acquire)) return NVFS_DIRECT_ACTIVE;
+    DropSocketLocked();
+  }
+  const char* dir = SocketDir();
+  char path[PATH_MAX];
+  std::snprintf(path, sizeof path, "%s/direct-%u:%u", dir, major(dev_), minor(dev_));
+
+  // A mount that refused us lately is left alone unless its socket is new.
+  struct stat sock_st {};
+  const bool sock_exists = stat(path, &sock_st) == 0;
+  if (why_ != NVFS_DIRECT_ACTIVE && NowSeconds() < retry_after_ &&
+      (!sock_exists || (sock_st.st_ino == socket_ino_ && sock_st.st_mtime == socket_mtime_))) {
+    return why_;
+  }
+  auto fail = [&](int why) {
+    DropSocketLocked();
+    why_ = why;
+    retry_after_ = NowSeconds() + kRetrySeconds;
+    socket_ino_ = sock_exists ? sock_st.st_ino : 0;
+    socket_mtime_ = sock_exists ? sock_st.st_mtime : 0;
+    return why;
+  };
+  if (!sock_exists || !S_ISSOCK(sock_st.st_mode) || !SocketDirTrusted(dir)) {
+    return fail(NVFS_DIRECT_NO_SERVER);
+  }
+  int slot = -1;
+  for (int i = 0; i < kMaxInternal && slot < 0; ++i) {
+    int expected = -1;
+    // Claimed with a placeholder until the socket's number is known.
+    if (internal[i].fd.compare_exchange_strong(expected, -2, std::memory_order_acq_rel)) slot = i;
+  }
+  if (slot < 0) return fail(NVFS_DIRECT_NO_MEMORY);
+  const uid_t peer = TestMode() ? geteuid() : 0;
+  int sock = -1;
+  int err = TransportConnect(path, peer, &sock);
+  if (err != 0) {
+    internal[slot].fd.store(-1, std::memory_order_release);
+    return fail(WhyOfConnectError(err));
+  }
+  internal[slot].stolen.store(false, std::memory_order_relaxed);
+  internal[slot].fd.store(sock, std::memory_order_release);
+  internal_count.fetch_add(1, std::memory_order_relaxed);
+  sock_ = sock;
+  struct stat sock_fd_st {};
+  fstat(sock, &sock_fd_st);
+  sock_dev_ = sock_fd_st.st_dev;
+  sock_ino_ = sock_fd_st.st_ino;
+  internal_index_ = slot;
+
+  Request req{kMagic, kVersion, kOpHello, 0, 0, 0};
+  auto* hello = new (std::nothrow) HelloReply;
+  if (hello == nullptr) return fail(NVFS_DIRECT_NO_MEMORY);
+  err = TransportCall(sock_, req, -1, hello, sizeof *hello, offsetof(HelloReply, path), nullptr);
+  if (err != 0 || hello->h.error != 0) {
+    const int why = err != 0 ? NVFS_DIRECT_NO_SERVER : WhyOfDaemonError(hello->h.error);
+    delete hello;
+    return fail(why);
+  }
+  if (hello->path_len == 0 || hello->path_len >= PATH_MAX ||
+      std::memchr(hello->path, '\0', hello->path_len) != nullptr) {
+    delete hello;
+    return fail(NVFS_DIRECT_NO_SERVER);
+  }
+  hello->path[hello->path_len] = '\0';
+  const int ns_fd = libc::Get(&libc::Table::open)(hello->path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+  delete hello;
+  if (ns_fd < 0) return fail(errno == ENOMEM ? NVFS_DIRECT_NO_MEMORY : NVFS_DIRECT_NO_NAMESPACE);
+
+  // The descriptor is kept until the namespace is mapped from it: the
+  // mapping is made from the very file the daemon checked.
+  struct NsFd {
+    int fd;
+    ~NsFd() { CloseFd(fd); }
+  } const ns{ns_fd};
+  req.op = kOpProve;
+  ProveReply prove{};
+  int table_fd = -1;
+  err = TransportCall(sock_, req, ns.fd, &prove, sizeof prove, sizeof prove, &table_fd);
+  if (err != 0) return fail(NVFS_DIRECT_NO_SERVER);
+  if (prove.h.error != 0) {
+    return fail(prove.h.error == EACCES || prove.h.error == EPERM || prove.h.error == EBADF
+                    ? NVFS_DIRECT_NO_NAMESPACE
+                    : WhyOfDaemonError(prove.h.error));
+  }
+  struct stat ns_st {}, table_st {};
+  if (table_fd < 0 || fstat(table_fd, &table_st) != 0 || fstat(ns.fd, &ns_st) != 0) {
+    CloseFd(table_fd);
+    return fail(NVFS_DIRECT_NO_SERVER);
+  }
+  uint64_t uuid[2];
+  std::memcpy(uuid, prove.uuid, sizeof uuid);
+
+  if (mapped_) {
+    // A reconnect (after fork, a timeout, a stolen socket): the same
+    // namespace at the same mount, or the session is over.
+    CloseFd(table_fd);
+    if (prove.mount_count != mount_count || uuid[0] != uuid_words[0] || uuid[1] != uuid_words[1] ||
+        prove.namespace_size != ns_size || static_cast<uint64_t>(ns_st.st_dev) != ns_dev_ ||
+        static_cast<uint64_t>(ns_st.st_ino) != ns_ino_ ||
+        static_cast<uint64_t>(ns_st.st_rdev) != ns_rdev_ ||
+        static_cast<uint64_t>(table_st.st_dev) != table_dev_ ||
+        static_cast<uint64_t>(table_st.st_ino) != table_ino_ || !GuardedIdentityHolds()) {
+      gone.store(true, std::memory_order_release);
+      return fail(NVFS_DIRECT_GONE);
+    }
+    why_ = NVFS_DIRECT_ACTIVE;
+    return NVFS_DIRECT_ACTIVE;
+  }
+
+  // The first connection: map the table and the namespace, and check the
+  // namespace's identity in our own mapping against the daemon's word.
+  const uint64_t need = format::kSuperDynamicOffset + format::kSuperHalfSize;
+  const bool is_file = S_ISREG(ns_st.st_mode);
+  if (prove.namespace_size < need ||
+      (is_file && static_cast<uint64_t>(ns_st.st_size) < prove.namespace_size) ||
+      prove.slot_count < 2 || prove.table_bytes != uint64_t{prove.slot_count} * sizeof(DirectSlot) ||
+      static_cast<uint64_t>(table_st.st_size) < prove.table_bytes) {
+    CloseFd(table_fd);
+    return fail(NVFS_DIRECT_NO_SERVER);
+  }
+  void* t = mmap(nullptr, prove.table_bytes, PROT_READ, MAP_SHARED, table_fd, 0);
+  CloseFd(table_fd);
+  if (t == MAP_FAILED) return fail(NVFS_DIRECT_NO_MEMORY);
+  const auto* header = static_cast<const DirectTableHeader*>(t);
+  if (header->magic != kDirectTableMagic || header->version != kDirectTableVersion ||
+      header->slot_count != prove.slot_count) {
+    munmap(t, prove.table_bytes);
+    return fail(NVFS_DIRECT_NO_SERVER);
+  }
+  void* n = mmap(nullptr, prove.namespace_size, PROT_READ, MAP_SHARED, ns.fd, 0);
+  if (n == MAP_FAILED) {
+    munmap(t, prove.table_bytes);
+    return fail(errno == ENOMEM ? NVFS_DIRECT_NO_MEMORY : NVFS_DIRECT_NO_NAMESPACE);
+  }
+  FaultMapping* fm = FaultRegisterMapping(static_cast<std::byte*>(n), prove.namespace_size);
+  if (fm == nullptr) {
+    munmap(n, prove.namespace_size);
+    munmap(t, prove.table_bytes);
+    return fail(NVFS_DIRECT_NO_MEMORY);
+  }
+  const auto* base = static_cast<const std::byte*>(n);
+  const bool same = GuardedWord(base, kMountCountOffset) == prove.mount_count &&
+                    GuardedWord(base, kUuidOffset) == uuid[0] &&
+                    GuardedWord(base, kUuidOffset + 8) == uuid[1] &&
+                    fm->poisoned.load(std::memory_order_acquire) == 0;
+  if (!same) {
+    // Mounted anew meanwhile (or a page of the superblock is lost).
+    FaultUnregisterMapping(fm);
+    munmap(n, prove.namespace_size);
+    munmap(t, prove.table_bytes);
+    return fail(NVFS_DIRECT_GONE);
+  }
+  EpochInit();  // before any reader can reach what the session serves
+  ns_base = base;
+  ns_size = prove.namespace_size;
+  table = static_cast<const DirectSlot*>(t);
+  table_bytes_ = prove.table_bytes;
+  slot_count = prove.slot_count;
+  fault = fm;
+  mount_count = prove.mount_count;
+  uuid_words[0] = uuid[0];
+  uuid_words[1] = uuid[1];
+  ns_dev_ = static_cast<uint64_t>(ns_st.st_dev);
+  ns_ino_ = static_cast<uint64_t>(ns_st.st_ino);
+  ns_rdev_ = static_cast<uint64_t>(ns_st.st_rdev);
+  table_dev_ = static_cast<uint64_t>(table_st.st_dev);
+  table_ino_ = static_cast<uint64_t>(table_st.st_ino);
+  mapped_ = true;
+  why_ = NVFS_DIRECT_ACTIVE;
+  return NVFS_DIRECT_ACTIVE;
+}
+
+int Session::CheckReply(const MapReply& r, uint64_t offset) const {
+  if (r.slot == 0 || r.slot >= slot_count || r.run_count > kMaxRuns || (r.seq & 1) != 0) return EPROTO;
+  if (r.h.size < offsetof(MapReply, runs) + r.run_count * sizeof(DirectRun)) return EPROTO;
+  if (offset < r.size && (r.start > offset || r.run_count == 0)) return EPROTO;
+  uint64_t file_off = r.start;
+  for (uint32_t i = 0; i < r.run_count; ++i) {
+    const DirectRun& run = r.runs[i];
+    if (run.len == 0 || run.len > UINT64_MAX - file_off) return EPROTO;
+    if (run.offset != kDirectHole && (run.offset > ns_size || run.len > ns_size - run.offset)) {
+      return EPROTO;
+    }
+    file_off += run.len;
+  }
+  return 0;
+}
+
+int Session::MapOnceLocked(int fd, uint64_t offset, MapReply* reply) {
+  const Request req{kMagic, kVersion, kOpMap, 0, offset, 0};
+  const int err = TransportCall(sock_, req, fd, reply, sizeof *reply, offsetof(MapReply, runs), nullptr);
+  if (err == EBADF) return EBADF;  // the descriptor, not the connection: nothing was sent
+  if (err != 0) {
+    DropSocketLocked();
+    return kMapUnavailable;
+  }
+  if (reply->h.error != 0) return reply->h.error;
+  if (CheckReply(*reply, offset) != 0) {
+    DropSocketLocked();  // a daemon that says nonsense is not asked again on this connection
+    return kMapUnavailable;
+  }
+  return kMapOk;
+}
+
+int Session::MapLocked(int fd, uint64_t offset, MapReply* reply) {
+  if (gone.load(std::memory_order_acquire)) return kMapGone;
+  // A connection that failed is made again once per request.
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    const int why = ConnectLocked();
+    if (why == NVFS_DIRECT_GONE) return kMapGone;
+    if (why != NVFS_DIRECT_ACTIVE) {
+      // The daemon is not there any more (a socket that refuses, a socket
+      // file removed at unmount): the session is over.
+      if (mapped_ && why == NVFS_DIRECT_NO_SERVER) {
+        gone.store(true, std::memory_order_release);
+        return kMapGone;
+      }
+      return kMapUnavailable;
+    }
+    const int r = MapOnceLocked(fd, offset, reply);
+    if (r != kMapUnavailable) return r;
+  }
+  return kMapUnavailable;
+}
+
+int Session::Map(int fd, uint64_t offset, MapReply* reply) {
+  std::lock_guard lock(mu);
+  return MapLocked(fd, offset, reply);
+}
+
+Session* SessionFor(dev_t dev, int* why) {
+  Session* s = nullptr;
+  // Released after the registry's lock: a last reference frees the
+  // session, which takes that lock to leave the list of all sessions.
+  Session* dropped[kMaxSessions];
+  int dropped_count = 0;
+  {
+    std::lock_guard lock(registry_mu);
+    int free_index = -1;
+    for (int i = 0; i < kMaxSessions; ++i) {
+      Session* e = registry[i];
+      if (e == nullptr) {
+        if (free_index < 0) free_index = i;
+        continue;
+      }
+      if (e->dev_ != dev) continue;
+      if (e->gone.load(std::memory_order_acquire)) {
+        // Its handles keep it until they are detached; new ones get a new one.
+        registry[i] = nullptr;
+        dropped[dropped_count++] = e;
+        if (free_index < 0) free_index = i;
+        continue;
+      }
+      s = e;
+      break;
+    }
+    if (s == nullptr && free_index < 0) {
+      // Make room: a session no handle uses any more.
+      for (int i = 0; i < kMaxSessions && free_index < 0; ++i) {
+        if (registry[i]->refs_.load(std::memory_order_acquire) == 1) {
+          dropped[dropped_count++] = registry[i];
+          registry[i] = nullptr;
+          free_index = i;
+        }
+      }
+    }
+    if (s == nullptr && free_index >= 0) {
+      s = new (std::nothrow) Session(dev);
+      if (s != nullptr) {
+        registry[free_index] = s;
+        s->next_ = all_sessions;
+        if (all_sessions != nullptr) all_sessions->prev_ = s;
+        all_sessions = s;
+      }
+    }
+    if (s != nullptr) s->Ref();
+  }
+  for (int i = 0; i < dropped_count; ++i) dropped[i]->Unref();
+  if (s == nullptr) {
+    *why = NVFS_DIRECT_NO_MEMORY;
+    return nullptr;
+  }
+  int w;
+  {
+    std::lock_guard lock(s->mu);
+    w = s->ConnectLocked();
+  }
+  if (w != NVFS_DIRECT_ACTIVE) {
+    s->Unref();
+    *why = w;
+    return nullptr;
+  }
+  return s;
+}
+
+void SessionsNoteClosed(unsigned first, unsigned last) {
+  if (internal_count.load(std::memory_order_relaxed) == 0) return;
+  for (InternalFd& e : internal) {
+    const int fd = e.fd.load(std::memory_order_acquire);
+    if (fd >= 0 && static_cast<unsigned>(fd) >= first && static_cast<unsigned>(fd) <= last) {
+      e.stolen.store(true, std::memory_order_release);
+    }
+  }
+}
+
+void SessionsPrepareFork() {
+  registry_mu.lock();
+  for (Session* s = all_sessions; s != nullptr; s = s->next_) s->mu.lock();
+}
+
+void SessionsParentAfterFork() {
+  for (Session* s = all_sessions; s != nullptr; s = s->next_) s->mu.unlock();
+  registry_mu.unlock();
+}
+
+void SessionsChildAfterFork() {
+  for (Session* s = all_sessions; s != nullptr; s = s->next_) {
+    if (s->sock_ >= 0) s->DropSocketLocked();
+    s->mu.unlock();
+  }
+  registry_mu.unlock();
+}
+
+}  // namespace nvfs::direct

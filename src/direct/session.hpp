@@ -1,0 +1,144 @@
+// A direct session: one per nvfs mount (keyed by the mount's st_dev), made
+// at the first attach of a file on it. It owns the connection to the
+// mount's daemon, the process's own read-only mapping of the namespace and
+// the mapping of the daemon's slot table (protocol.hpp describes the
+// exchange that sets them up).
+//
+// Lock order: the registry's lock, then a session's mu, then epoch.cpp's
+// and fault.cpp's locks. Nothing takes the registry's lock while holding a
+// session's.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+
+#include "direct/fault.hpp"
+#include "direct/protocol.hpp"
+#include "nvfs/direct_abi.hpp"
+
+namespace nvfs::direct {
+
+class Session {
+ public:
+  // What a refresh of runs got (MapLocked).
+  enum MapStatus : int {
+    kMapOk = 0,
+    kMapGone = -1,         // the daemon went away or the namespace was mounted anew
+    kMapUnavailable = -2,  // no answer this time (timeout, a reconnect that failed)
+    // > 0: the daemon refused the file with this errno, or a local errno
+    // about the descriptor (EBADF)
+  };
+
+  // Set at creation, immutable while the session is usable: what the read
+  // path uses without a lock.
+  const std::byte* ns_base = nullptr;  // the namespace, mapped PROT_READ
+  uint64_t ns_size = 0;
+  const DirectSlot* table = nullptr;   // slot 0 is the header
+  uint32_t slot_count = 0;
+  FaultMapping* fault = nullptr;
+  uint64_t mount_count = 0;            // the namespace's identity at this mount
+  uint64_t uuid_words[2] = {0, 0};
+
+  // Set once when the session is found gone; never cleared.
+  std::atomic<bool> gone{false};
+
+  // The identity in the mapping is still the one the session was made for
+  // (a remount or a daemon restart moves mount_count first).
+  // REQUIRES: tls.in_copy set (a lost superblock page faults), or use
+  // GuardedIdentityHolds.
+  [[gnu::always_inline]] bool IdentityHolds() const {
+    return MappedWord(kMountCountOffset) == mount_count &&
+           MappedWord(kUuidOffset) == uuid_words[0] && MappedWord(kUuidOffset + 8) == uuid_words[1];
+  }
+
+  bool GuardedIdentityHolds() const;
+
+  // Asks the daemon where `fd`'s bytes from `offset` on lie. The reply is
+  // checked (slot in the table, runs inside the namespace, seq even).
+  // REQUIRES: mu held.
+  int MapLocked(int fd, uint64_t offset, MapReply* reply);
+  // Takes mu.
+  int Map(int fd, uint64_t offset, MapReply* reply);
+
+  void Ref() { refs_.fetch_add(1, std::memory_order_relaxed); }
+  // Unmaps and frees the session with the last reference; no read may
+  // still use it then (epoch.hpp makes sure).
+  void Unref();
+
+  // Serializes the connection and refreshes of runs of this session's
+  // files (client.cpp publishes snapshots under it).
+  std::mutex mu;
+
+  // Offsets in the namespace of the identity words (format.hpp).
+  static const uint64_t kMountCountOffset;
+  static const uint64_t kUuidOffset;
+
+ private:
+  friend Session* SessionFor(dev_t dev, int* why);
+  friend void SessionsPrepareFork();
+  friend void SessionsParentAfterFork();
+  friend void SessionsChildAfterFork();
+
+  explicit Session(dev_t dev) : dev_(dev) {}
+  ~Session();
+
+  uint64_t MappedWord(uint64_t offset) const {
+    return __atomic_load_n(reinterpret_cast<const uint64_t*>(ns_base + offset), __ATOMIC_RELAXED);
+  }
+
+  // Connects, says hello, proves with the namespace and, the first time,
+  // maps it: NVFS_DIRECT_ACTIVE or why not. REQUIRES: mu held.
+  int ConnectLocked();
+  int MapOnceLocked(int fd, uint64_t offset, MapReply* reply);
+  void DropSocketLocked();
+  int CheckReply(const MapReply& reply, uint64_t offset) const;
+
+  const dev_t dev_;
+  std::atomic<int> refs_{1};  // the registry's, while listed
+
+  // protected by mu:
+  int sock_ = -1;
+  int internal_index_ = -1;  // its entry among the library's descriptors
+  dev_t sock_dev_ = 0;       // the socket's identity, checked before each use
+  ino_t sock_ino_ = 0;
+  uint64_t ns_dev_ = 0, ns_ino_ = 0, ns_rdev_ = 0;  // what was mapped
+  uint64_t table_dev_ = 0, table_ino_ = 0;
+  size_t table_bytes_ = 0;
+  int why_ = 0;                        // why the last connection attempt failed
+  int64_t retry_after_ = 0;            // CLOCK_MONOTONIC seconds
+  uint64_t socket_ino_ = 0;            // the socket file that refused us
+  int64_t socket_mtime_ = 0;
+  bool mapped_ = false;
+
+  Session* prev_ = nullptr;  // the list of all sessions; protected by the registry's lock
+  Session* next_ = nullptr;
+};
+
+// The session of the mount `dev` with a reference for the caller, ready to
+// map files; null and the reason in *why (an nvfs_direct_why) when the
+// mount serves this process no direct reads. A failure is remembered for
+// some seconds, or until the mount's socket is made anew.
+Session* SessionFor(dev_t dev, int* why);
+
+// The program closed descriptors first..last (close, dup2 onto, close_range):
+// a session socket among them is no longer the library's; the session
+// reconnects instead of using the number again. Async-signal-safe.
+void SessionsNoteClosed(unsigned first, unsigned last);
+
+// Test-only (tests/test_direct.cpp): the socket directory given by
+// NVFS_DIRECT_SOCKET_DIR (secure_getenv: ignored for setuid programs) is
+// used instead of /run/nvfs; it may then belong to this process's user, the
+// daemon may run as that user, and any file system counts as nvfs.
+bool TestMode();
+
+void SessionsPrepareFork();
+void SessionsParentAfterFork();
+// The child drops its copies of the sockets (a child must not share a
+// connection with its parent) and reconnects when it next needs to.
+void SessionsChildAfterFork();
+
+}  // namespace nvfs::direct
