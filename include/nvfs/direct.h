@@ -70,6 +70,12 @@ const char *nvfs_direct_strwhy(int why);
 /* Frees the handle; the descriptor stays open. */
 void nvfs_direct_detach(nvfs_direct *f);
 
+/* Loaded as LD_PRELOAD: what the preload does with pread and preadv of
+ * `fd`: NVFS_DIRECT_ACTIVE if it serves them from the namespace, else why
+ * the kernel does (the descriptor is looked at now if no read did yet).
+ * -1 with errno ENOSYS when the library was not preloaded. */
+int nvfs_direct_fd_why(int fd);
+
 #ifdef __cplusplus
 }
 #endif

@@ -14,6 +14,7 @@
 #include "direct/epoch.hpp"
 #include "direct/export.hpp"
 #include "direct/fault.hpp"
+#include "direct/fd_table.hpp"
 #include "direct/file.hpp"
 #include "direct/libc.hpp"
 #include "direct/preload.hpp"
@@ -189,3 +190,5 @@ NVFS_DIRECT_EXPORT void nvfs_direct_detach(nvfs_direct* f) {
   DepthGuard depth;
   RetireHandle(f);
 }
+
+NVFS_DIRECT_EXPORT int nvfs_direct_fd_why(int fd) { return FdWhy(fd); }

@@ -31,7 +31,13 @@ struct FdChunk {
 };
 std::atomic<FdChunk*> chunks[kChunks];
 
-nvfs_direct* const kNotDirect = reinterpret_cast<nvfs_direct*>(uintptr_t{1});
+// A number read through the kernel is marked with why (an odd value:
+// handles are aligned).
+nvfs_direct* NotDirect(int why) {
+  return reinterpret_cast<nvfs_direct*>((static_cast<uintptr_t>(why) << 1) | 1);
+}
+bool IsNotDirect(const nvfs_direct* h) { return reinterpret_cast<uintptr_t>(h) & 1; }
+int NotDirectWhy(const nvfs_direct* h) { return static_cast<int>(reinterpret_cast<uintptr_t>(h) >> 1); }
 
 // Handles forgotten from a signal handler that interrupted the library on
 // its thread (retiring takes a lock): retired by the next forget outside one.
@@ -81,7 +87,7 @@ void ForgetEntry(FdEntry& e) {
   e.generation.fetch_add(1, std::memory_order_seq_cst);
   if (e.handle.load(std::memory_order_relaxed) == nullptr) return;
   nvfs_direct* old = e.handle.exchange(nullptr, std::memory_order_acq_rel);
-  if (old != nullptr && old != kNotDirect) Release(old);
+  if (old != nullptr && !IsNotDirect(old)) Release(old);
 }
 
 // errno is kept: these run around the program's own calls.
@@ -130,20 +136,21 @@ bool Classify(int fd, off_t offset) {
   nvfs_direct* h = Attach(fd, static_cast<uint64_t>(offset));
   if (h == nullptr) return false;
   nvfs_direct* value = h;
-  if (h->why.load(std::memory_order_relaxed) != NVFS_DIRECT_ACTIVE) {
+  const int why = h->why.load(std::memory_order_relaxed);
+  if (why != NVFS_DIRECT_ACTIVE) {
     HandleUnref(h);  // never published
-    value = kNotDirect;
+    value = NotDirect(why);
   }
   nvfs_direct* expected = nullptr;
   if (!e->handle.compare_exchange_strong(expected, value, std::memory_order_acq_rel)) {
-    if (value != kNotDirect) HandleUnref(h);  // another reader's classification stands
+    if (!IsNotDirect(value)) HandleUnref(h);  // another reader's classification stands
     return true;
   }
   if (e->generation.load(std::memory_order_seq_cst) != generation) {
     // Closed or reused meanwhile: what was looked at may be the old file.
     nvfs_direct* mine = value;
     if (e->handle.compare_exchange_strong(mine, nullptr, std::memory_order_acq_rel) &&
-        value != kNotDirect) {
+        !IsNotDirect(value)) {
       RetireHandle(value);
     }
     return false;
@@ -165,7 +172,7 @@ bool FdServe(int fd, const iovec* iov, int iovcnt, off_t offset, ssize_t* result
       ReadSection section;
       if (!section.Enter()) break;
       h = e == nullptr ? nullptr : e->handle.load(std::memory_order_acquire);
-      if (h == kNotDirect) break;
+      if (IsNotDirect(h)) break;
       if (h != nullptr) {
         if (iovcnt == 1 && iov[0].iov_len <= kChunk) {
           const Snapshot* s = h->snapshot.load(std::memory_order_acquire);
@@ -194,6 +201,28 @@ bool FdServe(int fd, const iovec* iov, int iovcnt, off_t offset, ssize_t* result
   return false;
 }
 
+
+int FdWhy(int fd) {
+  if (!preloaded.load(std::memory_order_relaxed)) {
+    errno = ENOSYS;
+    return -1;
+  }
+  if (tls.depth != 0) return NVFS_DIRECT_REFUSED;  // from a signal handler inside the library
+  DepthGuard depth;
+  for (int pass = 0; pass < 2; ++pass) {
+    FdEntry* e = Find(fd);
+    {
+      ReadSection section;
+      if (!section.Enter()) return NVFS_DIRECT_REFUSED;
+      nvfs_direct* h = e == nullptr ? nullptr : e->handle.load(std::memory_order_acquire);
+      if (h != nullptr) {
+        return IsNotDirect(h) ? NotDirectWhy(h) : h->why.load(std::memory_order_relaxed);
+      }
+    }
+    if (!Classify(fd, 0)) break;
+  }
+  return NVFS_DIRECT_REFUSED;  // the number was freed or reused while it was looked at
+}
 
 void SetPreloaded() { preloaded.store(true, std::memory_order_relaxed); }
 bool Preloaded() { return preloaded.load(std::memory_order_relaxed); }

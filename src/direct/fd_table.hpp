@@ -1,7 +1,7 @@
 // The preload's descriptor table (preload.cpp calls it around the
 // program's calls): one entry per descriptor number (chunks of 1024, made
 // at the first read of a number in them, never freed), holding the
-// number's handle, kNotDirect (read through the kernel: a negative result
+// number's handle, a NotDirect(why) marker (read through the kernel: a negative result
 // cached, so a descriptor that is not an nvfs file costs no system call
 // after its first read), or null (not looked at yet, including descriptors
 // opened before the library was loaded). A handle is reached without a
@@ -39,6 +39,11 @@ bool Preloaded();
 // at its first read): true with the result (and errno) in *result; false:
 // the caller reads through the kernel.
 bool FdServe(int fd, const struct iovec* iov, int iovcnt, off_t offset, ssize_t* result);
+
+// What the preload does with reads of `fd` (classifying it now if it was
+// not yet): NVFS_DIRECT_ACTIVE, or why the kernel serves them; -1 (ENOSYS)
+// when the library was not preloaded.
+int FdWhy(int fd);
 
 // Forgets a number freed or made anew. errno is kept: these run around
 // the program's own calls. Async-signal-safe (a handle forgotten in a

@@ -103,6 +103,20 @@ inline constexpr size_t kMaxRw = 0x7ffff000;
 
 inline constexpr ssize_t kSlow = -1;
 
+// A copy is good only while the slot's seq is the snapshot's: the check
+// that makes a direct read safe (doc/integrity.md section 10). A build with
+// NVFS_DIRECT_NO_RECHECK, a library the tests build to show that the race
+// test fails without it (tests/meson.build; never installed), skips it.
+[[gnu::always_inline]] inline bool SeqIs(uint64_t now, uint64_t want) {
+#ifdef NVFS_DIRECT_NO_RECHECK
+  (void)now;
+  (void)want;
+  return true;
+#else
+  return now == want;
+#endif
+}
+
 // The read in one piece: one extent covers [offset, offset + count) (or it
 // is at or past the end of the file), no page of the mapping is poisoned,
 // and the copy passed the check. kSlow: anything else, with `buf` possibly
@@ -112,7 +126,7 @@ inline constexpr ssize_t kSlow = -1;
                                                uint64_t offset) {
   const Session* session = s->session;
   const uint64_t seq = s->seq_word->load(std::memory_order_acquire);
-  if (seq != s->seq || session->fault->poisoned.load(std::memory_order_relaxed) != 0 ||
+  if (!SeqIs(seq, s->seq) || session->fault->poisoned.load(std::memory_order_relaxed) != 0 ||
       session->gone.load(std::memory_order_relaxed)) {
     return kSlow;
   }
@@ -135,7 +149,8 @@ inline constexpr ssize_t kSlow = -1;
     std::memcpy(buf, s->ns_base + e->ns_offset + (offset - e->file_offset), n);
   }
   std::atomic_thread_fence(std::memory_order_acquire);
-  const bool same = s->seq_word->load(std::memory_order_relaxed) == seq && session->IdentityHolds();
+  const bool same = SeqIs(s->seq_word->load(std::memory_order_relaxed), seq) &&
+                    session->IdentityHolds();
   std::atomic_signal_fence(std::memory_order_seq_cst);
   tls.in_copy = 0;
   if (!same || session->fault->poisoned.load(std::memory_order_relaxed) != 0) return kSlow;

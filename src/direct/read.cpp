@@ -160,7 +160,7 @@ Step CopyChunk(nvfs_direct* f, Cursor& dst, uint64_t offset, size_t len, size_t*
   Session* session = s->session;
   if (session->gone.load(std::memory_order_acquire)) return Step::kGone;
   const uint64_t seq = s->seq_word->load(std::memory_order_acquire);
-  if (seq != s->seq) return Step::kRefresh;
+  if (!SeqIs(seq, s->seq)) return Step::kRefresh;
   const uint64_t n = offset >= s->size ? 0 : std::min<uint64_t>(len, s->size - offset);
   uint64_t gap;
   if (!ForEachPiece(s, offset, n, &gap, [](uint64_t, uint64_t) {})) {
@@ -180,7 +180,7 @@ Step CopyChunk(nvfs_direct* f, Cursor& dst, uint64_t offset, size_t len, size_t*
     });
   }
   std::atomic_thread_fence(std::memory_order_acquire);
-  const bool same_seq = s->seq_word->load(std::memory_order_relaxed) == seq;
+  const bool same_seq = SeqIs(s->seq_word->load(std::memory_order_relaxed), seq);
   const bool same_mount = session->IdentityHolds();
   std::atomic_signal_fence(std::memory_order_seq_cst);
   tls.in_copy = 0;
