@@ -8,6 +8,8 @@ Targets, each holding the same data file:
   nvfs-map-none-uring       nvfs read_path=map, cache=none over FUSE's io_uring
                             transport (io_uring=on): the bench turns the kernel's
                             enable_uring switch on for its run and restores it
+  nvfs-direct               nvfs (map, cache=none) read through libnvfs-direct: nvfs-pread
+                            --direct, and fio under LD_PRELOAD=libnvfs-direct.so
   fuse2fs, fuse2fs-dio      ext4 through FUSE on an image under /dev/shm (-o direct_io)
   ext4-loop                 ext4 on a loop device over a /dev/shm file
   tmpfs                     /dev/shm itself
@@ -74,7 +76,8 @@ class Target:
             run([os.path.join(bindir, "mkfs.nvfs"), "-q", "-f", "-s", img_size, self.image])
             run([os.path.join(bindir, "nvfs"), self.image, self.dir, "-o",
                  f"read_path={self.opts['read_path']},cache={self.opts['cache']},"
-                 f"io_uring={self.opts.get('io_uring', 'off')}"])
+                 f"io_uring={self.opts.get('io_uring', 'off')},"
+                 f"direct={'on' if self.opts.get('direct') else 'off'}"])
         elif self.kind in ("fuse2fs",):
             run(["truncate", "-s", img_size, self.image])
             run(["mkfs.ext4", "-q", "-F", self.image])
@@ -121,6 +124,9 @@ WORKLOADS = [
     ("seq-1m-2t", MIB, "seq", 2, False),
     ("seq-1m-cold", MIB, "seq", 1, True),
     ("floor", 4 * KIB, "same", 1, False),
+    # The seed's loop: the same 4 KiB block over and over (pread, not the
+    # getxattr of "floor").
+    ("same-4k", 4 * KIB, "same", 1, False),
 ]
 
 
@@ -137,9 +143,12 @@ def pread_once(target, wl, size, quick):
     name, bs, pattern, threads, cold = wl
     if cold:
         drop_caches()
-    paths = "getxattr" if name == "floor" else "pread"
+    direct = target.opts.get("direct", False)
+    paths = "getxattr" if name == "floor" and not direct else "pread"
     cmd = [os.path.join(BUILD, "nvfs-pread"), "file", "--json", "-r", "1", "-b", str(bs),
            "-P", pattern, "-t", str(threads), "-p", paths, "-T", target.name]
+    if direct:
+        cmd.append("--direct")
     # Cold: one pass over the file; warm: time-based, as fio runs.
     cmd += ["-N", str(size // bs)] if cold else ["-D", str(DURATION[quick])]
     if name.endswith("-pin"):
@@ -152,7 +161,7 @@ def pread_once(target, wl, size, quick):
 
 def fio_once(target, wl, size, quick):
     name, bs, pattern, threads, cold = wl
-    if name == "floor" or name.endswith("-pin"):
+    if name in ("floor", "same-4k") or name.endswith("-pin"):
         return None
     if cold:
         drop_caches()
@@ -174,7 +183,10 @@ def fio_once(target, wl, size, quick):
         cmd += [f"--io_size={size}"]
     else:
         cmd += ["--time_based", f"--runtime={DURATION[quick]}"]
-    res = json.loads(run(cmd).stdout)
+    env = None
+    if target.opts.get("direct"):
+        env = dict(os.environ, LD_PRELOAD=os.path.join(BUILD, "libnvfs-direct.so"))
+    res = json.loads(run(cmd, env=env).stdout)
     job = res["jobs"][0]["read"]
     return job["bw_bytes"] / 1e9
 
@@ -259,6 +271,27 @@ def check_targets(med, engine, fio_disagreement):
                          ("rand-4k-pin", "rand-4k-2t-pin")):
             add(f"{u}: {two} / {one}", ratio(gb(u, two), gb(u, one)), ">=", 1.7)
             rows.append((f"{d}: {two} / {one} (/dev/fuse)", ratio(gb(d, two), gb(d, one)), None, 1.7))
+    # Direct reads (issue 20, item 5), against the engine's bare memcpy from
+    # the mapping, the engine's read, tmpfs and the mount's own round trip.
+    r = "nvfs-direct"
+    if med.get((r, "seq-4k")):
+        memcpy = lambda pat, bs: e.get(("memcpy", pat, bs))
+        add(f"{r}: seq 4K ns / engine memcpy", ratio(ns(r, "seq-4k"), memcpy("seq", 4 * KIB)), "<=", 1.5)
+        add(f"{r}: rand 4K ns / engine memcpy",
+            ratio(ns(r, "rand-4k"), memcpy("rand", 4 * KIB) or memcpy("seq", 4 * KIB)), "<=", 1.5)
+        add(f"{r}: seq 4K x {d} (per request)", ratio(ns(d, "seq-4k"), ns(r, "seq-4k")), ">=", 30)
+        add(f"{r}: rand 4K x {d} (per request)", ratio(ns(d, "rand-4k"), ns(r, "rand-4k")), ">=", 30)
+        add(f"{r}: seq 4K x tmpfs", ratio(gb(r, "seq-4k"), gb("tmpfs", "seq-4k")), ">=", 1.0)
+        add(f"{r}: rand 4K x tmpfs", ratio(gb(r, "rand-4k"), gb("tmpfs", "rand-4k")), ">=", 1.0)
+        mem_1m = memcpy("seq", MIB)
+        add(f"{r}: seq 1M GB/s x engine memcpy",
+            ratio(gb(r, "seq-1m"), MIB / mem_1m if mem_1m else None), ">=", 0.9)
+        for one, two in (("rand-4k", "rand-4k-2t"), ("seq-4k", "seq-4k-2t"), ("seq-1m", "seq-1m-2t")):
+            add(f"{r}: {two} / {one}", ratio(gb(r, two), gb(r, one)), ">=", 1.8)
+        add(f"{r}: the seed's loop (same 4K) ns / engine read",
+            ratio(ns(r, "same-4k"), same("read")), "<=", 1.3)
+        rows.append((f"{r}: fio under the preload, seq 4K GB/s x nvfs-pread --direct",
+                     ratio(med.get((r, "seq-4k"), {}).get("fio"), gb(r, "seq-4k")), None, 1.0))
     add("nvfs-pread vs fio, reads >= 5 us, rows that resolve 10%", fio_disagreement, "<=", 0.10)
 
     print("\ntargets (this run's medians):")
@@ -298,6 +331,7 @@ def main():
             targets.append(Target(f"nvfs-{path}-{cache}", "nvfs", read_path=path, cache=cache))
     targets.append(Target("nvfs-map-none-uring", "nvfs", read_path="map", cache="none",
                           io_uring="on"))
+    targets.append(Target("nvfs-direct", "nvfs", read_path="map", cache="none", direct=True))
     if args.targets:
         wanted = set(args.targets.split(","))
         targets = [t for t in targets if t.name in wanted]
