@@ -232,9 +232,22 @@ void MountedFs::Start(const std::string& options, const std::vector<std::string>
   }
   argv.push_back(image_);
   argv.push_back(dir_);
+  // The mount point shows up before the kernel's INIT is served; the daemon
+  // says "mounted on" once it has been (and its direct-read socket is
+  // bound). A test that unmounts at once must not cut the handshake short.
+  const auto mounted_lines = [&] {
+    const std::string text = log();
+    size_t n = 0;
+    for (size_t at = text.find(": mounted on "); at != std::string::npos;
+         at = text.find(": mounted on ", at + 1)) {
+      ++n;
+    }
+    return n;
+  };
+  const size_t mounted_before = mounted_lines();
   pid_ = Spawn(argv, log_);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (!IsMountPoint(dir_)) {
+  while (!IsMountPoint(dir_) || mounted_lines() == mounted_before) {
     const int code = WaitFor(pid_, 0);
     if (code >= 0) {
       pid_ = -1;
