@@ -33,21 +33,7 @@ void Check(bool ok, const char* what) {
 }
 
 bool SendReply(int conn, const void* reply, size_t len, int fd) {
-  iovec iov{const_cast<void*>(reply), len};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  if (fd >= 0) {
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof control;
-    cmsghdr* c = CMSG_FIRSTHDR(&msg);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    std::memcpy(CMSG_DATA(c), &fd, sizeof fd);
-  }
-  return sendmsg(conn, &msg, MSG_NOSIGNAL) == static_cast<ssize_t>(len);
+  return direct::SendWithFd(conn, reply, len, fd, MSG_NOSIGNAL) == static_cast<ssize_t>(len);
 }
 
 ReplyHeader Header(uint32_t op, int error, size_t size) {

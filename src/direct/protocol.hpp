@@ -26,12 +26,15 @@
 // the connection.
 #pragma once
 
-#include <sys/types.h>
+#include <sys/socket.h>
 #include <sys/sysmacros.h>
+#include <sys/types.h>
+#include <sys/uio.h>
 
 #include <climits>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <string>
 
 #include "nvfs/direct_abi.hpp"
@@ -107,6 +110,26 @@ struct MapReply {
   uint32_t run_count;
   DirectRun runs[kMaxRuns];  // consecutive in the file from `start`
 };
+
+// One sendmsg of `size` bytes with descriptor `fd` attached (none if
+// fd < 0): what both sides send. Returns as sendmsg.
+inline ssize_t SendWithFd(int sock, const void* data, size_t size, int fd, int flags) {
+  iovec iov{const_cast<void*>(data), size};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  if (fd >= 0) {
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(c), &fd, sizeof fd);
+  }
+  return sendmsg(sock, &msg, flags);
+}
 
 // Bounds the daemon keeps (server.cpp).
 inline constexpr unsigned kMaxConnections = 256;        // all clients

@@ -324,22 +324,9 @@ void Server::State::Map(Connection& c) {
 }
 
 void Server::State::Send(Connection& c, const void* reply, size_t size, int fd) {
-  iovec iov{const_cast<void*>(reply), size};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
-  if (fd >= 0) {
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof control;
-    cmsghdr* cm = CMSG_FIRSTHDR(&msg);
-    cm->cmsg_level = SOL_SOCKET;
-    cm->cmsg_type = SCM_RIGHTS;
-    cm->cmsg_len = CMSG_LEN(sizeof(int));
-    std::memcpy(CMSG_DATA(cm), &fd, sizeof fd);
+  if (SendWithFd(c.fd, reply, size, fd, MSG_DONTWAIT | MSG_NOSIGNAL) != static_cast<ssize_t>(size)) {
+    c.done = true;
   }
-  const ssize_t sent = sendmsg(c.fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
-  if (sent != static_cast<ssize_t>(size)) c.done = true;
 }
 
 void Server::State::Refuse(Connection& c, uint32_t op, int error) {

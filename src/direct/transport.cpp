@@ -27,22 +27,7 @@ int SendAll(int sock, const void* data, size_t len, int send_fd) {
   const auto* p = static_cast<const char*>(data);
   bool fd_sent = send_fd < 0;
   while (len > 0) {
-    iovec iov{const_cast<char*>(p), len};
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
-    if (!fd_sent) {
-      std::memset(control, 0, sizeof control);
-      msg.msg_control = control;
-      msg.msg_controllen = sizeof control;
-      cmsghdr* c = CMSG_FIRSTHDR(&msg);
-      c->cmsg_level = SOL_SOCKET;
-      c->cmsg_type = SCM_RIGHTS;
-      c->cmsg_len = CMSG_LEN(sizeof(int));
-      std::memcpy(CMSG_DATA(c), &send_fd, sizeof(int));
-    }
-    const ssize_t n = sendmsg(sock, &msg, MSG_NOSIGNAL);
+    const ssize_t n = SendWithFd(sock, p, len, fd_sent ? -1 : send_fd, MSG_NOSIGNAL);
     if (n < 0) {
       if (errno == EINTR) continue;
       return errno == EAGAIN || errno == EWOULDBLOCK ? ETIMEDOUT : errno;
