@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <fcntl.h>
+#include <grp.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/file.h>
@@ -89,6 +90,11 @@ std::string UniqueName(const char* prefix) {
 }
 
 }  // namespace
+
+bool BecomeNobody() {
+  return setgroups(0, nullptr) == 0 && setresgid(65534, 65534, 65534) == 0 &&
+         setresuid(65534, 65534, 65534) == 0;
+}
 
 bool FuseAvailable() {
   static const bool available = [] {

@@ -38,6 +38,10 @@ void PrintSkipped(const char* why);
     }                                                              \
   } while (0)
 
+// In a child: drops to uid and gid 65534 (nobody), no supplementary
+// groups. False if it could not.
+bool BecomeNobody();
+
 // True if `dir` is a mount point (per /proc/self/mountinfo).
 bool IsMountPoint(const std::string& dir);
 

@@ -430,10 +430,7 @@ TEST_CASE("direct: no proof, no session; refusals keep the mount serving", "[mou
     const pid_t pid = fork();
     REQUIRE(pid >= 0);
     if (pid == 0) {
-      if (setgroups(0, nullptr) != 0 || setresgid(65534, 65534, 65534) != 0 ||
-          setresuid(65534, 65534, 65534) != 0) {
-        _exit(10);
-      }
+      if (!nvfs::test::BecomeNobody()) _exit(10);
       if (open(m.image().c_str(), O_RDONLY) >= 0) _exit(11);
       const int sock = Connect(path);
       if (sock < 0) _exit(12);

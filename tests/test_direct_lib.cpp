@@ -264,10 +264,7 @@ TEST_CASE("direct lib: who is not served directly still reads right", "[mount][d
     const pid_t pid = fork();
     REQUIRE(pid >= 0);
     if (pid == 0) {
-      if (setgroups(0, nullptr) != 0 || setresgid(65534, 65534, 65534) != 0 ||
-          setresuid(65534, 65534, 65534) != 0) {
-        _exit(10);
-      }
+      if (!nvfs::test::BecomeNobody()) _exit(10);
       const int fd = open(f.c_str(), O_RDONLY);
       if (fd < 0) _exit(11);
       nvfs_direct* d = nvfs_direct_attach(fd);

@@ -168,11 +168,7 @@ bool Eventually(Cond&& cond, double seconds = 5) {
   return true;
 }
 
-// In a child: drops to uid and gid 65534 (nobody), no supplementary groups.
-bool BecomeNobody() {
-  return setgroups(0, nullptr) == 0 && setresgid(65534, 65534, 65534) == 0 &&
-         setresuid(65534, 65534, 65534) == 0;
-}
+using nvfs::test::BecomeNobody;
 
 // Errors from worker threads (Catch2 assertions are not thread-safe).
 class ThreadErrors {
