@@ -1042,7 +1042,7 @@ TEST_CASE("regression: two threads that both saw an inode go idle both deleted i
 }
 
 
-TEST_CASE("regression: a file of 64 KiB blocks could reach 2^63 bytes, a negative st_size",
+TEST_CASE("regression: a file of 64 KiB blocks could reach 2^63 bytes (a negative st_size)",
           "[fs]") {
   // The core capped a file at max_blocks() << block_shift, 2^63 with
   // blocks of 8 KiB and more, while fsck and doc/format.md say 2^63 - 1:
