@@ -237,6 +237,12 @@ struct MountOptions {
   // possibly under the inode's lock: it must not call into the filesystem.
   // Empty: every caller is a member (the bit stays; in-process callers).
   std::function<bool(uint32_t gid)> caller_in_group;
+  // Fault injection (tests): called with an unlinked inode's number as its
+  // last reference goes, just before it is reclaimed (FsOps::ReclaimIdle),
+  // under the inode's lock. A throw from it stands for an allocation
+  // failure in the reclaim and leaves Forget (or the operation that dropped
+  // the reference) the way such a failure would. Empty in production.
+  std::function<void(uint64_t ino)> reclaim_fault;
 };
 
 // Held by a caller of Map from before the call until it has consumed the
@@ -296,6 +302,9 @@ class Filesystem {
   Result<Attr> Lookup(uint64_t parent, std::string_view name);
   // A reference to an inode known by number (readdirplus, NFS handles).
   Result<Attr> LookupInode(uint64_t ino);
+  // May throw (std::bad_alloc from the reclaim of an unlinked inode whose
+  // last reference this was); the inode then stays on the orphan list, for
+  // the next mount, and leaves the cache all the same.
   void Forget(uint64_t ino, uint64_t count);
   // Drops every reference Lookup & co. handed out, as if each had been
   // forgotten: for a FUSE session that ended (umount, SIGTERM) before the
@@ -506,6 +515,7 @@ class Filesystem {
   std::function<void(uint64_t ino)> privs_dropped_;    // MountOptions::privs_dropped
   std::function<void(uint64_t ino)> data_freed_;       // MountOptions::data_freed
   std::function<bool(uint32_t gid)> caller_in_group_;  // MountOptions::caller_in_group
+  std::function<void(uint64_t ino)> reclaim_fault_;    // MountOptions::reclaim_fault
 
   std::shared_mutex tree_mu_;  // see the lock order above
   // Protects the orphan list (SuperDynamic::orphan_head, Inode::orphan_next,

@@ -44,6 +44,7 @@ Bmap::Bmap(const FsContext& ctx)
     start_[depth] = layout.start(depth);
   }
   max_blocks_ = layout.max_blocks();
+  max_size_ = layout.max_size();
   // Only depths with a block below max_blocks_ are ever walked; for them
   // p^depth < 2^60, so every shift below stays under 64.
   max_depth_ = layout.max_depth();

@@ -39,6 +39,11 @@ class Bmap {
   // Number of file blocks the format can address with this block size
   // (11 + p + p^2 + ... + p^5, p = block_size / 8), saturated at 2^63 / block_size.
   uint64_t max_blocks() const { return max_blocks_; }
+  // The largest size a file may have (FileMapLayout::max_size: the bytes of
+  // max_blocks(), at most 2^63 - 1), the one limit on every size and offset
+  // the core accepts: write, truncate, fallocate. fsck checks sizes against
+  // the same function.
+  uint64_t max_size() const { return max_size_; }
 
   // The physical block holding file block `index`, or 0 for a hole, or
   // kCorrupt. *run is set to the number of file blocks from `index` (1 ..
@@ -137,6 +142,7 @@ class Bmap {
   // the end of the depth-5 range. Saturated at 2^64 - 1.
   uint64_t start_[format::kIndirectPointers + 2] = {};
   uint64_t max_blocks_ = 0;
+  uint64_t max_size_ = 0;
 };
 
 }  // namespace nvfs

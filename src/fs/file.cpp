@@ -416,7 +416,9 @@ static Result<size_t> WriteCore(Filesystem& fs, FileHandle file, uint64_t offset
   const Geometry& g = FsOps::Geo(fs);
   const uint32_t shift = g.block_shift();
   const uint64_t mask = g.block_size() - 1;
-  const uint64_t max_bytes = FsOps::BmapOf(fs).max_blocks() << shift;
+  // A byte may land at max_size() - 1 at most: the size stays a
+  // non-negative off_t (2^63 - 1 bytes, not the 2^63 of max_blocks() blocks).
+  const uint64_t max_bytes = FsOps::BmapOf(fs).max_size();
   if (len == 0) return size_t{0};
   if (offset >= max_bytes) return Error(EFBIG);
   len = static_cast<size_t>(std::min<uint64_t>(len, max_bytes - offset));
@@ -573,7 +575,7 @@ Status Filesystem::Fallocate(FileHandle file, int mode, uint64_t offset, uint64_
   const Geometry& g = *geometry_;
   const uint32_t shift = g.block_shift();
   const uint64_t bs = g.block_size();
-  const uint64_t max_bytes = bmap_->max_blocks() << shift;
+  const uint64_t max_bytes = bmap_->max_size();
   if (offset >= max_bytes || len > max_bytes - offset) return Error(EFBIG);
   const uint64_t end = offset + len;
   // Before anything changes (zero range stores zeros in place).

@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 
 #include <cstring>
+#include <exception>
 #include <vector>
 
 #include "fs/fs_impl.hpp"
@@ -83,7 +84,17 @@ void Filesystem::Forget(uint64_t ino, uint64_t count) {
 }
 
 void Filesystem::ForgetAll() {
-  for (CachedInode* unlinked : cache_->ForgetAllLookups()) FsOps::ReclaimIdle(*this, unlinked);
+  // Each on its own: a reclaim that throws leaves its inode on the orphan
+  // list, but every other one is still reclaimed and leaves the cache.
+  std::exception_ptr first_failure;
+  for (CachedInode* unlinked : cache_->ForgetAllLookups()) {
+    try {
+      FsOps::ReclaimIdle(*this, unlinked);
+    } catch (...) {
+      if (!first_failure) first_failure = std::current_exception();
+    }
+  }
+  if (first_failure) std::rethrow_exception(first_failure);
 }
 
 namespace {

@@ -86,6 +86,7 @@ Status Filesystem::MountInternal(const MountOptions& options) {
   privs_dropped_ = options.privs_dropped;
   data_freed_ = options.data_freed;
   caller_in_group_ = options.caller_in_group;
+  reclaim_fault_ = options.reclaim_fault;
   Result<FoundSuper> found = FindSuper(media_->base(), media_->size());
   if (!found.ok()) return found.take_error();
   if (found->from_backup) {
@@ -521,7 +522,7 @@ Status FsOps::FreeBlocksFrom(Filesystem& fs, uint64_t ino, uint64_t from) {
 Status FsOps::Resize(Filesystem& fs, uint64_t ino, uint64_t new_size, Tx* first_tx) {
   const Inode& inode = InodeAt(fs, ino);
   const Geometry& g = *fs.geometry_;
-  if (new_size > fs.bmap_->max_blocks() * g.block_size()) return Error(EFBIG);
+  if (new_size > fs.bmap_->max_size()) return Error(EFBIG);
   const uint64_t old_size = inode.size;
   Tx& tx = *first_tx;
   if (new_size >= old_size) {
@@ -634,17 +635,24 @@ Status FsOps::FreeUnlinkedData(Filesystem& fs, CachedInode* cached) {
 }
 
 void FsOps::ReclaimIdle(Filesystem& fs, CachedInode* inode) {
-  {
-    std::unique_lock lock(inode->lock);
-    // No reader holds the inode any more, but a direct client may still
-    // hold its runs (a descriptor closed without detaching): its slot moves
-    // before the blocks are freed.
-    const MappingChange change(inode);
-    // A failure here leaves the inode on the orphan list: the next mount
-    // finishes it.
-    (void)Reclaim(fs, inode->ino);
-  }
-  fs.cache_->Erase(inode);
+  // The entry goes on every path, a throw from Reclaim (an allocation
+  // failure) included: until it goes, `reclaiming` stays set and every pin
+  // of the number waits for it (InodeCache::Pin). Erased after the inode
+  // lock is dropped, as the lock lives in the entry.
+  struct EraseOnExit {
+    Filesystem& fs;
+    CachedInode* inode;
+    ~EraseOnExit() { fs.cache_->Erase(inode); }
+  } erase_on_exit{fs, inode};
+  std::unique_lock lock(inode->lock);
+  // No reader holds the inode any more, but a direct client may still
+  // hold its runs (a descriptor closed without detaching): its slot moves
+  // before the blocks are freed.
+  const MappingChange change(inode);
+  if (fs.reclaim_fault_) fs.reclaim_fault_(inode->ino);
+  // A failure here, an error or a throw, leaves the inode on the orphan
+  // list: the next mount finishes it.
+  (void)Reclaim(fs, inode->ino);
 }
 
 Status FsOps::ProcessOrphans(Filesystem& fs) {

@@ -1,6 +1,8 @@
 // Names: lookup, forget, mknod, mkdir, symlink, link, unlink, rmdir, rename,
 // readlink. Each hands the kernel at most one reference, taken back if the
 // reply does not arrive.
+#include <cstdio>
+#include <new>
 #include <string>
 #include <string_view>
 
@@ -26,21 +28,45 @@ void OpLookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
   });
 }
 
-void OpForget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup) {
-  try {
-    AdapterOf(req).fs().Forget(ino, nlookup);
-  } catch (...) {
-    // Forget allocates nothing; nothing to report: forget has no error reply.
+namespace {
+
+// Drops the references of a batch of forgets, each on its own: one whose
+// reclaim throws (an allocation failure; the inode stays on the orphan list
+// for the next mount, and leaves the cache all the same) does not keep the
+// others from being dropped. Forget has no error reply, so a failure is
+// told on stderr, once for the batch.
+void ForgetEach(fuse_req_t req, size_t count, const fuse_forget_data* forgets) {
+  Filesystem& fs = AdapterOf(req).fs();
+  size_t failed = 0;
+  uint64_t first_ino = 0;
+  const char* first_what = nullptr;
+  for (size_t i = 0; i < count; ++i) {
+    try {
+      fs.Forget(forgets[i].ino, forgets[i].nlookup);
+    } catch (const std::bad_alloc&) {
+      if (failed++ == 0) first_ino = forgets[i].ino, first_what = "out of memory";
+    } catch (...) {
+      if (failed++ == 0) first_ino = forgets[i].ino, first_what = "unexpected exception";
+    }
   }
+  if (failed != 0) {
+    std::fprintf(stderr,
+                 "nvfs: forget: reclaim of %zu of %zu unlinked inodes failed (first: inode %llu, "
+                 "%s); they stay on the orphan list until the next mount\n",
+                 failed, count, static_cast<unsigned long long>(first_ino), first_what);
+  }
+}
+
+}  // namespace
+
+void OpForget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup) {
+  const fuse_forget_data one{ino, nlookup};
+  ForgetEach(req, 1, &one);
   fuse_reply_none(req);
 }
 
 void OpForgetMulti(fuse_req_t req, size_t count, fuse_forget_data* forgets) {
-  try {
-    Filesystem& fs = AdapterOf(req).fs();
-    for (size_t i = 0; i < count; ++i) fs.Forget(forgets[i].ino, forgets[i].nlookup);
-  } catch (...) {
-  }
+  ForgetEach(req, count, forgets);
   fuse_reply_none(req);
 }
 
