@@ -12,9 +12,11 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <map>
+#include <new>
 #include <mutex>
 #include <random>
 #include <set>
@@ -23,6 +25,7 @@
 #include <vector>
 
 #include "forced_name_hash.hpp"
+#include "fs/fs_impl.hpp"
 #include "fs_image.hpp"
 #include "nvfs/fsck.hpp"
 
@@ -1714,4 +1717,91 @@ TEST_CASE("xattrs: fsck drops a damaged value and cuts a looped chain, keeping t
   RequireFsckClean(img, "the repair");
 }
 
+}  // namespace nvfs::test
+
+// An allocation failure injected where a test wants it: armed on one thread,
+// the replaced operator new below fails that thread's first allocation made
+// once *fail_watch no longer holds fail_unless (a value on the media).
+namespace {
+thread_local const volatile uint64_t* fail_watch = nullptr;
+thread_local uint64_t fail_unless = 0;
+std::atomic<bool> fail_fired{false};
+}  // namespace
+
+void* operator new(std::size_t size) {
+  if (fail_watch != nullptr && *fail_watch != fail_unless) {
+    fail_watch = nullptr;
+    fail_fired.store(true);
+    throw std::bad_alloc();
+  }
+  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+
+namespace nvfs::test {
+namespace {
+
+TEST_CASE("regression: an orphan add that failed after storing orphan_head was undone without "
+          "orphan_mu_", "[fs]") {
+  // Tmpfile (and SetInodeFlags, a long truncation, the damage recorder) took
+  // orphan_mu_ after their Tx and so released it first: an allocation
+  // failure in OrphanAdd after orphan_head was stored (its orphan_prev_
+  // entry) undid that store without the lock, over another thread's orphan
+  // change made in between. Here that thread waits, spinning, for the lock
+  // from the moment the allocation fails, and puts a linked file on the list
+  // (as a long truncation does); the list must then be that file, then what
+  // was there before.
+  FsImage img;
+  Filesystem& fs = img.fs();
+  const uint64_t other = MustCreate(fs, kRoot, "other");
+  const auto& dyn = *reinterpret_cast<const format::SuperDynamic*>(
+      fs.media().base() + format::kSuperDynamicOffset);
+  const format::Inode& other_inode = FsOps::InodeAt(fs, other);
+  constexpr int kRounds = 64;
+  int wrong = 0;
+  for (int round = 0; round < kRounds && wrong == 0; ++round) {
+    CAPTURE(round);
+    fail_fired = false;
+    std::atomic<bool> added{false};
+    std::thread adder([&] {
+      std::unique_lock lock(FsOps::OrphanMu(fs), std::defer_lock);  // before the Tx
+      Tx tx(FsOps::Jnl(fs), "test-orphan-add");
+      while (!fail_fired.load()) {
+      }
+      while (!lock.try_lock()) {
+      }
+      FsOps::OrphanAdd(fs, tx, other);
+      added = tx.Commit().ok();
+    });
+    const uint64_t head = dyn.orphan_head;
+    fail_unless = head;
+    fail_watch = &dyn.orphan_head;
+    Attr attr;
+    CHECK_THROWS_AS(fs.Tmpfile(kRoot, 0644, O_RDWR, kCred, &attr), std::bad_alloc);
+    fail_watch = nullptr;
+    fail_fired = true;  // the adder goes on even if nothing failed
+    adder.join();
+    REQUIRE(added);
+    std::unique_lock lock(FsOps::OrphanMu(fs), std::defer_lock);  // before the Tx
+    Tx tx(FsOps::Jnl(fs), "test-orphan-remove");
+    lock.lock();
+    if (dyn.orphan_head != other || other_inode.orphan_next != head ||
+        !(other_inode.flags & format::kInodeFlagOrphan)) {
+      FAIL_CHECK("orphan_head " << dyn.orphan_head << " (want " << other << "), its next "
+                                << other_inode.orphan_next << " (want " << head << "), flags "
+                                << other_inode.flags);
+      ++wrong;
+      break;
+    }
+    REQUIRE(FsOps::OrphanRemove(fs, tx, other).ok());
+    REQUIRE(tx.Commit().ok());
+  }
+  CHECK(wrong == 0);
+  CHECK_FALSE(fs.damage_found());
+  if (wrong == 0) RequireFsckClean(img, "the failed tmpfiles");
+}
+
+}  // namespace
 }  // namespace nvfs::test
