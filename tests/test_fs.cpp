@@ -11,6 +11,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -1743,6 +1745,60 @@ void operator delete(void* p, std::size_t) noexcept { std::free(p); }
 namespace nvfs::test {
 namespace {
 
+// Wraps the real mapping; on the thread that armed it, the first store
+// over `watch` (an abort's undo, once the injected allocation failure has
+// fired) first waits, up to a bound, for another thread to take orphan_mu_.
+class UndoPauseMedia final : public Media {
+ public:
+  explicit UndoPauseMedia(std::unique_ptr<Media> target) : target_(std::move(target)) {
+    base_ = const_cast<std::byte*>(target_->base());
+    size_ = target_->size();
+    read_only_ = target_->read_only();
+    granularity_ = target_->granularity();
+    path_ = target_->path();
+  }
+  // The calling thread's next store over [offset, offset + 8) after the
+  // failure fired waits until *taken or 300 ms.
+  void Arm(uint64_t offset, const std::atomic<bool>* taken) {
+    watch_ = offset;
+    taken_ = taken;
+    armed_thread_ = std::this_thread::get_id();
+  }
+  void Disarm() { taken_ = nullptr; }
+  void Store(uint64_t offset, const void* src, size_t len) override {
+    MaybePause(offset, len);
+    target_->Store(offset, src, len);
+  }
+  void Store64(uint64_t offset, uint64_t value) override {
+    MaybePause(offset, 8);
+    target_->Store64(offset, value);
+  }
+  void Fill(uint64_t offset, int byte, size_t len) override { target_->Fill(offset, byte, len); }
+  void Flush(uint64_t offset, size_t len) override { target_->Flush(offset, len); }
+  void Drain() override { target_->Drain(); }
+  void StoreFlush(uint64_t offset, const void* src, size_t len) override {
+    MaybePause(offset, len);
+    target_->StoreFlush(offset, src, len);
+  }
+
+ private:
+  void MaybePause(uint64_t offset, size_t len) {
+    if (taken_ == nullptr || !fail_fired.load() || std::this_thread::get_id() != armed_thread_ ||
+        offset > watch_ || offset + len < watch_ + 8) {
+      return;
+    }
+    const std::atomic<bool>* taken = taken_;
+    taken_ = nullptr;
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
+    while (!taken->load() && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+  }
+
+  std::unique_ptr<Media> target_;
+  uint64_t watch_ = 0;
+  const std::atomic<bool>* taken_ = nullptr;
+  std::thread::id armed_thread_;
+};
+
 TEST_CASE("regression: an orphan add that failed after storing orphan_head was undone without "
           "orphan_mu_", "[fs]") {
   // Tmpfile (and SetInodeFlags, a long truncation, the damage recorder) took
@@ -1753,34 +1809,45 @@ TEST_CASE("regression: an orphan add that failed after storing orphan_head was u
   // from the moment the allocation fails, and puts a linked file on the list
   // (as a long truncation does); the list must then be that file, then what
   // was there before.
+  // The undo waits (UndoPauseMedia) for the adder to take the lock, which
+  // it can only while the lock is wrongly free.
   FsImage img;
-  Filesystem& fs = img.fs();
-  const uint64_t other = MustCreate(fs, kRoot, "other");
+  const uint64_t other = MustCreate(img.fs(), kRoot, "other");
+  img.Unmount();
+  auto opened = OpenMedia(img.path(), MediaOptions{});
+  REQUIRE(opened.ok());
+  auto pausing = std::make_unique<UndoPauseMedia>(std::move(*opened));
+  UndoPauseMedia& media = *pausing;
+  auto mounted = Filesystem::Mount(std::move(pausing), MountOptions{});
+  REQUIRE(mounted.ok());
+  Filesystem& fs = **mounted;
   const auto& dyn = *reinterpret_cast<const format::SuperDynamic*>(
       fs.media().base() + format::kSuperDynamicOffset);
   const format::Inode& other_inode = FsOps::InodeAt(fs, other);
-  constexpr int kRounds = 64;
+  constexpr int kRounds = 4;
   int wrong = 0;
   for (int round = 0; round < kRounds && wrong == 0; ++round) {
     CAPTURE(round);
     fail_fired = false;
+    std::atomic<bool> taken{false};
     std::atomic<bool> added{false};
     std::thread adder([&] {
       std::unique_lock lock(FsOps::OrphanMu(fs), std::defer_lock);  // before the Tx
       Tx tx(FsOps::Jnl(fs), "test-orphan-add");
-      while (!fail_fired.load()) {
-      }
-      while (!lock.try_lock()) {
-      }
+      while (!fail_fired.load()) std::this_thread::yield();
+      while (!lock.try_lock()) std::this_thread::yield();
+      taken = true;
       FsOps::OrphanAdd(fs, tx, other);
       added = tx.Commit().ok();
     });
     const uint64_t head = dyn.orphan_head;
+    media.Arm(format::kSuperDynamicOffset + offsetof(format::SuperDynamic, orphan_head), &taken);
     fail_unless = head;
     fail_watch = &dyn.orphan_head;
     Attr attr;
     CHECK_THROWS_AS(fs.Tmpfile(kRoot, 0644, O_RDWR, kCred, &attr), std::bad_alloc);
     fail_watch = nullptr;
+    media.Disarm();
     fail_fired = true;  // the adder goes on even if nothing failed
     adder.join();
     REQUIRE(added);
@@ -1800,6 +1867,8 @@ TEST_CASE("regression: an orphan add that failed after storing orphan_head was u
   }
   CHECK(wrong == 0);
   CHECK_FALSE(fs.damage_found());
+  REQUIRE(fs.Unmount().ok());
+  mounted->reset();
   if (wrong == 0) RequireFsckClean(img, "the failed tmpfiles");
 }
 
