@@ -1,5 +1,6 @@
 #include "mount_fixture.hpp"
 
+#include "skip_count.hpp"
 #include "test_util.hpp"
 
 #include <catch2/catch.hpp>
@@ -115,6 +116,7 @@ bool FuseAvailable() {
 }
 
 void PrintSkipped(const char* why) {
+  CountSkipped();
   std::printf("NVFS-SKIPPED: %s\n", why);
   std::fflush(stdout);
 }

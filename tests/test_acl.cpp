@@ -329,6 +329,12 @@ TEST_CASE("acl: what an inherited ACL needs is allocated in the create's transac
   const uint64_t d = MustMkdir(fs, kRoot, "d", 0755);
   const std::string def = Value({E(kUO, 7), E(kU, 7, 2000), E(kGO, 5), E(kM, 7), E(kO, 5)});
   REQUIRE(fs.SetXattr(d, kDefault, def.data(), def.size(), 0).ok());
+  // Both parents get an entry first, so that the new one fits in a leaf
+  // they have: an empty parent's insert needs a block of its own and fails
+  // with ENOSPC whatever the ACL does.
+  MustCreate(fs, d, "first", 0644);
+  const uint64_t plain = MustMkdir(fs, kRoot, "plain", 0755);
+  MustCreate(fs, plain, "first", 0644);
   // Fill the namespace, then a create that needs an xattr block fails
   // whole: no entry, no inode.
   Attr attr;
@@ -340,11 +346,21 @@ TEST_CASE("acl: what an inherited ACL needs is allocated in the create's transac
     offset = fs.GetAttr(attr.ino)->blocks * 512;
   }
   fs.Release(*fill);
+  REQUIRE(fs.GetStatFs()->blocks_free == 0);
   const uint64_t inodes_free = fs.GetStatFs()->inodes_free;
-  Result<Attr> dir = fs.Mkdir(d, "sub", 0755, kCred);
-  CHECK(dir.code() == ENOSPC);
+  Attr made;
+  Result<FileHandle> file = fs.Create(d, "sub", 0644, O_RDWR, kCred, &made);
+  CHECK(file.code() == ENOSPC);
   CHECK(fs.Lookup(d, "sub").code() == ENOENT);
   CHECK(fs.GetStatFs()->inodes_free == inodes_free);
+  CHECK(fs.GetStatFs()->blocks_free == 0);
+  // The same create where there is no ACL to inherit needs no block: the
+  // ENOSPC above was the ACL's.
+  Result<FileHandle> control = fs.Create(plain, "sub", 0644, O_RDWR, kCred, &made);
+  REQUIRE(control.ok());
+  fs.Release(*control);
+  fs.Forget(made.ino, 1);
+  CHECK(fs.GetStatFs()->inodes_free == inodes_free - 1);
 }
 
 TEST_CASE("acl: a malformed stored value is damage, and fsck drops it", "[acl][fsck]") {

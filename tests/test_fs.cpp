@@ -12,7 +12,9 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -26,6 +28,7 @@
 #include <vector>
 
 #include "forced_name_hash.hpp"
+#include "fs/fs_impl.hpp"
 #include "fs_image.hpp"
 #include "nvfs/fsck.hpp"
 #include "nvfs/validate.hpp"
@@ -1826,4 +1829,158 @@ TEST_CASE("xattrs: fsck drops a damaged value and cuts a looped chain, keeping t
   RequireFsckClean(img, "the repair");
 }
 
+}  // namespace nvfs::test
+
+// An allocation failure injected where a test wants it: armed on one thread,
+// the replaced operator new below fails that thread's first allocation made
+// once *fail_watch no longer holds fail_unless (a value on the media).
+namespace {
+thread_local const volatile uint64_t* fail_watch = nullptr;
+thread_local uint64_t fail_unless = 0;
+std::atomic<bool> fail_fired{false};
+}  // namespace
+
+void* operator new(std::size_t size) {
+  if (fail_watch != nullptr && *fail_watch != fail_unless) {
+    fail_watch = nullptr;
+    fail_fired.store(true);
+    throw std::bad_alloc();
+  }
+  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+
+namespace nvfs::test {
+namespace {
+
+// Wraps the real mapping; on the thread that armed it, the first store
+// over `watch` (an abort's undo, once the injected allocation failure has
+// fired) first waits, up to a bound, for another thread to take orphan_mu_.
+class UndoPauseMedia final : public Media {
+ public:
+  explicit UndoPauseMedia(std::unique_ptr<Media> target) : target_(std::move(target)) {
+    base_ = const_cast<std::byte*>(target_->base());
+    size_ = target_->size();
+    read_only_ = target_->read_only();
+    granularity_ = target_->granularity();
+    path_ = target_->path();
+  }
+  // The calling thread's next store over [offset, offset + 8) after the
+  // failure fired waits until *taken or 300 ms.
+  void Arm(uint64_t offset, const std::atomic<bool>* taken) {
+    watch_ = offset;
+    taken_ = taken;
+    armed_thread_ = std::this_thread::get_id();
+  }
+  void Disarm() { taken_ = nullptr; }
+  void Store(uint64_t offset, const void* src, size_t len) override {
+    MaybePause(offset, len);
+    target_->Store(offset, src, len);
+  }
+  void Store64(uint64_t offset, uint64_t value) override {
+    MaybePause(offset, 8);
+    target_->Store64(offset, value);
+  }
+  void Fill(uint64_t offset, int byte, size_t len) override { target_->Fill(offset, byte, len); }
+  void Flush(uint64_t offset, size_t len) override { target_->Flush(offset, len); }
+  void Drain() override { target_->Drain(); }
+  void StoreFlush(uint64_t offset, const void* src, size_t len) override {
+    MaybePause(offset, len);
+    target_->StoreFlush(offset, src, len);
+  }
+
+ private:
+  void MaybePause(uint64_t offset, size_t len) {
+    if (taken_ == nullptr || !fail_fired.load() || std::this_thread::get_id() != armed_thread_ ||
+        offset > watch_ || offset + len < watch_ + 8) {
+      return;
+    }
+    const std::atomic<bool>* taken = taken_;
+    taken_ = nullptr;
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
+    while (!taken->load() && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+  }
+
+  std::unique_ptr<Media> target_;
+  uint64_t watch_ = 0;
+  const std::atomic<bool>* taken_ = nullptr;
+  std::thread::id armed_thread_;
+};
+
+TEST_CASE("regression: an orphan add that failed after storing orphan_head was undone without "
+          "orphan_mu_", "[fs]") {
+  // Tmpfile (and SetInodeFlags, a long truncation, the damage recorder) took
+  // orphan_mu_ after their Tx and so released it first: an allocation
+  // failure in OrphanAdd after orphan_head was stored (its orphan_prev_
+  // entry) undid that store without the lock, over another thread's orphan
+  // change made in between. Here that thread waits, spinning, for the lock
+  // from the moment the allocation fails, and puts a linked file on the list
+  // (as a long truncation does); the list must then be that file, then what
+  // was there before.
+  // The undo waits (UndoPauseMedia) for the adder to take the lock, which
+  // it can only while the lock is wrongly free.
+  FsImage img;
+  const uint64_t other = MustCreate(img.fs(), kRoot, "other");
+  img.Unmount();
+  auto opened = OpenMedia(img.path(), MediaOptions{});
+  REQUIRE(opened.ok());
+  auto pausing = std::make_unique<UndoPauseMedia>(std::move(*opened));
+  UndoPauseMedia& media = *pausing;
+  auto mounted = Filesystem::Mount(std::move(pausing), MountOptions{});
+  REQUIRE(mounted.ok());
+  Filesystem& fs = **mounted;
+  const auto& dyn = *reinterpret_cast<const format::SuperDynamic*>(
+      fs.media().base() + format::kSuperDynamicOffset);
+  const format::Inode& other_inode = FsOps::InodeAt(fs, other);
+  constexpr int kRounds = 4;
+  int wrong = 0;
+  for (int round = 0; round < kRounds && wrong == 0; ++round) {
+    CAPTURE(round);
+    fail_fired = false;
+    std::atomic<bool> taken{false};
+    std::atomic<bool> added{false};
+    std::thread adder([&] {
+      std::unique_lock lock(FsOps::OrphanMu(fs), std::defer_lock);  // before the Tx
+      Tx tx(FsOps::Jnl(fs), "test-orphan-add");
+      while (!fail_fired.load()) std::this_thread::yield();
+      while (!lock.try_lock()) std::this_thread::yield();
+      taken = true;
+      FsOps::OrphanAdd(fs, tx, other);
+      added = tx.Commit().ok();
+    });
+    const uint64_t head = dyn.orphan_head;
+    media.Arm(format::kSuperDynamicOffset + offsetof(format::SuperDynamic, orphan_head), &taken);
+    fail_unless = head;
+    fail_watch = &dyn.orphan_head;
+    Attr attr;
+    CHECK_THROWS_AS(fs.Tmpfile(kRoot, 0644, O_RDWR, kCred, &attr), std::bad_alloc);
+    fail_watch = nullptr;
+    media.Disarm();
+    fail_fired = true;  // the adder goes on even if nothing failed
+    adder.join();
+    REQUIRE(added);
+    std::unique_lock lock(FsOps::OrphanMu(fs), std::defer_lock);  // before the Tx
+    Tx tx(FsOps::Jnl(fs), "test-orphan-remove");
+    lock.lock();
+    if (dyn.orphan_head != other || other_inode.orphan_next != head ||
+        !(other_inode.flags & format::kInodeFlagOrphan)) {
+      FAIL_CHECK("orphan_head " << dyn.orphan_head << " (want " << other << "), its next "
+                                << other_inode.orphan_next << " (want " << head << "), flags "
+                                << other_inode.flags);
+      ++wrong;
+      break;
+    }
+    REQUIRE(FsOps::OrphanRemove(fs, tx, other).ok());
+    REQUIRE(tx.Commit().ok());
+  }
+  CHECK(wrong == 0);
+  CHECK_FALSE(fs.damage_found());
+  REQUIRE(fs.Unmount().ok());
+  mounted->reset();
+  if (wrong == 0) RequireFsckClean(img, "the failed tmpfiles");
+}
+
+}  // namespace
 }  // namespace nvfs::test

@@ -32,9 +32,10 @@ void DamageRecorder::Damaged(const Error& error) {
 
 // One transaction on the dynamic superblock: errors = 1 and its checksum.
 void DamageRecorder::Record() {
+  std::unique_lock lock(FsOps::OrphanMu(fs_), std::defer_lock);  // before the Tx (fs.hpp)
   Tx tx(FsOps::Jnl(fs_), "errors");
   tx.CommitAfterMediaLoss();
-  std::lock_guard lock(FsOps::OrphanMu(fs_));
+  lock.lock();
   FsOps::UpdateDynamic(fs_, tx, [](format::SuperDynamic& d) { d.errors = 1; });
   Status st = tx.Commit();
   if (!st.ok()) {

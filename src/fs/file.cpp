@@ -427,6 +427,7 @@ static Result<size_t> WriteCore(Filesystem& fs, FileHandle file, uint64_t offset
 
   Media& media = fs.media();
   Bmap& bmap = FsOps::BmapOf(fs);
+  std::unique_lock orphans(FsOps::OrphanMu(fs), std::defer_lock);  // before the Tx (fs.hpp)
   std::optional<Tx> tx;
   tx.emplace(FsOps::Jnl(fs), "write");
   // The new size, once data up to `end` is on the media.
@@ -439,7 +440,7 @@ static Result<size_t> WriteCore(Filesystem& fs, FileHandle file, uint64_t offset
   // Past the end: the bytes between the old end and the write, inside the old
   // last block, must read as zeros.
   if (offset > inode.size) changing();
-  NVFS_TRY(FsOps::Resize(fs, ci->ino, std::max<uint64_t>(inode.size, offset), &*tx));
+  NVFS_TRY(FsOps::Resize(fs, ci->ino, std::max<uint64_t>(inode.size, offset), &*tx, orphans));
 
   size_t done = 0;
   Error failure;
@@ -617,6 +618,7 @@ Status Filesystem::Fallocate(FileHandle file, int mode, uint64_t offset, uint64_
   // which zeroes every mapped byte it exposes; zeroing them here too would
   // write them twice.
   const bool extend = !(mode & FALLOC_FL_KEEP_SIZE) && end > inode.size;
+  std::unique_lock orphans(orphan_mu_, std::defer_lock);  // before the Tx (fs.hpp)
   std::optional<Tx> tx;
   tx.emplace(*journal_, zero_range ? "zero range" : "fallocate");
   // ZERO_RANGE: first the mapped bytes of the range inside the file are
@@ -641,7 +643,7 @@ Status Filesystem::Fallocate(FileHandle file, int mode, uint64_t offset, uint64_
       tx.emplace(*journal_, "fallocate");
     }
   }
-  if (extend) NVFS_TRY(FsOps::Resize(*this, ci->ino, end, &*tx));
+  if (extend) NVFS_TRY(FsOps::Resize(*this, ci->ino, end, &*tx, orphans));
   FsOps::Touch(*tx, inode, false, true, now);
   return tx->Commit();
 }

@@ -160,11 +160,13 @@ struct FsOps {
                                    uint64_t parent, uint32_t mode, uint64_t rdev,
                                    const Cred& cred, timespec now);
 
-  // Orphan list, logged in `tx`. REQUIRES: orphan_mu_ held until tx commits.
+  // Orphan list, logged in `tx`. REQUIRES: orphan_mu_ held until tx commits
+  // or aborts: by a lock declared before `tx` (fs.hpp), so that an abort's
+  // undo, even one a throw starts, runs under it.
   static void OrphanAdd(Filesystem& fs, Tx& tx, uint64_t ino);
   static Status OrphanRemove(Filesystem& fs, Tx& tx, uint64_t ino);
   // Stores fields of the dynamic superblock with its checksum, logged.
-  // REQUIRES: orphan_mu_ held until tx commits.
+  // REQUIRES: orphan_mu_ held until tx commits or aborts (as OrphanAdd).
   template <class Fn>
   static void UpdateDynamic(Filesystem& fs, Tx& tx, Fn&& change);
 
@@ -175,8 +177,12 @@ struct FsOps {
   // inode lock held exclusively.
   static Status FreeBlocksFrom(Filesystem& fs, uint64_t ino, uint64_t from);
   // Changes the size of a regular file (truncate up or down), atomically as
-  // seen after a crash. REQUIRES: inode lock held exclusively.
-  static Status Resize(Filesystem& fs, uint64_t ino, uint64_t new_size, Tx* first_tx);
+  // seen after a crash. `orphan_lock` is the caller's, on orphan_mu_, not
+  // held, declared before *first_tx (fs.hpp): a truncation too long for one
+  // transaction locks it to put the file on the orphan list in *first_tx,
+  // and commits that. REQUIRES: inode lock held exclusively.
+  static Status Resize(Filesystem& fs, uint64_t ino, uint64_t new_size, Tx* first_tx,
+                       std::unique_lock<std::mutex>& orphan_lock);
 
   // Frees an unlinked inode and everything it holds, and takes it off the
   // orphan list. REQUIRES: no one else references it.

@@ -83,6 +83,7 @@ Result<Attr> Filesystem::SetAttr(uint64_t ino, const SetAttrRequest& req) {
     return Error(EPERM);
   }
   const timespec now = FsOps::Now();
+  std::unique_lock orphans(orphan_mu_, std::defer_lock);  // before the Tx (fs.hpp)
   Tx tx(*journal_, "setattr");
   // Privileges go in the same transaction as the size or owner change that
   // takes them away (fs.hpp), after a requested mode, so that they go from
@@ -124,7 +125,7 @@ Result<Attr> Filesystem::SetAttr(uint64_t ino, const SetAttrRequest& req) {
     // POSIX: a size change updates mtime too, unless it was given.
     if (!(req.valid & (kSetMtime | kSetMtimeNow))) FsOps::Touch(tx, inode, true, false, now);
     change.emplace(ref->get());
-    NVFS_TRY(FsOps::Resize(*this, ino, req.size, &tx));
+    NVFS_TRY(FsOps::Resize(*this, ino, req.size, &tx, orphans));
   }
   NVFS_TRY(tx.Commit());  // a no-op if a long truncation committed it already
   return FsOps::MakeAttr(*this, ino, inode);
@@ -196,8 +197,9 @@ Status Filesystem::SetInodeFlags(uint64_t ino, uint32_t fs_flags, const Cred& cr
     return Error(EPERM);
   }
   if (changed == 0) return Status::Ok();
+  std::unique_lock orphans(orphan_mu_, std::defer_lock);  // before the Tx (fs.hpp)
   Tx tx(*journal_, "setflags");
-  std::lock_guard orphans(orphan_mu_);
+  orphans.lock();
   tx.Set(inode.flags, (inode.flags & ~format::kInodeAttrFlags) | wanted);
   FsOps::Touch(tx, inode, false, true, FsOps::Now());
   return tx.Commit();
@@ -225,10 +227,11 @@ Result<FileHandle> Filesystem::Open(uint64_t ino, int flags, unsigned io_flags) 
       const MappingChange change(ref->get());  // lock-free readers retry
       const timespec now = FsOps::Now();
       const uint16_t mode = inode.mode;
+      std::unique_lock orphans(orphan_mu_, std::defer_lock);  // before the Tx (fs.hpp)
       Tx tx(*journal_, "open-truncate");
       NVFS_TRY(FsOps::KillPrivs(*this, ino, inode, suidgid, tx, now));
       FsOps::Touch(tx, inode, true, true, now);
-      NVFS_TRY(FsOps::Resize(*this, ino, 0, &tx));
+      NVFS_TRY(FsOps::Resize(*this, ino, 0, &tx, orphans));
       NVFS_TRY(tx.Commit());
       if (inode.mode != mode) FsOps::PrivsDropped(*this, ino);
     } else if (truncating) {

@@ -230,6 +230,7 @@ Result<FileHandle> Filesystem::Tmpfile(uint64_t parent, uint32_t mode, int flags
         FsOps::InheritAcl(*this, parent, d, S_IFREG | (mode & 07777), cred.umask, &acl);
     if (!masked.ok()) return masked.take_error();
     const timespec now = FsOps::Now();
+    std::unique_lock orphans(orphan_mu_, std::defer_lock);  // before the Tx (fs.hpp)
     Tx tx(*journal_, "tmpfile");
     Result<uint64_t> made = FsOps::NewInode(*this, tx, d, parent, *masked, 0, cred, now);
     if (!made.ok()) return made.take_error();
@@ -237,7 +238,7 @@ Result<FileHandle> Filesystem::Tmpfile(uint64_t parent, uint32_t mode, int flags
     const Inode& inode = FsOps::InodeAt(*this, ino);
     NVFS_TRY(FsOps::StoreInheritedAcl(*this, tx, ino, inode, acl, now));
     tx.Set(inode.nlink, uint32_t{0});
-    std::lock_guard orphans(orphan_mu_);
+    orphans.lock();
     FsOps::OrphanAdd(*this, tx, ino);
     NVFS_TRY(tx.Commit());
   }

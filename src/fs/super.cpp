@@ -519,7 +519,8 @@ Status FsOps::FreeBlocksFrom(Filesystem& fs, uint64_t ino, uint64_t from) {
   }
 }
 
-Status FsOps::Resize(Filesystem& fs, uint64_t ino, uint64_t new_size, Tx* first_tx) {
+Status FsOps::Resize(Filesystem& fs, uint64_t ino, uint64_t new_size, Tx* first_tx,
+                     std::unique_lock<std::mutex>& orphan_lock) {
   const Inode& inode = InodeAt(fs, ino);
   const Geometry& g = *fs.geometry_;
   if (new_size > fs.bmap_->max_size()) return Error(EFBIG);
@@ -562,11 +563,10 @@ Status FsOps::Resize(Filesystem& fs, uint64_t ino, uint64_t new_size, Tx* first_
   // Too much for one transaction: the rest happens in further ones, and the
   // orphan list makes a crash in between finish the job at mount. The bytes
   // past the new size are invisible from this first commit on.
-  {
-    std::lock_guard lock(fs.orphan_mu_);
-    OrphanAdd(fs, tx, ino);
-    NVFS_TRY(tx.Commit());
-  }
+  orphan_lock.lock();
+  OrphanAdd(fs, tx, ino);
+  NVFS_TRY(tx.Commit());
+  orphan_lock.unlock();
   return FreeBlocksFrom(fs, ino, from);
 }
 
