@@ -1849,12 +1849,23 @@ void* operator new(std::size_t size) {
   if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
   throw std::bad_alloc();
 }
+// The nothrow form too (ExtentMap's, the direct table's callers): otherwise
+// a sanitizer's own would allocate what the delete below frees with free().
+void* operator new(std::size_t size, const std::nothrow_t&) noexcept {
+  if (fail_watch != nullptr && *fail_watch != fail_unless) {
+    fail_watch = nullptr;
+    fail_fired.store(true);
+    return nullptr;
+  }
+  return std::malloc(size == 0 ? 1 : size);
+}
 // The pair matches (operator new above takes from malloc); GCC, inlining
 // these, cannot tell and warns.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 void operator delete(void* p) noexcept { std::free(p); }
 void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
 #pragma GCC diagnostic pop
 
 namespace nvfs::test {
