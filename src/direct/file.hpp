@@ -26,6 +26,7 @@
 #include "direct/epoch.hpp"
 #include "direct/session.hpp"
 #include "nvfs/direct_abi.hpp"
+#include "util/races.hpp"
 
 namespace nvfs::direct {
 
@@ -146,7 +147,7 @@ inline constexpr ssize_t kSlow = -1;
   } else if (e->ns_offset == kDirectHole) {
     std::memset(buf, 0, n);
   } else {
-    std::memcpy(buf, s->ns_base + e->ns_offset + (offset - e->file_offset), n);
+    CopyRacing(buf, s->ns_base + e->ns_offset + (offset - e->file_offset), n);
   }
   std::atomic_thread_fence(std::memory_order_acquire);
   const bool same = SeqIs(s->seq_word->load(std::memory_order_relaxed), seq) &&

@@ -99,7 +99,7 @@ struct Cursor {
       if (src == nullptr) {
         std::memset(dst, 0, k);
       } else {
-        std::memcpy(dst, src, k);
+        CopyRacing(dst, src, k);
         src += k;
       }
       in += k;

@@ -29,6 +29,7 @@
 
 #include "fs/extent_map.hpp"
 #include "fs/fs_impl.hpp"
+#include "util/races.hpp"
 #include "nvfs/epoch.hpp"
 
 namespace nvfs {
@@ -45,7 +46,7 @@ struct BufferSink {
   std::byte* out = start;
   void Reset() { out = start; }
   size_t Copy(const std::byte* src, size_t n) {
-    std::memcpy(out, src, n);
+    CopyRacing(out, src, n);  // checked against data_seq by the caller
     out += n;
     return n;
   }
@@ -83,7 +84,7 @@ struct IovecSink {
     return done;
   }
   size_t Copy(const std::byte* src, size_t n) {
-    return Put(n, [&](std::byte* dst, size_t at, size_t k) { std::memcpy(dst, src + at, k); });
+    return Put(n, [&](std::byte* dst, size_t at, size_t k) { CopyRacing(dst, src + at, k); });
   }
   size_t Zero(size_t n) {
     return Put(n, [](std::byte* dst, size_t, size_t k) { std::memset(dst, 0, k); });

@@ -8,6 +8,7 @@
 
 #include "fs/damage.hpp"
 #include "fs/fs_impl.hpp"
+#include "util/races.hpp"
 #include "nvfs/bitmap.hpp"
 #include "nvfs/cli.hpp"
 #include "nvfs/media.hpp"
@@ -367,7 +368,8 @@ Attr FsOps::MakeAttr(const Filesystem& fs, uint64_t ino, const Inode& inode) {
 // touch costs one journal record.
 void FsOps::Touch(Tx& tx, const Inode& inode, bool mtime, bool ctime, timespec now) {
   if (!mtime && !ctime) return;
-  Inode updated = inode;
+  Inode updated;
+  CopyRacing(&updated, &inode, sizeof updated);  // orphan_next may be moving: never stored
   if (mtime) {
     updated.mtime_sec = now.tv_sec;
     updated.mtime_nsec = static_cast<uint32_t>(now.tv_nsec);
