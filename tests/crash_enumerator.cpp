@@ -115,6 +115,7 @@ void Enumerator::OnPoint(const RecordingMedia& media, const RecordingMedia::Cras
   const uint64_t index = (*next_point_)++;
   ++points_;
   if (filter_ && filter_->point != index) return;
+  const uint64_t context = context_ ? context_() : 0;
   const auto& pending = media.pending();
   std::vector<uint64_t> pending_lines;
   std::vector<size_t> counts;
@@ -208,6 +209,7 @@ void Enumerator::OnPoint(const RecordingMedia& media, const RecordingMedia::Cras
     state.subset = subset;
     state.label = Label(order[subset]);
     state.op = point.op;
+    state.context = context;
     state.settled = settled;
     if (filter_) {
       std::ostringstream out;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <set>
@@ -37,6 +38,7 @@ struct CrashState {
   std::string label;
   std::string op;
   std::string pending;  // a description of the pending lines (replay)
+  uint64_t context = 0;  // what the enumerator's context function said at the point
   std::shared_ptr<const LineSet> settled;  // durable lines, shared by one point's states
   LineSet chosen;                          // the pending lines' chosen prefixes
 
@@ -75,6 +77,10 @@ class Enumerator {
     });
   }
   static void Detach(RecordingMedia& media) { media.set_crash_hook(nullptr); }
+  // Called at every crash point (under the media's lock); its value is kept
+  // in the point's states (the concurrent runner: which operations had
+  // returned and which were in flight).
+  void set_context(std::function<uint64_t()> context) { context_ = std::move(context); }
   // Lines the media changed relative to base before a remount: they stay
   // part of every later state's difference.
   void Carry(const RecordingMedia& media) { carried_.insert(media.touched().begin(), media.touched().end()); }
@@ -108,6 +114,7 @@ class Enumerator {
   size_t budget_;
   uint64_t* next_point_;
   std::optional<Filter> filter_;
+  std::function<uint64_t()> context_;
   std::set<uint64_t> carried_;
   std::unordered_set<uint64_t> seen_;
   std::vector<std::vector<CrashState>> kept_;  // per point that had new states

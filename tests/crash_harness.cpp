@@ -71,6 +71,10 @@ CrashConfig CrashConfig::FromEnv() {
   c.workload_cap = EnvNumber("NVFS_CRASH_CAP", c.workload_cap);
   c.point_cap = EnvNumber("NVFS_CRASH_POINT_CAP", c.point_cap);
   c.recovery_every = EnvNumber("NVFS_CRASH_RECOVERY", c.recovery_every);
+  if (EnvNumber("NVFS_CRASH_ALL", 0) != 0) {
+    c.workload_cap = SIZE_MAX;
+    c.point_cap = SIZE_MAX;
+  }
   if (const char* only = std::getenv("NVFS_CRASH_ONLY")) c.only = only;
   if (const char* replay = std::getenv("NVFS_CRASH_REPLAY"); replay && *replay) {
     c.replay = ParseReplayId(replay);
@@ -134,8 +138,6 @@ class WorkloadRunner {
     for (const auto& v : media_->violations()) Failure(workload_.name + ": " + where + ": " + v.Describe());
     media_->ClearViolations();
   }
-  void CheckState(const CrashState& state, const std::string& step, const Tree& before,
-                  const Tree& after, const MixedRange* mixed);
   bool replaying() const { return config_.replay.has_value(); }
 
   const Workload& workload_;
@@ -147,10 +149,16 @@ class WorkloadRunner {
   std::vector<std::byte> step_base_;
   Enumerator* enumerator_ = nullptr;  // of the step running
   uint64_t next_point_ = 0;
-  uint64_t sampled_ = 0;
+  StateChecker checker_{workload_.name, config_, image_, result_};
 };
 
 void StepContext::Fail(const std::string& what) { throw StepFailure{what}; }
+
+void KeepAnOrphan(StepContext& ctx) {
+  const uint64_t keep = ctx.Ino("/d2/keep-open");
+  ctx.Keep("keep-open", ctx.Expect(ctx.fs().Open(keep, O_RDWR), "open keep-open"));
+  ctx.Expect(ctx.fs().Unlink(ctx.Ino("/d2"), "keep-open"), "unlink keep-open");
+}
 
 void StepContext::Expect(const Status& st, const std::string& what) {
   if (!st.ok()) Fail(what + ": " + st.error().Describe());
@@ -164,6 +172,12 @@ std::pair<uint64_t, std::string> StepContext::Parent(const std::string& path) {
   const size_t slash = path.rfind('/');
   const std::string dir = slash == 0 ? "/" : path.substr(0, slash);
   return {Ino(dir), path.substr(slash + 1)};
+}
+
+uint64_t StepContext::Known(const std::string& key) {
+  auto it = inos_.find(key);
+  if (it == inos_.end()) Fail("the setup named no inode " + key);
+  return it->second;
 }
 
 FileHandle StepContext::Handle(const std::string& name) {
@@ -234,11 +248,7 @@ WorkloadResult WorkloadRunner::Run() {
   ctx.rng_.seed(config_.seed);
   Tree before;
   try {
-    // Every workload runs with an inode on the orphan list: an unlinked file
-    // still open, so every crash image also exercises orphan recovery.
-    const uint64_t keep = ctx.Ino("/d2/keep-open");
-    ctx.Keep("keep-open", ctx.Expect(fs_->Open(keep, O_RDWR), "open keep-open"));
-    ctx.Expect(fs_->Unlink(ctx.Ino("/d2"), "keep-open"), "unlink keep-open");
+    KeepAnOrphan(ctx);
     if (workload_.setup) workload_.setup(ctx);
     before = ctx.Expect(SnapshotTree(*fs_), "tree before the first step");
   } catch (const StepFailure& f) {
@@ -291,7 +301,12 @@ WorkloadResult WorkloadRunner::Run() {
     if (selected.size() < enumerator.unique() && !replaying()) result_.capped = true;
     budget_left -= std::min(budget_left, selected.size());
     const MixedRange* mixed = ctx.mixed_ ? &*ctx.mixed_ : nullptr;
-    for (const CrashState* state : selected) CheckState(*state, step_name, before, *after, mixed);
+    const auto matches = [&](const Tree& tree) -> std::string {
+      if (TreeMatches(tree, before, *after, mixed)) return "";
+      return "the tree is neither the one before nor the one after the step:\n    vs before: " +
+             TreeDiff(before, tree) + "\n    vs after:  " + TreeDiff(*after, tree);
+    };
+    for (const CrashState* state : selected) checker_.Check(*state, step_base_, step_name, matches);
     before = std::move(after.value());
   }
   for (auto& [name, file] : ctx.handles_) fs_->Release(file);
@@ -306,10 +321,10 @@ WorkloadResult WorkloadRunner::Run() {
 }
 
 // Mounts one crash image and checks it (crash_harness.hpp, steps 1-5).
-void WorkloadRunner::CheckState(const CrashState& state, const std::string& step,
-                                const Tree& before, const Tree& after, const MixedRange* mixed) {
+void StateChecker::Check(const CrashState& state, const std::vector<std::byte>& step_base,
+                         const std::string& step, const TreeCheck& matches) {
   ++result_.checked;
-  const std::string id = FormatId(workload_.name, state.point, state.subset, config_.seed);
+  const std::string id = FormatId(workload_, state.point, state.subset, config_.seed);
   const auto fail = [&](const std::string& what) {
     Failure(id + " (step '" + step + "', crash in '" + state.op + "', " + state.label + "): " +
             what + "\n    " + ReplayHint(id));
@@ -319,9 +334,9 @@ void WorkloadRunner::CheckState(const CrashState& state, const std::string& step
               << state.pending << "\n  " << state.settled->lines.size() + state.chosen.lines.size()
               << " line(s) differ from the image before the step\n";
   }
-  const uint64_t size = step_base_.size();
+  const uint64_t size = step_base.size();
   std::unique_ptr<RecordingMedia> crashed =
-      state.Materialize(step_base_.data(), size, PlainOptions());
+      state.Materialize(step_base.data(), size, PlainOptions());
 
   // A sample also crashes inside its own recovery.
   const bool crash_recovery =
@@ -361,10 +376,7 @@ void WorkloadRunner::CheckState(const CrashState& state, const std::string& step
   if (std::string links = CheckLinkCounts(*tree); !links.empty()) {
     return fail("after recovery: " + links);
   }
-  if (!TreeMatches(*tree, before, after, mixed)) {
-    return fail("the tree is neither the one before nor the one after the step:\n    vs before: " +
-                TreeDiff(before, *tree) + "\n    vs after:  " + TreeDiff(after, *tree));
-  }
+  if (std::string why = matches(*tree); !why.empty()) return fail(why);
   const StatFs counts = fs.GetStatFs().value();
   Status st = fs.Unmount();
   if (!st.ok()) return fail("unmount: " + st.error().Describe());
@@ -398,7 +410,7 @@ void WorkloadRunner::CheckState(const CrashState& state, const std::string& step
       recovery->Select(replaying() ? SIZE_MAX : config_.recovery_cap);
   for (const CrashState* rstate : selected) {
     ++result_.recovery_checked;
-    const std::string rid = FormatId(workload_.name, state.point, state.subset, config_.seed,
+    const std::string rid = FormatId(workload_, state.point, state.subset, config_.seed,
                                      std::make_pair(rstate->point, rstate->subset));
     const auto rfail = [&](const std::string& what) {
       Failure(rid + " (step '" + step + "', crash in '" + state.op + "', " + state.label +

@@ -38,6 +38,7 @@
 // Environment:
 //   NVFS_CRASH_CAP=N        unique states checked per workload (default 160)
 //   NVFS_CRASH_POINT_CAP=N  unique states kept per crash point (default 24)
+//   NVFS_CRASH_ALL=1        no caps: every unique state of every point
 //   NVFS_CRASH_RECOVERY=N   crash the recovery of every Nth state (default 6; 0: never)
 //   NVFS_CRASH_SEED=N       seed of the random subsets and random steps (default 1)
 //   NVFS_CRASH_ONLY=text    run only workloads whose name contains text
@@ -143,6 +144,12 @@ class StepContext {
   FileHandle Handle(const std::string& name);
   void Close(const std::string& name);
 
+  // Inode numbers a workload's setup names for the steps or threads that
+  // follow (the concurrent workloads: a path may move under another thread).
+  void Remember(const std::string& key, uint64_t ino) { inos_[key] = ino; }
+  uint64_t Known(const std::string& key);
+  const std::map<std::string, uint64_t>& known() const { return inos_; }
+
   // What the step does, when its name does not say (random steps).
   void Note(const std::string& what) { note_ = what; }
 
@@ -162,11 +169,14 @@ class StepContext {
 
  private:
   friend class WorkloadRunner;
+  friend class ConcurrentRunner;
+  friend class SequenceModel;
   Filesystem* fs_ = nullptr;
   class WorkloadRunner* runner_ = nullptr;
   std::mt19937_64 rng_;
   const Tree* tree_ = nullptr;
   std::map<std::string, FileHandle> handles_;
+  std::map<std::string, uint64_t> inos_;
   std::optional<MixedRange> mixed_;
   std::string note_;
 };
@@ -174,6 +184,11 @@ class StepContext {
 struct StepFailure {
   std::string what;
 };
+
+// Every workload runs with an inode on the orphan list: /d2/keep-open,
+// unlinked and kept open (as "keep-open"), so every crash image also
+// exercises orphan recovery.
+void KeepAnOrphan(StepContext& ctx);
 
 struct WorkloadResult {
   std::string name;
@@ -188,6 +203,35 @@ struct WorkloadResult {
 };
 
 WorkloadResult RunWorkload(const Workload& workload, const CrashConfig& config);
+
+struct CrashState;
+
+// Whether a recovered tree is one the workload allows: "" when it is, else
+// what is wrong with it.
+using TreeCheck = std::function<std::string(const Tree&)>;
+
+// Checks crash states (steps 1-5 above; `matches` is step 2), adding to
+// `result` its counts and failures. Every Nth state also crashes inside its
+// own recovery (NVFS_CRASH_RECOVERY).
+class StateChecker {
+ public:
+  StateChecker(const std::string& workload, const CrashConfig& config, const BaseImage& image,
+               WorkloadResult& result)
+      : workload_(workload), config_(config), image_(image), result_(result) {}
+  // `step_base`: the image `state` is expressed against.
+  void Check(const CrashState& state, const std::vector<std::byte>& step_base,
+             const std::string& step, const TreeCheck& matches);
+
+ private:
+  bool replaying() const { return config_.replay.has_value(); }
+  void Failure(const std::string& what) { result_.failures.push_back(what); }
+
+  const std::string& workload_;
+  const CrashConfig& config_;
+  const BaseImage& image_;
+  WorkloadResult& result_;
+  uint64_t sampled_ = 0;
+};
 
 // Runs the workloads (those NVFS_CRASH_ONLY / NVFS_CRASH_REPLAY select),
 // prints one line per workload and a total to stdout, and returns the results.

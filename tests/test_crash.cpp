@@ -12,6 +12,7 @@
 #include <iostream>
 #include <random>
 
+#include "crash_concurrent.hpp"
 #include "crash_ops.hpp"
 #include "crash_workloads.hpp"
 #include "nvfs/fsck.hpp"
@@ -334,6 +335,22 @@ TEST_CASE("crash: 64 KiB blocks", "[crash][data]") {
 
 TEST_CASE("crash: seeded two-operation sequences", "[crash][seq]") {
   Report(RunWorkloads("sequences", SequenceWorkloads()));
+}
+
+}  // namespace
+}  // namespace nvfs::test
+
+namespace nvfs::test {
+namespace {
+
+TEST_CASE("crash: operations in flight on two and three threads", "[crash][threaded]") {
+  const std::vector<ConcurrentResult> results = RunConcurrentWorkloads(ConcurrentWorkloads());
+  for (const ConcurrentResult& r : results) {
+    INFO(r.name);
+    for (size_t i = 0; i < r.failures.size() && i < 8; ++i) FAIL_CHECK(r.failures[i]);
+    if (r.failures.size() > 8) FAIL_CHECK(std::to_string(r.failures.size() - 8) + " more failures");
+    CHECK((r.failures.empty() && r.checked > 0 && r.switches > 0));
+  }
 }
 
 }  // namespace

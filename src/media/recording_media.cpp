@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
@@ -166,6 +167,7 @@ void RecordingMedia::RecordStore(uint64_t offset, const std::byte* bytes, size_t
       touched_.insert(this_line);
     }
     Piece piece;
+    piece.thread = ThreadTag();
     piece.offset = static_cast<uint8_t>(at - this_line);
     piece.len = static_cast<uint8_t>(word_end - at);
     std::memcpy(piece.bytes, bytes + (at - offset), piece.len);
@@ -174,8 +176,15 @@ void RecordingMedia::RecordStore(uint64_t offset, const std::byte* bytes, size_t
   }
 }
 
+uint32_t RecordingMedia::ThreadTag() {
+  static std::atomic<uint32_t> next{1};
+  thread_local const uint32_t tag = next.fetch_add(1, std::memory_order_relaxed);
+  return tag;
+}
+
 void RecordingMedia::Store(uint64_t offset, const void* src, size_t len) {
   CheckWrite(offset, len);
+  Gate();
   std::lock_guard lock(mu_);
   WriteVolatile(offset, src, len);
   CountStored(len);
@@ -188,6 +197,7 @@ void RecordingMedia::Store64(uint64_t offset, uint64_t value) {
     std::fprintf(stderr, "nvfs: BUG: unaligned 8-byte store at %" PRIu64 "\n", offset);
     std::abort();
   }
+  Gate();
   std::lock_guard lock(mu_);
   Unprotect(offset, 8);
   __atomic_store_n(reinterpret_cast<uint64_t*>(base_ + offset), value, __ATOMIC_RELAXED);
@@ -198,6 +208,7 @@ void RecordingMedia::Store64(uint64_t offset, uint64_t value) {
 
 void RecordingMedia::Fill(uint64_t offset, int byte, size_t len) {
   CheckWrite(offset, len);
+  Gate();
   std::lock_guard lock(mu_);
   FillVolatile(offset, byte, len);
   CountStored(len);
@@ -212,6 +223,7 @@ void RecordingMedia::StoreFlush(uint64_t offset, const void* src, size_t len) {
 void RecordingMedia::Flush(uint64_t offset, size_t len) {
   CheckWrite(offset, len);
   if (!options_.record || len == 0) return;
+  Gate();
   std::lock_guard lock(mu_);
   if (options_.keep_log) log_.push_back({EventKind::kFlush, offset, len, 0, {}});
   const uint64_t first = offset & ~(kLine - 1);
@@ -223,9 +235,17 @@ void RecordingMedia::Flush(uint64_t offset, size_t len) {
 
 void RecordingMedia::Drain() {
   if (!options_.record) return;
+  Gate();
   std::lock_guard lock(mu_);
   if (options_.keep_log) log_.push_back({EventKind::kFence, 0, 0, 0, {}});
-  if (hook_) hook_(*this, CrashPoint{PointKind::kFence, points_, op_.c_str()});
+  if (hook_) {
+    const char* op = op_.c_str();
+    if (options_.concurrent) {
+      auto it = thread_ops_.find(ThreadTag());
+      op = it == thread_ops_.end() ? "" : it->second.op.c_str();
+    }
+    hook_(*this, CrashPoint{PointKind::kFence, points_, op});
+  }
   ++points_;
   for (auto it = pending_.begin(); it != pending_.end();) {
     PendingLine& line = it->second;
@@ -295,10 +315,34 @@ void RecordingMedia::CheckOpEnd(const std::string& op) {
   }
 }
 
+// REQUIRES: mu_ held.
+void RecordingMedia::CheckThreadOpEnd(const std::string& op, uint32_t thread, const char* what) {
+  Violation v{op, what, {}, 0};
+  for (const auto& [offset, line] : pending_) {
+    for (const Piece& piece : line.writes) {
+      if (piece.thread != thread) continue;
+      if (v.offsets.size() < 16) v.offsets.push_back(offset);
+      ++v.count;
+      break;
+    }
+  }
+  if (v.count != 0) AddViolation(std::move(v));
+}
+
 void RecordingMedia::BeginOp(const char* name) {
   if (!options_.record) return;
+  Gate();
   std::lock_guard lock(mu_);
   if (options_.keep_log) log_.push_back({EventKind::kBeginOp, 0, 0, 0, name});
+  if (options_.concurrent) {
+    const uint32_t thread = ThreadTag();
+    ThreadOp& t = thread_ops_[thread];
+    if (t.depth++ > 0) return;
+    CheckThreadOpEnd(std::string("before ") + name, thread,
+                     "stored by this thread left unflushed or unfenced outside any operation");
+    t.op = name;
+    return;
+  }
   if (op_depth_++ > 0) return;
   if (!pending_.empty()) {
     Violation v{std::string("before ") + name, "left unflushed or unfenced outside any operation",
@@ -314,8 +358,20 @@ void RecordingMedia::BeginOp(const char* name) {
 
 void RecordingMedia::EndOp() {
   if (!options_.record) return;
+  Gate();
   std::lock_guard lock(mu_);
   if (options_.keep_log) log_.push_back({EventKind::kEndOp, 0, 0, 0, {}});
+  if (options_.concurrent) {
+    const uint32_t thread = ThreadTag();
+    auto it = thread_ops_.find(thread);
+    if (it == thread_ops_.end() || it->second.depth == 0 || --it->second.depth > 0) return;
+    const std::string op = std::move(it->second.op);
+    thread_ops_.erase(it);
+    CheckThreadOpEnd(op, thread, "stored by this thread left unflushed or unfenced");
+    if (hook_) hook_(*this, CrashPoint{PointKind::kOpEnd, points_, op.c_str()});
+    ++points_;
+    return;
+  }
   if (op_depth_ == 0 || --op_depth_ > 0) return;
   CheckOpEnd(op_);
   if (hook_) hook_(*this, CrashPoint{PointKind::kOpEnd, points_, op_.c_str()});

@@ -26,9 +26,14 @@
 //
 // Thread safety: every store, flush and fence takes one mutex, so concurrent
 // callers are serialised (the model needs one program order per line). The
-// operation checks assume operations do not overlap: use one thread. The crash
-// hook runs with the mutex held and must not call back into this object
-// except through the const accessors.
+// operation checks assume operations do not overlap unless `concurrent` is
+// set: then each thread's operations are tracked on their own, and an
+// operation's end checks only the lines that thread stored. The crash hook
+// runs with the mutex held and must not call back into this object except
+// through the const accessors. The gate (set_gate) runs before every store,
+// flush, fence and operation mark, outside the mutex: a test's scheduler
+// parks the calling thread there to choose the global order of the media
+// writes of several threads (tests/crash_concurrent.hpp).
 #pragma once
 
 #include <cstddef>
@@ -60,6 +65,11 @@ struct RecordingOptions {
   // Print a violation and abort the process instead of recording it.
   bool abort_on_violation = false;
   bool read_only = false;
+  // Operations of several threads overlap: operation marks are kept per
+  // thread, an operation's end checks that no line the same thread stored is
+  // still pending, and compare_at_op_end is ignored (other threads' stores
+  // are in flight).
+  bool concurrent = false;
 };
 
 class RecordingMedia final : public Media {
@@ -98,8 +108,11 @@ class RecordingMedia final : public Media {
   struct Piece {
     uint8_t offset;  // in the line
     uint8_t len;
+    uint32_t thread;  // who stored it (ThreadTag)
     std::byte bytes[8];
   };
+  // A small number naming the calling thread, unique in the process.
+  static uint32_t ThreadTag();
   struct PendingLine {
     std::vector<Piece> writes;  // since the last fence, in program order
     size_t flushed = 0;         // writes [0, flushed) are durable at the next fence
@@ -130,6 +143,10 @@ class RecordingMedia final : public Media {
   // after the check (nothing is pending then unless the check failed).
   using CrashHook = std::function<void(const RecordingMedia&, const CrashPoint&)>;
   void set_crash_hook(CrashHook hook) { hook_ = std::move(hook); }
+  // Called first in every Store, Store64, Fill, Flush, Drain, BeginOp and
+  // EndOp, without the mutex held. Set it while no other thread uses the
+  // media.
+  void set_gate(std::function<void()> gate) { gate_ = std::move(gate); }
   uint64_t crash_points() const { return points_; }
 
   // --- Operation checks ----------------------------------------------------
@@ -165,6 +182,10 @@ class RecordingMedia final : public Media {
   void Unprotect(uint64_t offset, size_t len);
   void Protect(uint64_t offset, size_t len);
   void CheckOpEnd(const std::string& op);
+  void CheckThreadOpEnd(const std::string& op, uint32_t thread, const char* what);
+  void Gate() const {
+    if (gate_) gate_();
+  }
   void AddViolation(Violation v);
 
   RecordingOptions options_;
@@ -178,6 +199,12 @@ class RecordingMedia final : public Media {
   uint64_t points_ = 0;
   int op_depth_ = 0;
   std::string op_;  // outermost operation in progress
+  struct ThreadOp {
+    int depth = 0;
+    std::string op;
+  };
+  std::map<uint32_t, ThreadOp> thread_ops_;  // when concurrent, by ThreadTag
+  std::function<void()> gate_;
   std::vector<Violation> violations_;
   std::vector<Event> log_;
   std::vector<std::byte> log_bytes_;
