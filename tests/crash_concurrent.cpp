@@ -702,8 +702,8 @@ std::vector<ConcurrentResult> RunConcurrentWorkloads(const std::vector<Concurren
             << total.checked << " checked + " << total.recovery_checked
             << " crashes inside recovery, " << total.sequences << " orders run on the model, "
             << total.seconds << " s (seed " << base_config.seed << ", cap "
-            << base_config.workload_cap << "/interleaving, " << base_config.point_cap << "/point)"
-            << std::endl;
+            << CapText(base_config.workload_cap) << "/interleaving, "
+            << CapText(base_config.point_cap) << "/point)" << std::endl;
   return results;
 }
 

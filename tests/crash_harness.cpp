@@ -87,6 +87,8 @@ CrashConfig CrashConfig::FromEnv() {
   return c;
 }
 
+std::string CapText(size_t cap) { return cap == SIZE_MAX ? "none" : std::to_string(cap); }
+
 std::string WorkloadResult::Summary() const {
   char buf[256];
   std::snprintf(buf, sizeof buf,
@@ -468,8 +470,8 @@ std::vector<WorkloadResult> RunWorkloads(const std::string& suite,
   std::cout << "crash: " << suite << " total: " << results.size() << " workloads, " << points
             << " crash points, " << candidates << " unique crash states, " << checked
             << " checked + " << recovery << " crashes inside recovery, " << seconds << " s"
-            << " (seed " << config.seed << ", cap " << config.workload_cap << "/workload, "
-            << config.point_cap << "/point)" << std::endl;
+            << " (seed " << config.seed << ", cap " << CapText(config.workload_cap) << "/workload, "
+            << CapText(config.point_cap) << "/point)" << std::endl;
   return results;
 }
 

@@ -80,6 +80,8 @@ struct CrashConfig {
   std::optional<ReplayId> replay;
   static CrashConfig FromEnv();
 };
+// A cap as the suite prints it ("none" for NVFS_CRASH_ALL).
+std::string CapText(size_t cap);
 
 // The namespace every workload starts from (see PopulateStandard in
 // crash_harness.cpp): an 8 MiB namespace, mkfs'd with a fixed hash seed.
