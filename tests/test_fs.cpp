@@ -1153,6 +1153,36 @@ TEST_CASE("regression: a reclaim that threw left its inode reclaiming and every 
   CHECK(img->fs().GetStatFs()->inodes_free == inodes_before);
 }
 
+TEST_CASE("regression: a reclaim that threw from the last unpin of an operation terminated the "
+          "process", "[fs]") {
+  // An operation that holds the last pin of an inode it unlinks (here an
+  // unlink of a name no one looked up) reclaims the inode when its InodeRef
+  // goes out of scope. A throw from that reclaim (an allocation failure)
+  // left a destructor, and std::terminate took the daemon down. It is now
+  // reported, and the inode stays on the orphan list for its next pin or
+  // the next mount.
+  auto img = std::make_unique<FsImage>();
+  std::atomic<uint64_t> fault_ino{0};
+  img->mount_options.reclaim_fault = [&fault_ino](uint64_t ino) {
+    if (fault_ino.load() == ino) throw std::bad_alloc();
+  };
+  img->Remount();
+  Filesystem& fs = img->fs();
+  const uint64_t inodes_before = fs.GetStatFs()->inodes_free;
+  const uint64_t victim = MustCreate(fs, kRoot, "victim", std::string(50000, 'v'));
+  fault_ino = victim;
+  CHECK(fs.Unlink(kRoot, "victim").ok());
+  fault_ino = 0;
+  // Still on the orphan list: a pin of its number finds it idle and
+  // reclaims it.
+  Result<Attr> again = Error(EIO);
+  const bool returned = ReturnsWithin10s(img, [&fs, &again, victim] { again = fs.LookupInode(victim); });
+  REQUIRE(returned);
+  if (again.ok()) fs.Forget(victim, 1);
+  CHECK(fs.GetStatFs()->inodes_free == inodes_before);
+  RequireFsckClean(*img, "a reclaim that threw from an InodeRef");
+}
+
 TEST_CASE("regression: a timestamp update of an orphan raced the removal of its successor",
           "[fs]") {
   // Inode::orphan_next of the predecessor is written by OrphanRemove under

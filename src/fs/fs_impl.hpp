@@ -211,6 +211,10 @@ struct FsOps {
   static void Unpin(Filesystem& fs, CachedInode* inode) {
     if (CachedInode* unlinked = fs.cache_->Unpin(inode)) ReclaimIdle(fs, unlinked);
   }
+  // Drops one pin where nothing may throw (InodeRef's destructor and move):
+  // a reclaim that throws is said on stderr, and the inode stays on the
+  // orphan list for its next pin or the next mount.
+  static void UnpinNoThrow(Filesystem& fs, CachedInode* inode) noexcept;
 
   static const format::Inode& InodeAt(const Filesystem& fs, uint64_t ino) {
     return fs.ctx_->InodeAt(ino);
@@ -255,8 +259,8 @@ class InodeRef {
     return *this;
   }
   ~InodeRef() { Reset(); }
-  void Reset() {
-    if (inode_ != nullptr) FsOps::Unpin(*fs_, std::exchange(inode_, nullptr));
+  void Reset() noexcept {
+    if (inode_ != nullptr) FsOps::UnpinNoThrow(*fs_, std::exchange(inode_, nullptr));
   }
   // Gives up the pin without unpinning (it now belongs to the caller).
   CachedInode* Release() { return std::exchange(inode_, nullptr); }

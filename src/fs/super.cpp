@@ -3,7 +3,9 @@
 
 #include <algorithm>
 #include <cinttypes>
+#include <cstdio>
 #include <cstring>
+#include <new>
 #include <unordered_set>
 
 #include "fs/damage.hpp"
@@ -655,6 +657,24 @@ void FsOps::ReclaimIdle(Filesystem& fs, CachedInode* inode) {
   // A failure here, an error or a throw, leaves the inode on the orphan
   // list: the next mount finishes it.
   (void)Reclaim(fs, inode->ino);
+}
+
+void FsOps::UnpinNoThrow(Filesystem& fs, CachedInode* inode) noexcept {
+  const uint64_t ino = inode->ino;
+  const char* what = nullptr;
+  try {
+    Unpin(fs, inode);
+  } catch (const std::bad_alloc&) {
+    what = "out of memory";
+  } catch (...) {
+    what = "unexpected exception";
+  }
+  if (what != nullptr) {
+    std::fprintf(stderr,
+                 "nvfs: reclaim of unlinked inode %" PRIu64 " failed (%s); it stays on the orphan "
+                 "list until its next use or the next mount\n",
+                 ino, what);
+  }
 }
 
 Status FsOps::ProcessOrphans(Filesystem& fs) {
