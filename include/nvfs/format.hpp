@@ -55,13 +55,12 @@ inline constexpr uint32_t kVersionMinor = 1;  // informational (2.1: chained xat
 // Feature masks. A set bit the code does not know:
 //  - in incompat: refuse to open at all;
 //  - in ro_compat: open read-only only;
-//  - in compat: ignore.
+//  - in compat: ignore (none is defined).
 // Chained extended attributes (version 2.1, set by mkfs): xattr_block names
 // a chain of XattrBlockHeader blocks whose records may be free or keep their
 // value in runs of blocks of its own. Without it (a namespace made before),
 // xattr_block names one XattrHeader block, replaced whole on each change.
 inline constexpr uint64_t kIncompatXattrChain = uint64_t{1} << 0;
-inline constexpr uint64_t kCompatKnown = 0;
 inline constexpr uint64_t kIncompatKnown = kIncompatXattrChain;
 inline constexpr uint64_t kRoCompatKnown = 0;
 
@@ -113,7 +112,7 @@ struct SuperDynamic {
   uint64_t free_blocks;    // exact when state == kClean
   uint64_t free_inodes;    // exact when state == kClean
   uint64_t orphan_head;    // first inode of the orphan list (unlinked, still open); 0 none
-  uint64_t next_generation;  // reserved: v1 draws inode generations at random
+  uint64_t next_generation;  // reserved: inode generations are drawn at random
   int64_t check_time;      // seconds, last fsck
   uint8_t reserved[1964];  // must be zero
   uint32_t checksum;       // CRC32C of bytes 0..2043 of this half
