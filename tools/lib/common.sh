@@ -24,6 +24,12 @@ NVFS_XFSTESTS_PACKAGES=(
   pkg-config patch util-linux duperemove
 )
 
+# What tools/package.sh uses to build and check the Debian packages, and the
+# install test (tests/package_install.sh) to read their man pages.
+NVFS_PACKAGE_TOOLS=(
+  debhelper dpkg-dev fakeroot lintian groff man-db rsync git ccache
+)
+
 nvfs_install_deps() {
   local missing=() pkg
   for pkg in "${NVFS_PACKAGES[@]}" "$@"; do
