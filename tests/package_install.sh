@@ -4,7 +4,7 @@
 # too) and answers --version with this tree's version, every program has its
 # man page and every page renders without a warning, the header and library
 # of libnvfs-direct-dev build and run a client, and, as root with /dev/fuse,
-# mount -t fuse.nvfs mounts through the packaged daemon.
+# mount(8)'s helper for type fuse.nvfs mounts through the packaged daemon.
 #
 # NVFS_PACKAGE_DIR: where tools/package.sh put the .deb files (check.sh
 # --package sets it). Unset, or holding no package of this version: SKIPPED
@@ -19,14 +19,17 @@ failed=0
 [ -n "${NVFS_PACKAGE_DIR:-}" ] ||
   skip "no package built: run tools/package.sh, then this test with NVFS_PACKAGE_DIR=its output folder (or tools/check.sh --package)"
 shopt -s nullglob
-debs=("$NVFS_PACKAGE_DIR"/*_"$NVFS_VERSION"_*.deb)
+debs=()
+for deb in "$NVFS_PACKAGE_DIR"/*_"$NVFS_VERSION"_*.deb; do
+  [[ "$(basename "$deb")" == *-dbgsym_* ]] || debs+=("$deb")  # debug symbols: not installed
+done
 [ ${#debs[@]} -gt 0 ] || skip "no .deb of version $NVFS_VERSION in $NVFS_PACKAGE_DIR"
 for tool in dpkg-deb groff man; do
   command -v "$tool" >/dev/null || skip "$tool is not installed (NVFS_PACKAGE_TOOLS)"
 done
 
 root=$(mktemp -d /tmp/nvfs-package.XXXXXX)
-mnt= daemon_dev=
+mnt='' daemon_dev=''
 cleanup() {
   if [ -n "$mnt" ]; then
     mountpoint -q "$mnt" && { umount "$mnt" 2>/dev/null || umount -l "$mnt"; }
@@ -134,8 +137,11 @@ else
 fi
 
 # mount -t fuse.nvfs: mount(8) runs /sbin/mount.fuse.nvfs or, with none,
-# fuse3's /sbin/mount.fuse, which runs "nvfs DEVICE DIR -o OPTIONS" from PATH
-# (the package's /usr/sbin; here the scratch root's, put first).
+# fuse3's /sbin/mount.fuse as "mount.fuse DEVICE DIR -o rw,OPTIONS -t
+# fuse.nvfs", which runs "nvfs DEVICE DIR -o OPTIONS" through /bin/sh.
+# mount(8) gives its helper no PATH, so the shell's default path finds the
+# package's /usr/sbin/nvfs; here the helper is run as mount(8) runs it, with
+# a PATH that puts the scratch root's /usr/sbin first.
 if [ "$(id -u)" -ne 0 ] || ! [ -c /dev/fuse ]; then
   echo "note: mount -t fuse.nvfs not tried (needs root and /dev/fuse)"
 elif [ -e /sbin/mount.fuse.nvfs ]; then
@@ -146,7 +152,8 @@ else
   daemon_dev=/dev/shm/nvfs-package-$$.img
   mnt=$(mktemp -d /tmp/nvfs-package-mnt.XXXXXX)
   "$root/usr/sbin/mkfs.nvfs" -q -s 64M "$daemon_dev"
-  if PATH=$root/usr/sbin:$PATH mount -t fuse.nvfs -o direct=off "$daemon_dev" "$mnt"; then
+  if PATH=$root/usr/sbin:$PATH /sbin/mount.fuse "$daemon_dev" "$mnt" -o rw,direct=off -t fuse.nvfs
+  then
     type=$(findmnt -n -o FSTYPE "$mnt" || true)
     echo hello > "$mnt/file"
     [ "$type" = fuse.nvfs ] || fail "mounted as \"$type\", not fuse.nvfs"
@@ -154,12 +161,12 @@ else
     umount "$mnt"
     # fsck waits for the daemon to let go of the namespace.
     if "$root/usr/sbin/fsck.nvfs" -n "$daemon_dev" > /dev/null; then
-      echo "ok: mount -t fuse.nvfs mounted through the packaged daemon; fsck clean after umount"
+      echo "ok: mount.fuse (type fuse.nvfs) mounted through the packaged daemon; fsck clean after umount"
     else
       fail "fsck.nvfs -n after the umount"
     fi
   else
-    fail "mount -t fuse.nvfs through the packaged daemon"
+    fail "/sbin/mount.fuse with type fuse.nvfs, through the packaged daemon"
   fi
 fi
 

@@ -34,8 +34,9 @@ tree=$out/nvfs-$version
 rm -rf "$tree"
 mkdir -p "$tree"
 if git -C "$NVFS_TOP" rev-parse --git-dir >/dev/null 2>&1; then
-  (cd "$NVFS_TOP" && git ls-files -z --cached --others --exclude-standard) |
-    (cd "$NVFS_TOP" && xargs -0 sh -c 'for f; do [ -e "$f" ] && printf "%s\0" "$f"; done' sh) |
+  # (A file deleted but not yet committed is left out.)
+  (cd "$NVFS_TOP" && git ls-files -z --cached --others --exclude-standard |
+    while IFS= read -r -d '' f; do [ -e "$f" ] && printf '%s\0' "$f"; done) |
     rsync -a --from0 --files-from=- "$NVFS_TOP/" "$tree/"
   commit=$(git -C "$NVFS_TOP" rev-parse --short HEAD)
   when=$(git -C "$NVFS_TOP" log -1 --format=%aD)
