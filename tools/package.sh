@@ -38,12 +38,12 @@ if git -C "$NVFS_TOP" rev-parse --git-dir >/dev/null 2>&1; then
   (cd "$NVFS_TOP" && git ls-files -z --cached --others --exclude-standard |
     while IFS= read -r -d '' f; do [ -e "$f" ] && printf '%s\0' "$f"; done) |
     rsync -a --from0 --files-from=- "$NVFS_TOP/" "$tree/"
-  commit=$(git -C "$NVFS_TOP" rev-parse --short HEAD)
+  commit="git $(git -C "$NVFS_TOP" rev-parse --short HEAD)"
   when=$(git -C "$NVFS_TOP" log -1 --format=%aD)
-  git -C "$NVFS_TOP" diff --quiet HEAD 2>/dev/null || commit="$commit, with uncommitted changes"
+  git -C "$NVFS_TOP" diff --quiet HEAD 2>/dev/null || commit="$commit and changes"
 else
   rsync -a --exclude '/build*/' --exclude '*.img' "$NVFS_TOP/" "$tree/"
-  commit="no git checkout"
+  commit="a tree without git"
   when=$(date -R)
 fi
 rm -rf "$tree/debian"
@@ -51,7 +51,7 @@ cp -a "$NVFS_TOP/tools/debian" "$tree/debian"
 cat > "$tree/debian/changelog" <<EOF
 nvfs ($version) unstable; urgency=medium
 
-  * Built by tools/package.sh from the source tree ($commit).
+  * Built by tools/package.sh from $commit.
 
  -- nvfs maintainers <maintainers@users.noreply.a-seed-0ed09ca3.example>  $when
 EOF
