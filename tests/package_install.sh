@@ -11,6 +11,7 @@
 # (77), never passed.
 set -euo pipefail
 : "${NVFS_VERSION:?set NVFS_VERSION to the project version}"
+: "${NVFS_SOURCE_ROOT:?set NVFS_SOURCE_ROOT to the source tree (where meson.build is)}"
 
 skip() { echo "*** SKIPPED: $* ***"; exit 77; }
 fail() { echo "FAIL: $*"; failed=1; }
@@ -49,12 +50,17 @@ multiarch=$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || gcc -print-mul
 libdir=$root/usr/lib/$multiarch
 export LD_LIBRARY_PATH=$libdir
 
-# The programs: the ones issue 22 names must be there (nvfs-resize once it
-# is built); every one found answers --version.
+# The programs: the ones issue 22 names must be there (nvfs-resize once
+# meson.build builds it); every one found answers --version.
+resize_built=false
+if grep -rqs --include=meson.build "executable('nvfs-resize'" "$NVFS_SOURCE_ROOT"
+then
+  resize_built=true
+fi
 for prog in mkfs.nvfs fsck.nvfs nvfs nvfs-dump nvfs-pread nvfs-resize; do
   if [ ! -x "$root/usr/sbin/$prog" ] && [ ! -x "$root/usr/bin/$prog" ]; then
-    if [ "$prog" = nvfs-resize ]; then
-      echo "note: nvfs-resize is not in the package (not in this tree yet: issue 22, items 1-2)"
+    if [ "$prog" = nvfs-resize ] && ! $resize_built; then
+      echo "note: nvfs-resize is not in the package (meson.build does not build it yet: issue 22, items 1-2)"
     else
       fail "$prog is not in the package"
     fi
@@ -100,7 +106,7 @@ for page in "${pages[@]}"; do
   fi
   if [ ! -x "$root/usr/sbin/$prog" ] && [ ! -x "$root/usr/bin/$prog" ]; then
     echo "note: $name documents $prog, which is not in the package"
-    [ "$prog" = nvfs-resize ] || fail "$name has no program"
+    if [ "$prog" != nvfs-resize ] || $resize_built; then fail "$name has no program"; fi
   fi
 done
 
