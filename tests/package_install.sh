@@ -8,7 +8,8 @@
 #
 # NVFS_PACKAGE_DIR: where tools/package.sh put the .deb files (check.sh
 # --package sets it). Unset, or holding no package of this version: SKIPPED
-# (77), never passed.
+# (77), never passed. NVFS_PACKAGE_FAILED (check.sh --package, when
+# package.sh failed): FAIL.
 set -euo pipefail
 : "${NVFS_VERSION:?set NVFS_VERSION to the project version}"
 : "${NVFS_SOURCE_ROOT:?set NVFS_SOURCE_ROOT to the source tree (where meson.build is)}"
@@ -17,6 +18,10 @@ skip() { echo "*** SKIPPED: $* ***"; exit 77; }
 fail() { echo "FAIL: $*"; failed=1; }
 failed=0
 
+if [ -n "${NVFS_PACKAGE_FAILED:-}" ]; then
+  echo "FAIL: tools/package.sh failed (exit $NVFS_PACKAGE_FAILED): no package to test"
+  exit 1
+fi
 [ -n "${NVFS_PACKAGE_DIR:-}" ] ||
   skip "no package built: run tools/package.sh, then this test with NVFS_PACKAGE_DIR=its output folder (or tools/check.sh --package)"
 shopt -s nullglob

@@ -13,9 +13,11 @@
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
 
+unset NVFS_PACKAGE_FAILED
 if [ "${1:-}" = --package ]; then
   shift
-  "$NVFS_TOP/tools/package.sh"
+  # A failed package build fails the package-install test (counted below).
+  "$NVFS_TOP/tools/package.sh" || export NVFS_PACKAGE_FAILED=$?
   export NVFS_PACKAGE_DIR=${NVFS_PACKAGE_DIR:-$NVFS_TOP/build-package}
 else
   unset NVFS_PACKAGE_DIR
