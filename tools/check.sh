@@ -4,8 +4,24 @@
 # build directories). The corrupted-image suite ("fuzz") runs in a second
 # build with AddressSanitizer and UndefinedBehaviorSanitizer, where the unit
 # suite runs once more too.
+#
+#   tools/check.sh [--package] [MESON TEST ARGUMENTS]
+#
+# --package also builds the Debian packages (tools/package.sh, a third build:
+# several minutes) and has the package-install test check them; without it
+# that test is counted as skipped.
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
+
+unset NVFS_PACKAGE_FAILED
+if [ "${1:-}" = --package ]; then
+  shift
+  # A failed package build fails the package-install test (counted below).
+  "$NVFS_TOP/tools/package.sh" || export NVFS_PACKAGE_FAILED=$?
+  export NVFS_PACKAGE_DIR=${NVFS_PACKAGE_DIR:-$NVFS_TOP/build-package}
+else
+  unset NVFS_PACKAGE_DIR
+fi
 
 nvfs_install_deps
 nvfs_build

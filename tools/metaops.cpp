@@ -30,6 +30,10 @@ int Fail(const char* what, const std::string& path) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc == 2 && (std::strcmp(argv[1], "-V") == 0 || std::strcmp(argv[1], "--version") == 0)) {
+    std::printf("nvfs-metaops %s\n", NVFS_VERSION);
+    return 0;
+  }
   if (argc != 4) {
     std::fprintf(stderr, "usage: nvfs-metaops create|stat|unlink DIR N | append FILE N\n");
     return 2;

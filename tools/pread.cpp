@@ -73,8 +73,9 @@ constexpr const char* kUsage =
     "  -w              engine: a second thread overwrites the file in place meanwhile\n"
     "  -A OFFSET       engine: the destination buffer starts OFFSET bytes into a\n"
     "                  page (default 0; 16 is where a large malloc puts it)\n"
+    "  -X              engine: extent maps off, every read walks the block map\n"
     "  -T TARGET       a name for the target in the output (default: the path)\n"
-    "  --json          one JSON object per line instead of a table\n"
+    "  -j, --json      one JSON object per line instead of a table\n"
     "  -h, --help      this help;  -V, --version  the version\n";
 
 struct Options {

@@ -148,13 +148,17 @@ int main(int argc, char** argv) {
   uint32_t names = 16;
   uint64_t seed = 1;
   int opt;
-  while ((opt = getopt(argc, argv, "t:D:n:s:h")) != -1) {
+  static const option kLong[] = {{"help", no_argument, nullptr, 'h'},
+                                 {"version", no_argument, nullptr, 'V'},
+                                 {nullptr, 0, nullptr, 0}};
+  while ((opt = getopt_long(argc, argv, "t:D:n:s:hV", kLong, nullptr)) != -1) {
     switch (opt) {
       case 't': threads = std::atoi(optarg); break;
       case 'D': seconds = std::atof(optarg); break;
       case 'n': names = static_cast<uint32_t>(std::strtoul(optarg, nullptr, 10)); break;
       case 's': seed = std::strtoull(optarg, nullptr, 10); break;
       case 'h': std::fputs(kUsage, stdout); return 0;
+      case 'V': std::printf("nvfs-stress %s\n", NVFS_VERSION); return 0;
       default: std::fputs(kUsage, stderr); return 2;
     }
   }

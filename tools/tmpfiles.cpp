@@ -14,6 +14,10 @@
 #include <vector>
 
 int main(int argc, char** argv) {
+  if (argc == 2 && (std::strcmp(argv[1], "-V") == 0 || std::strcmp(argv[1], "--version") == 0)) {
+    std::printf("nvfs-tmpfiles %s\n", NVFS_VERSION);
+    return 0;
+  }
   if (argc < 3) {
     std::fprintf(stderr, "usage: %s DIR N [BYTES]\n", argv[0]);
     return 2;

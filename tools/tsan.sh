@@ -19,6 +19,7 @@ fi
 targets=(mkfs.nvfs fsck.nvfs tests/direct_helper)
 for t in "${tests[@]}"; do targets+=("tests/$t"); done
 ninja -C "$build" "${targets[@]}" >/dev/null
+nvfs_relink_direct_lib "$build"
 
 export NVFS_MKFS=$build/mkfs.nvfs NVFS_FSCK=$build/fsck.nvfs
 export NVFS_DIRECT_HELPER=$build/tests/direct_helper NVFS_DIRECT_LIB=$build/libnvfs-direct.so

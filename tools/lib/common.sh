@@ -24,6 +24,12 @@ NVFS_XFSTESTS_PACKAGES=(
   pkg-config patch util-linux duperemove
 )
 
+# What tools/package.sh uses to build and check the Debian packages, and the
+# install test (tests/package_install.sh) to read their man pages.
+NVFS_PACKAGE_TOOLS=(
+  debhelper dpkg-dev fakeroot lintian groff man-db rsync git ccache
+)
+
 nvfs_install_deps() {
   local missing=() pkg
   for pkg in "${NVFS_PACKAGES[@]}" "$@"; do
@@ -43,6 +49,18 @@ nvfs_build() {
     meson setup "$NVFS_BUILD" "$NVFS_TOP" >/dev/null
   fi
   ninja -C "$NVFS_BUILD" >/dev/null
+  nvfs_relink_direct_lib "$NVFS_BUILD"
+}
+
+# libnvfs-direct.so was a file until the library got its soversion (the
+# Debian package); in a build folder from before, meson's regeneration
+# cannot put its link libnvfs-direct.so -> .so.0 where the old file was,
+# and ninja then deletes the file: the link (LD_PRELOAD=build/libnvfs-direct.so,
+# tools/tsan.sh, tools/bench.py) appears at the next regeneration, forced here.
+nvfs_relink_direct_lib() {
+  if [ -e "$1/libnvfs-direct.so.0" ] && [ ! -e "$1/libnvfs-direct.so" ]; then
+    meson setup --reconfigure "$1" "$NVFS_TOP" >/dev/null
+  fi
 }
 
 # The sanitizer build (AddressSanitizer + UndefinedBehaviorSanitizer): only
@@ -74,4 +92,5 @@ for test in info["tests"]:
 print(" ".join(sorted(targets)))' "$NVFS_ASAN_BUILD" "$@")
   # shellcheck disable=SC2086
   ninja -C "$NVFS_ASAN_BUILD" $targets >/dev/null
+  nvfs_relink_direct_lib "$NVFS_ASAN_BUILD"
 }
