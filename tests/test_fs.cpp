@@ -1109,18 +1109,25 @@ bool ReturnsWithin10s(std::unique_ptr<FsImage>& img, Op op) {
   return false;
 }
 
+// A namespace whose reclaim of inode `fault_ino` (while it holds that
+// number) throws std::bad_alloc, as an allocation failure inside it would.
+std::unique_ptr<FsImage> MountWithReclaimFault(const std::atomic<uint64_t>& fault_ino) {
+  auto img = std::make_unique<FsImage>();
+  img->mount_options.reclaim_fault = [&fault_ino](uint64_t ino) {
+    if (fault_ino.load() == ino) throw std::bad_alloc();
+  };
+  img->Remount();
+  return img;
+}
+
 TEST_CASE("regression: a reclaim that threw left its inode reclaiming and every later pin hung",
           "[fs]") {
   // Forget reclaims an unlinked inode, and reclaim allocates (transaction
   // records): a throw there skipped InodeCache::Erase, so the entry kept
   // `reclaiming` set and the next pin of the number waited for an erase
   // that never came.
-  auto img = std::make_unique<FsImage>();
   std::atomic<uint64_t> fault_ino{0};
-  img->mount_options.reclaim_fault = [&fault_ino](uint64_t ino) {
-    if (fault_ino.load() == ino) throw std::bad_alloc();
-  };
-  img->Remount();
+  auto img = MountWithReclaimFault(fault_ino);
   Filesystem& fs = img->fs();
   const uint64_t inodes_before = fs.GetStatFs()->inodes_free;
   const uint64_t doomed = MustCreate(fs, kRoot, "doomed", std::string(100000, 'd'));
@@ -1161,12 +1168,8 @@ TEST_CASE("regression: a reclaim that threw from the last unpin of an operation 
   // left a destructor, and std::terminate took the daemon down. It is now
   // reported, and the inode stays on the orphan list for its next pin or
   // the next mount.
-  auto img = std::make_unique<FsImage>();
   std::atomic<uint64_t> fault_ino{0};
-  img->mount_options.reclaim_fault = [&fault_ino](uint64_t ino) {
-    if (fault_ino.load() == ino) throw std::bad_alloc();
-  };
-  img->Remount();
+  auto img = MountWithReclaimFault(fault_ino);
   Filesystem& fs = img->fs();
   const uint64_t inodes_before = fs.GetStatFs()->inodes_free;
   const uint64_t victim = MustCreate(fs, kRoot, "victim", std::string(50000, 'v'));
