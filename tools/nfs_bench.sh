@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The same copy through nfs-ganesha over nvfs and over ext4 on a loop
-# device: a file copied into the export and back out with libnfs's nfs-cp
+# The same copy through nfs-ganesha over nvfs (both cache modes) and over
+# ext4 on a loop device: a file copied into the export and back out with libnfs's nfs-cp
 # (NFSv3, 127.0.0.1), medians of a few runs side by side. Both file
 # systems' images live under /dev/shm; ganesha runs with doc/ganesha.conf
 # (only the exported path differs), restarted for every copy, the targets
@@ -33,6 +33,7 @@ user=4242  # the client's uid: doc/ganesha.conf squashes root
 scratch=$(mktemp -d /tmp/nvfs-nfsbench-XXXXXX)
 image_mib=$((size_mib + 512))
 nvfs_img=/dev/shm/nvfs-nfsbench-$$.img
+page_img=/dev/shm/nvfs-nfsbench-page-$$.img
 ext4_img=/dev/shm/nvfs-nfsbench-ext4-$$.img
 src=/dev/shm/nvfs-nfsbench-src-$$
 out=/dev/shm/nvfs-nfsbench-out-$$
@@ -53,21 +54,25 @@ cleanup() {
   mountpoint -q "$scratch/ext4" && umount "$scratch/ext4"
   [ -n "$loop" ] && losetup -d "$loop"
   mountpoint -q "$scratch/nvfs" && fusermount3 -u "$scratch/nvfs"
-  rm -f "$nvfs_img" "$ext4_img" "$src" "$out"
+  mountpoint -q "$scratch/nvfs-page" && fusermount3 -u "$scratch/nvfs-page"
+  rm -f "$nvfs_img" "$page_img" "$ext4_img" "$src" "$out"
   rm -rf "$scratch"
 }
 trap cleanup EXIT
 
 echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
-mkdir -p "$scratch/nvfs" "$scratch/ext4"
+targets=(nvfs nvfs-page ext4)
+mkdir -p "$scratch/nvfs" "$scratch/nvfs-page" "$scratch/ext4"
 "$NVFS_BUILD/mkfs.nvfs" -q -s "${image_mib}M" "$nvfs_img"
 "$NVFS_BUILD/nvfs" -o allow_other "$nvfs_img" "$scratch/nvfs"
+"$NVFS_BUILD/mkfs.nvfs" -q -s "${image_mib}M" "$page_img"
+"$NVFS_BUILD/nvfs" -o allow_other,cache=page "$page_img" "$scratch/nvfs-page"
 truncate -s "${image_mib}M" "$ext4_img"
 chmod 600 "$ext4_img"
 loop=$(losetup -f --show "$ext4_img")
 mkfs.ext4 -q "$loop"
 mount "$loop" "$scratch/ext4"
-for fs in nvfs ext4; do
+for fs in "${targets[@]}"; do
   mkdir "$scratch/$fs/u"
   chown "$user:$user" "$scratch/$fs/u"
 done
@@ -105,7 +110,7 @@ now() { date +%s.%N; }
 
 declare -A write_mbs read_mbs
 for rep in $(seq "$reps"); do
-  for fs in nvfs ext4; do
+  for fs in "${targets[@]}"; do
     dir="$scratch/$fs"
     start_ganesha "$dir"
     url="nfs://127.0.0.1$dir/u/file?version=3&uid=$user&gid=$user"
@@ -119,7 +124,7 @@ for rep in $(seq "$reps"); do
     rm -f "$dir/u/file" "$out"
     w=$(echo "$size_mib * 1048576 / ($t1 - $t0) / 1000000" | bc -l)
     r=$(echo "$size_mib * 1048576 / ($t2 - $t1) / 1000000" | bc -l)
-    printf 'run %d %-5s write %7.1f MB/s  read %7.1f MB/s\n' "$rep" "$fs" "$w" "$r"
+    printf 'run %d %-9s write %7.1f MB/s  read %7.1f MB/s\n' "$rep" "$fs" "$w" "$r"
     write_mbs[$fs]+="$w "
     read_mbs[$fs]+="$r "
   done
@@ -129,8 +134,10 @@ median() { tr ' ' '\n' | grep . | sort -g | awk '{v[NR]=$1} END {print (NR%2) ? 
 echo
 echo "nfs-cp of ${size_mib} MiB through ganesha (NFSv3, 127.0.0.1), medians of $reps runs:"
 printf '| %-28s | %10s | %10s |\n' "target" "write MB/s" "read MB/s"
-for fs in nvfs ext4; do
-  label=$([ $fs = nvfs ] && echo "ganesha over nvfs" || echo "ganesha over ext4 (loop)")
+declare -A labels=([nvfs]="ganesha over nvfs" [nvfs-page]="ganesha over nvfs cache=page"
+                   [ext4]="ganesha over ext4 (loop)")
+for fs in "${targets[@]}"; do
+  label=${labels[$fs]}
   printf '| %-28s | %10.1f | %10.1f |\n' "$label" \
     "$(echo "${write_mbs[$fs]}" | median)" "$(echo "${read_mbs[$fs]}" | median)"
 done
