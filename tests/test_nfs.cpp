@@ -41,8 +41,9 @@ constexpr const char* kUserDir = "u";
 // An nvfs mount exported by ganesha, torn down in reverse order (ganesha,
 // then rpcbind if it was started here, then the mount).
 struct Export {
-  explicit Export(uint64_t image_size = 256 * kMiB) : mount(image_size) {
-    mount.Start("allow_other");
+  explicit Export(uint64_t image_size = 256 * kMiB, const std::string& options = "")
+      : mount(image_size), options_(options.empty() ? "allow_other" : "allow_other," + options) {
+    mount.Start(options_);
     const std::string user_dir = mount.path(kUserDir);
     REQUIRE(mkdir(user_dir.c_str(), 0755) == 0);
     REQUIRE(chown(user_dir.c_str(), kUser, kUser) == 0);
@@ -59,10 +60,11 @@ struct Export {
   void Remount() {
     CHECK(ganesha->Stop() == 0);
     CHECK(mount.Stop() == 0);
-    mount.Start("allow_other");
+    mount.Start(options_);
     ganesha->Start();
   }
   MountedFs mount;
+  const std::string options_;
   std::unique_ptr<Rpcbind> rpcbind;
   std::unique_ptr<Ganesha> ganesha;
 };
@@ -166,7 +168,9 @@ std::map<std::string, uint64_t> NfsList(NfsClient& c, const std::string& dir) {
 TEST_CASE("nfs: create, write, read back, rename and hard links through ganesha", "[nfs]") {
   NVFS_REQUIRE_FUSE();
   NVFS_REQUIRE_GANESHA();
-  Export ex;
+  const std::string cache = GENERATE(as<std::string>(), "cache=none", "cache=page");
+  INFO(cache);
+  Export ex(256 * kMiB, cache);
   NfsClient c(ex.mount.dir(), kUser, kUser);
 
   // Create and write through NFS; read back through NFS and the mount.
