@@ -4,6 +4,7 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <glob.h>
 #include <netinet/in.h>
 // libnfs.h first: the raw headers use its EXTERN.
 #include <nfsc/libnfs.h>
@@ -42,7 +43,8 @@ namespace {
 constexpr const char* kRpcbindSocket = "/run/rpcbind.sock";
 constexpr const char* kRpcbind = "/usr/sbin/rpcbind";
 constexpr const char* kGanesha = "/usr/bin/ganesha.nfsd";
-constexpr const char* kVfsFsal = "/usr/lib/x86_64-linux-gnu/ganesha/libfsalvfs.so";
+// Debian's multiarch directory: /usr/lib/x86_64-linux-gnu/ganesha/ and so on.
+constexpr const char* kVfsFsalGlob = "/usr/lib/*/ganesha/libfsalvfs.so";
 constexpr int kNfsPort = 2049;
 constexpr int kRpcTimeoutMs = 30000;
 
@@ -92,7 +94,9 @@ bool GaneshaAvailable() {
     const char* conf = std::getenv("NVFS_GANESHA_CONF");
     std::string missing;
     if (access(kGanesha, X_OK) != 0) missing += " ganesha.nfsd (nfs-ganesha)";
-    if (access(kVfsFsal, R_OK) != 0) missing += " libfsalvfs.so (nfs-ganesha-vfs)";
+    glob_t found{};
+    if (glob(kVfsFsalGlob, 0, nullptr, &found) != 0) missing += " libfsalvfs.so (nfs-ganesha-vfs)";
+    globfree(&found);
     if (access(kRpcbind, X_OK) != 0) missing += " rpcbind";
     const char* helper = std::getenv("NVFS_RPCBIND_HELPER");
     if (conf == nullptr || helper == nullptr || access(conf, R_OK) != 0) {
