@@ -213,6 +213,37 @@ int Ganesha::Stop() {
   return code;
 }
 
+std::vector<std::string> NonLoopbackSockets(int port) {
+  // /proc/net/{tcp,udp}[6]: "sl local_address rem_address st ...", the
+  // address in hex as the kernel stores it (IPv4 one little-endian word,
+  // IPv6 four), the port in hex; TCP state 0A is LISTEN, UDP 07 unbound.
+  char port_hex[8];
+  std::snprintf(port_hex, sizeof port_hex, "%04X", port);
+  std::vector<std::string> found;
+  for (const char* file : {"tcp", "tcp6", "udp", "udp6"}) {
+    std::ifstream in(std::string("/proc/net/") + file);
+    std::string line;
+    std::getline(in, line);  // the header
+    while (std::getline(in, line)) {
+      std::istringstream fields(line);
+      std::string slot, local, remote, state;
+      fields >> slot >> local >> remote >> state;
+      const size_t colon = local.find(':');
+      if (colon == std::string::npos || local.substr(colon + 1) != port_hex) continue;
+      const bool tcp = file[0] == 't';
+      if (tcp && state != "0A") continue;
+      const std::string addr = local.substr(0, colon);
+      const bool loopback =
+          (addr.size() == 8 && addr.substr(6) == "7F") ||                     // 127.x.x.x
+          addr == "00000000000000000000000001000000" ||                        // ::1
+          (addr.size() == 32 && addr.substr(0, 24) == "0000000000000000FFFF0000" &&
+           addr.substr(30) == "7F");                                           // ::ffff:127.x
+      if (!loopback) found.push_back(std::string("/proc/net/") + file + " " + local);
+    }
+  }
+  return found;
+}
+
 NfsClient::NfsClient(const std::string& export_dir, int uid, int gid) {
   nfs_ = nfs_init_context();
   REQUIRE(nfs_ != nullptr);

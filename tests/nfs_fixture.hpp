@@ -89,6 +89,12 @@ class NfsClient {
   nfs_context* nfs_ = nullptr;
 };
 
+// Every socket of this machine's network namespace listening on TCP `port`
+// or bound to UDP `port` on an address other than loopback (127.0.0.0/8,
+// ::1, ::ffff:127.0.0.0/104), as "/proc/net/FILE ADDRESS" lines; empty if
+// there is none.
+std::vector<std::string> NonLoopbackSockets(int port);
+
 // An NFSv3 file handle's bytes, kept by the test across restarts.
 using NfsHandle = std::vector<char>;
 

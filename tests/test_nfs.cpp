@@ -172,6 +172,11 @@ TEST_CASE("nfs: create, write, read back, rename and hard links through ganesha"
   INFO(cache);
   Export ex(256 * kMiB, cache);
   NfsClient c(ex.mount.dir(), kUser, kUser);
+  // Nothing listens beyond loopback: ganesha's NFS and MOUNT ports
+  // (doc/ganesha.conf), and rpcbind's if the suite started it.
+  CHECK(NonLoopbackSockets(2049).empty());
+  CHECK(NonLoopbackSockets(20048).empty());
+  if (ex.rpcbind->started_here()) CHECK(NonLoopbackSockets(111).empty());
 
   // Create and write through NFS; read back through NFS and the mount.
   std::string data(3 * kMiB + 123, '\0');
