@@ -42,8 +42,8 @@ constexpr const char* kUserDir = "u";
 // then rpcbind if it was started here, then the mount).
 struct Export {
   explicit Export(uint64_t image_size = 256 * kMiB, const std::string& options = "")
-      : mount(image_size), options_(options.empty() ? "allow_other" : "allow_other," + options) {
-    mount.Start(options_);
+      : mount(image_size), mount_options(options.empty() ? "allow_other" : "allow_other," + options) {
+    mount.Start(mount_options);
     const std::string user_dir = mount.path(kUserDir);
     REQUIRE(mkdir(user_dir.c_str(), 0755) == 0);
     REQUIRE(chown(user_dir.c_str(), kUser, kUser) == 0);
@@ -60,11 +60,11 @@ struct Export {
   void Remount() {
     CHECK(ganesha->Stop() == 0);
     CHECK(mount.Stop() == 0);
-    mount.Start(options_);
+    mount.Start(mount_options);
     ganesha->Start();
   }
   MountedFs mount;
-  const std::string options_;
+  const std::string mount_options;  // allow_other, and the case's own
   std::unique_ptr<Rpcbind> rpcbind;
   std::unique_ptr<Ganesha> ganesha;
 };
