@@ -355,7 +355,9 @@ NfsAttr Getattr3(NfsClient& client, const NfsHandle& handle) {
   };
   auto p = Call<NfsAttr>(
       client,
-      [&](rpc_context* rpc, rpc_cb cb, void* ctx) { return rpc_nfs3_getattr_async(rpc, cb, &args, ctx); },
+      [&](rpc_context* rpc, rpc_cb cb, void* ctx) {
+        return rpc_nfs3_getattr_async(rpc, cb, &args, ctx);
+      },
       copy);
   if (p == nullptr || p->rpc_status != RPC_STATUS_SUCCESS) return NfsAttr{};
   return p->out;
@@ -375,7 +377,9 @@ NfsRead Read3(NfsClient& client, const NfsHandle& handle, uint64_t offset, uint3
   };
   auto p = Call<NfsRead>(
       client,
-      [&](rpc_context* rpc, rpc_cb cb, void* ctx) { return rpc_nfs3_read_async(rpc, cb, &args, ctx); },
+      [&](rpc_context* rpc, rpc_cb cb, void* ctx) {
+        return rpc_nfs3_read_async(rpc, cb, &args, ctx);
+      },
       copy);
   if (p == nullptr || p->rpc_status != RPC_STATUS_SUCCESS) return NfsRead{};
   return p->out;
@@ -394,7 +398,9 @@ NfsLookup Lookup3(NfsClient& client, const NfsHandle& dir, const std::string& na
   };
   auto p = Call<NfsLookup>(
       client,
-      [&](rpc_context* rpc, rpc_cb cb, void* ctx) { return rpc_nfs3_lookup_async(rpc, cb, &args, ctx); },
+      [&](rpc_context* rpc, rpc_cb cb, void* ctx) {
+        return rpc_nfs3_lookup_async(rpc, cb, &args, ctx);
+      },
       copy);
   if (p == nullptr || p->rpc_status != RPC_STATUS_SUCCESS) return NfsLookup{};
   return p->out;

@@ -42,7 +42,8 @@ constexpr const char* kUserDir = "u";
 // then rpcbind if it was started here, then the mount).
 struct Export {
   explicit Export(uint64_t image_size = 256 * kMiB, const std::string& options = "")
-      : mount(image_size), mount_options(options.empty() ? "allow_other" : "allow_other," + options) {
+      : mount(image_size),
+        mount_options(options.empty() ? "allow_other" : "allow_other," + options) {
     mount.Start(mount_options);
     const std::string user_dir = mount.path(kUserDir);
     REQUIRE(mkdir(user_dir.c_str(), 0755) == 0);
@@ -283,7 +284,8 @@ TEST_CASE("nfs: a directory of 10,000 names is listed completely", "[nfs]") {
   for (int i = 0; i < kNames; ++i) {
     // Names of varied length, so entries straddle READDIR reply boundaries
     // at different places.
-    const std::string name = "n" + std::to_string(i) + std::string(static_cast<size_t>(i % 37), 'x');
+    const std::string name =
+        "n" + std::to_string(i) + std::string(static_cast<size_t>(i % 37), 'x');
     const std::string path = dir + "/" + name;
     const int fd = open(path.c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0644);
     REQUIRE(fd >= 0);
@@ -302,7 +304,8 @@ TEST_CASE("nfs: a directory of 10,000 names is listed completely", "[nfs]") {
   // 100 removed through NFS: a fresh listing has exactly the rest.
   int removed = 0;
   for (int i = 0; i < kNames; i += 100, ++removed) {
-    const std::string name = "n" + std::to_string(i) + std::string(static_cast<size_t>(i % 37), 'x');
+    const std::string name =
+        "n" + std::to_string(i) + std::string(static_cast<size_t>(i % 37), 'x');
     INFO(name << ": " << c.error());
     REQUIRE(nfs_unlink(c.get(), UserPath("many/" + name).c_str()) == 0);
     expected.erase(name);
