@@ -280,12 +280,14 @@ TEST_CASE("nfs: a directory of 10,000 names is listed completely", "[nfs]") {
   const std::string dir = ex.mount.path("u/many");
   REQUIRE(mkdir(dir.c_str(), 0755) == 0);
   REQUIRE(chown(dir.c_str(), kUser, kUser) == 0);
+  // Names of varied length, so entries straddle READDIR reply boundaries
+  // at different places.
+  auto name_of = [](int i) {
+    return "n" + std::to_string(i) + std::string(static_cast<size_t>(i % 37), 'x');
+  };
   std::map<std::string, uint64_t> expected;
   for (int i = 0; i < kNames; ++i) {
-    // Names of varied length, so entries straddle READDIR reply boundaries
-    // at different places.
-    const std::string name =
-        "n" + std::to_string(i) + std::string(static_cast<size_t>(i % 37), 'x');
+    const std::string name = name_of(i);
     const std::string path = dir + "/" + name;
     const int fd = open(path.c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0644);
     REQUIRE(fd >= 0);
@@ -304,8 +306,7 @@ TEST_CASE("nfs: a directory of 10,000 names is listed completely", "[nfs]") {
   // 100 removed through NFS: a fresh listing has exactly the rest.
   int removed = 0;
   for (int i = 0; i < kNames; i += 100, ++removed) {
-    const std::string name =
-        "n" + std::to_string(i) + std::string(static_cast<size_t>(i % 37), 'x');
+    const std::string name = name_of(i);
     INFO(name << ": " << c.error());
     REQUIRE(nfs_unlink(c.get(), UserPath("many/" + name).c_str()) == 0);
     expected.erase(name);
