@@ -216,7 +216,8 @@ int Ganesha::Stop() {
 std::vector<std::string> NonLoopbackSockets(int port) {
   // /proc/net/{tcp,udp}[6]: "sl local_address rem_address st ...", the
   // address in hex as the kernel stores it (IPv4 one little-endian word,
-  // IPv6 four), the port in hex; TCP state 0A is LISTEN, UDP 07 unbound.
+  // IPv6 four), the port in hex. TCP sockets count when listening (state
+  // 0A), UDP ones whenever bound to the port.
   char port_hex[8];
   std::snprintf(port_hex, sizeof port_hex, "%04X", port);
   std::vector<std::string> found;
