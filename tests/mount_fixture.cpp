@@ -92,6 +92,12 @@ std::string UniqueName(const char* prefix) {
 
 }  // namespace
 
+pid_t SpawnProgram(const std::vector<std::string>& argv, const std::string& log) {
+  return Spawn(argv, log);
+}
+
+int WaitForExit(pid_t pid, double seconds) { return WaitFor(pid, seconds); }
+
 bool BecomeNobody() {
   return setgroups(0, nullptr) == 0 && setresgid(65534, 65534, 65534) == 0 &&
          setresuid(65534, 65534, 65534) == 0;

@@ -48,6 +48,12 @@ bool IsMountPoint(const std::string& dir);
 // Runs argv (argv[0] looked up in PATH), output to `log` (or /dev/null if
 // empty); returns the exit status, or 128 + signal.
 int RunProgram(const std::vector<std::string>& argv, const std::string& log = "");
+// Starts argv (looked up in PATH) without waiting, stdin /dev/null, stdout
+// and stderr appended to `log` (or /dev/null if empty). Throws if it cannot.
+pid_t SpawnProgram(const std::vector<std::string>& argv, const std::string& log = "");
+// Waits up to `seconds` for the child `pid`: its exit status (128 + signal),
+// -1 if it is still running, 255 if it is not our child.
+int WaitForExit(pid_t pid, double seconds);
 
 struct DaemonResult {
   int exit_code = -1;      // 128 + signal if killed

@@ -12,7 +12,16 @@ NVFS_PACKAGES=(
   e2fsprogs util-linux
   git rsync make gcc attr sqlite3  # tests/mount_tools.sh: ordinary tools on a mount
   acl  # tests/mount_acl.sh: setfacl, getfacl
+  # tests/test_nfs.cpp, tools/nfs_bench.sh: the NFS export (doc/ganesha.conf)
+  nfs-ganesha nfs-ganesha-vfs rpcbind libnfs-dev libnfs-utils
 )
+
+# Packages whose install would start a system service (on a machine run by
+# systemd, Debian starts a package's service when it is installed): ganesha
+# on every address with /etc/ganesha's export, and rpcbind on port 111 of
+# every address. The suite starts its own, on 127.0.0.1 only, and stops
+# them; nvfs_install_deps keeps these from starting (policy-rc.d, below).
+NVFS_NO_START_PACKAGES=(nfs-ganesha rpcbind)
 
 # What fstests needs (tools/xfstests.sh only: check.sh never runs fstests):
 # its build, the tools its tests call, and the peer's build (g++, fuse3).
@@ -41,7 +50,23 @@ nvfs_install_deps() {
   local sudo=""
   [ "$(id -u)" -eq 0 ] || sudo=sudo
   $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+  # invoke-rc.d and deb-systemd-invoke ask policy-rc.d whether to start a
+  # service; 101 is "no". Only where the machine has no policy of its own,
+  # only for this install, and only if it brings a package that would.
+  local policy=/usr/sbin/policy-rc.d made_policy=""
+  for pkg in "${NVFS_NO_START_PACKAGES[@]}"; do
+    if [[ " ${missing[*]} " == *" $pkg "* ]] && [ ! -e "$policy" ]; then
+      printf '#!/bin/sh\n# nvfs_install_deps (tools/lib/common.sh), during one apt-get install\nexit 101\n' \
+        | $sudo tee "$policy" >/dev/null
+      $sudo chmod 755 "$policy"
+      made_policy=1
+      break
+    fi
+  done
+  local rc=0
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null || rc=$?
+  [ -z "$made_policy" ] || $sudo rm -f "$policy"
+  return $rc
 }
 
 nvfs_build() {
