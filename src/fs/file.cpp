@@ -290,7 +290,8 @@ template <bool kCallerGuarded, class Sink>
   if (work != 0) [[unlikely]] {
     const uint64_t total = ci->bmap_work.load(std::memory_order_relaxed) + work;
     ci->bmap_work.store(total, std::memory_order_relaxed);
-    if (total >= ci->media->blocks + kBuildWork && n >= 0 && FsOps::ExtentMapRuns(fs) != 0) {
+    if (total >= LoadRacing(ci->media->blocks) + kBuildWork && n >= 0 &&
+        FsOps::ExtentMapRuns(fs) != 0) {
       BuildExtents(fs, ci);
     }
   }

@@ -19,6 +19,20 @@
 //    read through them");
 //  - a direct client copies file bytes out of the namespace under its
 //    slot's sequence counter the same way (src/direct: CopyRacing);
+//  - the io_uring transport copies a map-path read reply out of the
+//    mapping (src/fuse/uring.cpp: CopyRacing): a read racing a write of the
+//    same bytes, as POSIX allows; the MapGuard keeps the blocks the file's
+//    until the reply is sent;
+//  - ReadSlow, deciding whether a file's extent map is worth building,
+//    compares the bmap work it did with the inode's block count, loaded
+//    without the lock (LoadRacing): a hint, where any value the count held
+//    lately only moves the build a little sooner or later;
+//  - tests/direct_helper.cpp's churn reads a descriptor on three threads
+//    while the main thread closes and reuses its number (dup2, close,
+//    open): the race of a program with itself that the preload must
+//    survive, serving the file the number names at each moment. The
+//    detector sees a descriptor's use as a load and its close as a store;
+//    the library's stores in those reads stay checked;
 //  - FsOps::Touch copies an inode to store its times, while OrphanRemove
 //    may be rewriting its orphan_next under orphan_mu_ alone; the copy's
 //    orphan_next is never stored back (StoreInodeDiff cuts it out).
@@ -67,6 +81,14 @@ class RacingReads {
 [[gnu::always_inline]] inline void CopyRacing(void* dst, const void* src, size_t n) {
   [[maybe_unused]] const RacingReads racing;
   std::memcpy(dst, src, n);
+}
+
+// A load of a value a writer may be changing, used only as a hint: a stale
+// or torn value costs time, never correctness.
+template <class T>
+[[gnu::always_inline]] inline T LoadRacing(const T& value) {
+  [[maybe_unused]] const RacingReads racing;
+  return value;
 }
 
 }  // namespace nvfs
