@@ -6,10 +6,11 @@
 # (src/util/races.hpp); the one suppression left is in tools/tsan.supp, with
 # its argument.
 #   tools/tsan.sh [RUN ...]   (default: every run below)
-# A RUN is a test binary, optionally with its Catch2 arguments as one word
-# ("test_fs [fs]"), or `stress`: tests/mount_stress.sh (nvfs-stress's
-# threads racing namespace and data operations on a real mount, FORGETs
-# included) against the detector's daemon, whose reports make it exit 66.
+# A RUN is a test binary, optionally with its Catch2 test spec as one word
+# ("test_fs [fs]"), or `stress [MOUNT_OPTIONS]`: tests/mount_stress.sh
+# (nvfs-stress's 8 threads racing namespace and data operations on a real
+# mount, FORGETs included) for NVFS_STRESS_SECONDS (default here 30)
+# against the detector's daemon, whose reports make it exit 66.
 # Ends with "tsan: N passed, N failed, N skipped".
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
@@ -18,7 +19,7 @@ nvfs_install_deps
 build=${NVFS_TSAN_BUILD:-$NVFS_TOP/build-tsan}
 runs=("$@")
 if [ ${#runs[@]} -eq 0 ]; then
-  runs=(test_fs test_epoch test_fs_model test_direct_client test_media stress)
+  runs=(test_fs test_epoch test_fs_model test_direct_client test_media stress "stress cache=page")
   # The crash suite's threaded workloads (issue 21, item 1), once they are
   # in: add them here, e.g. runs+=("test_crash [threaded]").
 fi
@@ -28,7 +29,7 @@ fi
 targets=(mkfs.nvfs fsck.nvfs tests/direct_helper)
 for run in "${runs[@]}"; do
   case $run in
-    stress) targets+=(nvfs nvfs-stress) ;;
+    stress*) targets+=(nvfs nvfs-stress) ;;
     *) targets+=("tests/${run%% *}") ;;
   esac
 done
@@ -37,6 +38,7 @@ ninja -C "$build" "${targets[@]}" >/dev/null
 export NVFS_MKFS=$build/mkfs.nvfs NVFS_FSCK=$build/fsck.nvfs
 export NVFS_DIRECT_HELPER=$build/tests/direct_helper NVFS_DIRECT_LIB=$build/libnvfs-direct.so
 export NVFS_DAEMON=$build/nvfs NVFS_STRESS=$build/nvfs-stress
+export NVFS_STRESS_SECONDS=${NVFS_STRESS_SECONDS:-30}
 # The direct client's readers rely on membarrier on the retiring side, which
 # the detector cannot see: under it they fence instead (the same code path
 # the direct-client-fences test runs).
@@ -51,6 +53,7 @@ for run in "${runs[@]}"; do
   status=0
   case $run in
     stress) bash "$NVFS_TOP/tests/mount_stress.sh" >"$log" 2>&1 || status=$? ;;
+    stress\ *) bash "$NVFS_TOP/tests/mount_stress.sh" "${run#stress }" >"$log" 2>&1 || status=$? ;;
     *\ *) "$build/tests/${run%% *}" "${run#* }" >"$log" 2>&1 || status=$? ;;
     *) "$build/tests/$run" >"$log" 2>&1 || status=$? ;;
   esac
