@@ -1917,13 +1917,15 @@ class UndoPauseMedia final : public Media {
     path_ = target_->path();
   }
   // The calling thread's next store over [offset, offset + 8) after the
-  // failure fired waits until *taken or 300 ms.
+  // failure fired waits until *taken or 300 ms. Other threads store
+  // meanwhile (the adder): they read taken_, so it is atomic, and stored
+  // last (release) so that a thread that sees it sees the rest.
   void Arm(uint64_t offset, const std::atomic<bool>* taken) {
     watch_ = offset;
-    taken_ = taken;
     armed_thread_ = std::this_thread::get_id();
+    taken_.store(taken, std::memory_order_release);
   }
-  void Disarm() { taken_ = nullptr; }
+  void Disarm() { taken_.store(nullptr); }
   void Store(uint64_t offset, const void* src, size_t len) override {
     MaybePause(offset, len);
     target_->Store(offset, src, len);
@@ -1942,19 +1944,19 @@ class UndoPauseMedia final : public Media {
 
  private:
   void MaybePause(uint64_t offset, size_t len) {
-    if (taken_ == nullptr || !fail_fired.load() || std::this_thread::get_id() != armed_thread_ ||
+    const std::atomic<bool>* taken = taken_.load(std::memory_order_acquire);
+    if (taken == nullptr || !fail_fired.load() || std::this_thread::get_id() != armed_thread_ ||
         offset > watch_ || offset + len < watch_ + 8) {
       return;
     }
-    const std::atomic<bool>* taken = taken_;
-    taken_ = nullptr;
+    taken_.store(nullptr);
     const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
     while (!taken->load() && std::chrono::steady_clock::now() < until) std::this_thread::yield();
   }
 
   std::unique_ptr<Media> target_;
   uint64_t watch_ = 0;
-  const std::atomic<bool>* taken_ = nullptr;
+  std::atomic<const std::atomic<bool>*> taken_{nullptr};
   std::thread::id armed_thread_;
 };
 

@@ -200,8 +200,16 @@ template <class F>
   FaultPoint point;
   point.prev = media_detail::fault_point;
   // savemask 0: no syscall; the handler runs with SA_NODEFER, so SIGBUS is
-  // not left blocked by the jump.
-  if (sigsetjmp(point.env, 0) != 0) return false;  // the handler popped `point`
+  // not left blocked by the jump. Under ThreadSanitizer our handler is run
+  // by the detector's, which blocks every signal meanwhile: there the jump
+  // restores the mask (a syscall per point, in that build only), or the
+  // next fault, blocked, would kill the process.
+#if defined(__SANITIZE_THREAD__)
+  constexpr int kSaveMask = 1;
+#else
+  constexpr int kSaveMask = 0;
+#endif
+  if (sigsetjmp(point.env, kSaveMask) != 0) return false;  // the handler popped `point`
   media_detail::fault_point = &point;
   // The handler reads fault_point on this thread: without the fences the
   // compiler may move the stores across f's loads of the mapping (or drop

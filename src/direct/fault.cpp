@@ -42,7 +42,11 @@ bool installed = false;  // protected by mu; once true, stays so
 constexpr uint32_t kChainCopies = 8;
 struct sigaction chain[kChainCopies];  // protected by mu (writes)
 std::atomic<uint32_t> chain_current{0};
-std::atomic<bool> handler_live{false};  // mirrors `installed` for the lock-free paths
+// Mirrors `installed` for the lock-free paths. A bool read and written with
+// the __atomic builtins (acquire, release), not a std::atomic: the
+// interposed sigaction reads it uninstrumented (export.hpp), and GCC will
+// not inline std::atomic's instrumented members there.
+bool handler_live = false;
 
 void SetChain(const struct sigaction& act) {
   const uint32_t next = (chain_current.load(std::memory_order_relaxed) + 1) % kChainCopies;
@@ -148,7 +152,7 @@ bool InstallLocked() {
   if (libc::real.sigaction(SIGBUS, &ours, &previous) != 0) return false;
   SetChain(previous);
   installed = true;
-  handler_live.store(true, std::memory_order_release);
+  __atomic_store_n(&handler_live, true, __ATOMIC_RELEASE);
   return true;
 }
 
@@ -200,17 +204,29 @@ void FaultAfterFork() { mu.unlock(); }
 
 using nvfs::direct::libc::real;
 
-// The program's view of SIGBUS once the library's handler is in place: the
-// action it installs is the one the library chains to (fault.hpp).
-NVFS_DIRECT_EXPORT int sigaction(int sig, const struct sigaction* act, struct sigaction* old) {
+namespace {
+
+int SigbusAction(const struct sigaction* act, struct sigaction* old) {
   using namespace nvfs::direct;
-  if (sig != SIGBUS || !handler_live.load(std::memory_order_acquire)) {
-    return libc::Get(&libc::Table::sigaction)(sig, act, old);
-  }
   std::lock_guard lock(mu);
   if (old != nullptr) *old = chain[chain_current.load(std::memory_order_relaxed)];
   if (act != nullptr) SetChain(*act);
   return 0;
+}
+
+}  // namespace
+
+// The program's view of SIGBUS once the library's handler is in place: the
+// action it installs is the one the library chains to (fault.hpp).
+// Uninstrumented up to SigbusAction (export.hpp): ThreadSanitizer's start-up
+// installs its handlers through here.
+NVFS_DIRECT_EXPORT NVFS_DIRECT_UNINSTRUMENTED int sigaction(int sig, const struct sigaction* act,
+                                                            struct sigaction* old) {
+  using namespace nvfs::direct;
+  if (sig != SIGBUS || !__atomic_load_n(&handler_live, __ATOMIC_ACQUIRE)) {
+    return libc::Get(&libc::Table::sigaction)(sig, act, old);
+  }
+  return SigbusAction(act, old);
 }
 
 namespace {
@@ -222,7 +238,7 @@ using SignalFn = sighandler_t (*)(int, sighandler_t);
 sighandler_t SignalAs(std::atomic<SignalFn>& real_fn, const char* name, int sig,
                       sighandler_t handler, int flags) {
   using namespace nvfs::direct;
-  if (sig != SIGBUS || !handler_live.load(std::memory_order_acquire)) {
+  if (sig != SIGBUS || !__atomic_load_n(&handler_live, __ATOMIC_ACQUIRE)) {
     SignalFn fn = real_fn.load(std::memory_order_relaxed);
     if (fn == nullptr) {
       fn = reinterpret_cast<SignalFn>(dlsym(RTLD_NEXT, name));

@@ -9,13 +9,13 @@ Table real{};
 namespace {
 
 template <class F>
-void Find(F& slot, const char* name) {
+NVFS_DIRECT_UNINSTRUMENTED void Find(F& slot, const char* name) {
   if (slot == nullptr) slot = reinterpret_cast<F>(dlsym(RTLD_NEXT, name));
 }
 
 }  // namespace
 
-void Resolve() {
+NVFS_DIRECT_UNINSTRUMENTED void Resolve() {
   Find(real.pread, "pread");
   Find(real.pread64, "pread64");
   Find(real.pread_chk, "__pread_chk");

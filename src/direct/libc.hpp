@@ -14,6 +14,8 @@
 #include <sys/types.h>
 #include <sys/uio.h>
 
+#include "direct/export.hpp"
+
 namespace nvfs::direct::libc {
 
 struct Table {
@@ -72,11 +74,13 @@ extern Table real;
 
 // Fills `real`. Run by the library's constructor; safe to call again (a
 // call that reaches the library before its constructor ran resolves it).
-void Resolve();
+// Uninstrumented, like Get: the interposed sigaction may be called by
+// ThreadSanitizer's start-up (export.hpp).
+NVFS_DIRECT_UNINSTRUMENTED void Resolve();
 
 // The pointer, resolved first if the constructor has not run yet.
 template <class F>
-inline F Get(F Table::*member) {
+NVFS_DIRECT_UNINSTRUMENTED inline F Get(F Table::*member) {
   if (real.*member == nullptr) Resolve();
   return real.*member;
 }

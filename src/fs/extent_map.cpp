@@ -5,17 +5,13 @@
 #include <new>
 #include <vector>
 
+#include "util/races.hpp"
+
 namespace nvfs {
 
 ExtentMap* ExtentMap::Build(const FsContext& ctx, const Bmap& bmap, const format::Inode& inode,
                             uint64_t seq, uint32_t max_runs) {
   const uint32_t shift = ctx.geometry.block_shift();
-  const uint64_t size = inode.size;
-  // Past max_blocks() nothing can be mapped (an inode's size may say
-  // otherwise on a damaged image): the map stops there, so covered() stays
-  // below 2^63.
-  const uint64_t blocks = std::min(bmap.max_blocks(),
-                                   (size >> shift) + ((size & ((uint64_t{1} << shift) - 1)) != 0));
 
   // The runs, merged where the bmap's lookups split one (Lookup stops at
   // most runs' ends, not all).
@@ -25,6 +21,7 @@ ExtentMap* ExtentMap::Build(const FsContext& ctx, const Bmap& bmap, const format
   } catch (const std::bad_alloc&) {
     return nullptr;
   }
+  uint64_t size = 0;
   uint64_t index = 0;
   // A media error in a pointer block (media.hpp) abandons the build: only
   // the loads of the walk are inside the recovery point; `runs` is outside
@@ -32,6 +29,15 @@ ExtentMap* ExtentMap::Build(const FsContext& ctx, const Bmap& bmap, const format
   // never interrupts it: it touches no mapped byte.)
   bool faulted = false;
   if (!RunFaultGuarded([&] {
+    // The inode and the bmap may be changing meanwhile: the caller discards
+    // the map unless data_seq still equals seq (src/util/races.hpp).
+    [[maybe_unused]] const RacingReads racing;
+    size = inode.size;
+    // Past max_blocks() nothing can be mapped (an inode's size may say
+    // otherwise on a damaged image): the map stops there, so covered()
+    // stays below 2^63.
+    const uint64_t blocks = std::min(
+        bmap.max_blocks(), (size >> shift) + ((size & ((uint64_t{1} << shift) - 1)) != 0));
     while (index < blocks) {
       uint64_t run;
       const uint64_t phys = bmap.Lookup(inode, index, blocks - index, &run);

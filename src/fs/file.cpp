@@ -46,7 +46,7 @@ struct BufferSink {
   std::byte* out = start;
   void Reset() { out = start; }
   size_t Copy(const std::byte* src, size_t n) {
-    CopyRacing(out, src, n);  // checked against data_seq by the caller
+    std::memcpy(out, src, n);  // under the caller's RacingReads
     out += n;
     return n;
   }
@@ -84,7 +84,8 @@ struct IovecSink {
     return done;
   }
   size_t Copy(const std::byte* src, size_t n) {
-    return Put(n, [&](std::byte* dst, size_t at, size_t k) { CopyRacing(dst, src + at, k); });
+    // Under the caller's RacingReads.
+    return Put(n, [&](std::byte* dst, size_t at, size_t k) { std::memcpy(dst, src + at, k); });
   }
   size_t Zero(size_t n) {
     return Put(n, [](std::byte* dst, size_t, size_t k) { std::memset(dst, 0, k); });
@@ -277,7 +278,10 @@ template <bool kCallerGuarded, class Sink>
     }
     const uint64_t seq = ci->data_seq.load(std::memory_order_acquire);
     if (seq & 1) continue;
-    n = attempt(seq);
+    {
+      [[maybe_unused]] const RacingReads racing;  // checked against seq below
+      n = attempt(seq);
+    }
     std::atomic_thread_fence(std::memory_order_acquire);
     if (ci->data_seq.load(std::memory_order_relaxed) == seq) break;
   }
@@ -286,7 +290,8 @@ template <bool kCallerGuarded, class Sink>
   if (work != 0) [[unlikely]] {
     const uint64_t total = ci->bmap_work.load(std::memory_order_relaxed) + work;
     ci->bmap_work.store(total, std::memory_order_relaxed);
-    if (total >= ci->media->blocks + kBuildWork && n >= 0 && FsOps::ExtentMapRuns(fs) != 0) {
+    if (total >= LoadRacing(ci->media->blocks) + kBuildWork && n >= 0 &&
+        FsOps::ExtentMapRuns(fs) != 0) {
       BuildExtents(fs, ci);
     }
   }
@@ -303,6 +308,7 @@ template <bool kCallerGuarded = false, class Sink>
   const uint64_t seq = ci->data_seq.load(std::memory_order_acquire);
   if (!(seq & 1)) [[likely]] {
     [[maybe_unused]] const MapUseGuard<kCallerGuarded> guard;
+    [[maybe_unused]] const RacingReads racing;  // checked against seq below
     const ExtentMap* map = ci->extents.load(std::memory_order_acquire);
     if (map != nullptr && map->seq() == seq && offset < map->size() && offset < map->covered())
         [[likely]] {

@@ -1,6 +1,7 @@
 #include "fs/inode_cache.hpp"
 
 #include "fs/extent_map.hpp"
+#include "util/races.hpp"
 
 namespace nvfs {
 
@@ -118,9 +119,13 @@ CachedInode* InodeCache::CloseOpen(CachedInode* inode, bool* free_data) {
   // The link count is read under mu_, after the decrement: an unlink that
   // drops the last link reads `opens` under mu_ after its commit
   // (FsOps::FreeUnlinkedData), so one of the two sees the other, and the
-  // data is freed by one of them or both (the second finds nothing).
+  // data is freed by one of them or both (the second finds nothing). The
+  // unlink stores it under the inode's lock, not mu_, so the load races
+  // with that store (LoadRacing, util/races.hpp): a hint that
+  // FreeUnlinkedData checks again under the inode's lock, which a 0 from an
+  // unlink that then aborted does not pass.
   if (inode->opens == 0 && reclaim_unlinked_ && !inode->reclaiming &&
-      inode->media->nlink == 0) {
+      LoadRacing(inode->media->nlink) == 0) {
     ++inode->pins;
     *free_data = true;
   }

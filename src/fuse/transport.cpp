@@ -12,6 +12,7 @@
 
 #include "fuse/kernel_abi.hpp"
 #include "fuse/uring.hpp"
+#include "util/races.hpp"
 
 namespace nvfs {
 
@@ -158,6 +159,9 @@ ssize_t TransportWritev(int fd, iovec* iov, int count, void* userdata) {
       }
     }
   }
+  // A map-path read reply (fuse/file.cpp, OpRead) points into the mapping,
+  // and the kernel copies it during this writev (util/races.hpp).
+  [[maybe_unused]] const RacingReads racing;
   return writev(fd, iov, count);
 }
 

@@ -28,6 +28,7 @@
 #include "fuse/transport.hpp"
 #include "fuse/uring_abi.hpp"
 #include "nvfs/media.hpp"
+#include "util/races.hpp"
 
 namespace nvfs {
 
@@ -453,12 +454,15 @@ bool TakeRingReply(const iovec* iov, int count, ssize_t* written) {
   // The map read path's runs point into the mapping: a media error there
   // (a poisoned page, the backing file cut short) faults this copy, where
   // over /dev/fuse the kernel's copy fails the writev with EFAULT. Either
-  // way the reader gets EIO and the daemon lives.
+  // way the reader gets EIO and the daemon lives. Those runs may be changing
+  // meanwhile, as over /dev/fuse (a read racing a write to the same bytes;
+  // the MapGuard keeps them the file's until the reply is sent):
+  // CopyRacing (util/races.hpp).
   char* const payload = e->payload;
   const bool copied = len == 0 || RunFaultGuarded([&] {
     size_t at = 0;
     for (int i = 1; i < count; ++i) {
-      std::memmove(payload + at, iov[i].iov_base, iov[i].iov_len);
+      CopyRacing(payload + at, iov[i].iov_base, iov[i].iov_len);
       at += iov[i].iov_len;
     }
   });
