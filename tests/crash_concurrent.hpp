@@ -6,7 +6,9 @@
 // std::thread. The media writes of all threads go through one RecordingMedia
 // whose gate (RecordingMedia::set_gate) parks the calling thread before every
 // store, flush, fence and operation mark. A scheduler lets exactly one parked
-// thread through at a time, chosen by a seeded generator, so the global order
+// thread through at a time, chosen by a seeded generator (the thread that ran
+// goes on with probability 15/16, else any parked one: bursts, so a switch
+// can land anywhere inside another thread's stretch), so the global order
 // of the media writes is the seed's and a failure replays from its id. A
 // thread that blocks on a lock of the filesystem (a directory, an inode, the
 // orphan list) is seen blocked by its kernel state (/proc/self/task/TID/stat

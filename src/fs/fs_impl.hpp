@@ -39,8 +39,11 @@ struct FsOps {
   static timespec Now();
 
   // Checks an inode number from outside or from the media: in range,
-  // allocated, with a known file type. ESTALE when it is not in use.
-  static Status CheckIno(const Filesystem& fs, uint64_t ino);
+  // allocated, with a known file type. ESTALE when it is not in use. With
+  // `wait_reclaim` (Get), an inode caught by a reclaim between its mode's
+  // clearing and its bitmap bit's (mode 0, bit set) is waited out: EAGAIN,
+  // look again; otherwise that is damage (EUCLEAN).
+  static Status CheckIno(const Filesystem& fs, uint64_t ino, bool wait_reclaim = false);
   // Pins the inode (after CheckIno).
   static Result<InodeRef> Get(Filesystem& fs, uint64_t ino);
   static Attr MakeAttr(const Filesystem& fs, uint64_t ino, const format::Inode& inode);

@@ -65,6 +65,17 @@ CachedInode* InodeCache::Pin(uint64_t ino, const format::Inode* on_media) {
   return inode;
 }
 
+bool InodeCache::WaitReclaimed(uint64_t ino) {
+  std::unique_lock lock(mu_);
+  auto it = set_.find(ino);
+  if (it == set_.end() || !it->reclaiming) return false;
+  erased_.wait(lock, [&] {
+    auto now = set_.find(ino);
+    return now == set_.end() || !now->reclaiming;
+  });
+  return true;
+}
+
 CachedInode* InodeCache::Settle(CachedInode* inode) {
   if (!inode->Idle() || inode->reclaiming) return nullptr;
   if (reclaim_unlinked_ && inode->media->nlink == 0) {

@@ -115,6 +115,9 @@ class InodeCache {
   // given to a new inode, meanwhile, so the caller checks the inode on the
   // media again before pinning it anew (FsOps::Get).
   CachedInode* Pin(uint64_t ino, const format::Inode* on_media);
+  // If inode `ino` is being reclaimed, waits until the reclaim has erased
+  // it and returns true; false at once otherwise.
+  bool WaitReclaimed(uint64_t ino);
   void AddLookups(CachedInode* inode, uint64_t n);
   void AddOpen(CachedInode* inode);
 

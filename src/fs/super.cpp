@@ -326,13 +326,28 @@ timespec FsOps::Now() {
   return ts;
 }
 
-Status FsOps::CheckIno(const Filesystem& fs, uint64_t ino) {
+Status FsOps::CheckIno(const Filesystem& fs, uint64_t ino, bool wait_reclaim) {
   const Geometry& g = *fs.geometry_;
   if (ino == 0 || ino >= g.inode_count()) return Error(ESTALE);
   const uint32_t group = g.InodeGroup(ino);
   const std::byte* bitmap = fs.media_->base() + g.BlockOffset(g.InodeBitmapBlock(group));
   if (!TestBitShared(bitmap, ino % g.inodes_per_group())) return Error(ESTALE);
-  if (InodeTypeOf(InodeAt(fs, ino).mode) == InodeType::kInvalid) {
+  if (InodeTypeOf(LoadRacing(InodeAt(fs, ino).mode)) == InodeType::kInvalid) {
+    // Reclaim stores mode 0 in the transaction whose commit then clears
+    // the bitmap bit, with the entry marked reclaiming from before the
+    // store until after the bit is clear: a number read in that window is
+    // an inode going away, not damage. Get waits it out and looks again
+    // (EAGAIN). (mode is read without the inode's lock: only its type bits
+    // are used, which nothing but a reclaim and a new inode change.) The
+    // other callers walk the orphan list under orphan_mu_, which a reclaim
+    // holds from before that store to its commit, so they never see it.
+    if (!wait_reclaim) {
+      return fs.ctx_->Damaged(MakeError(EUCLEAN, "inode %" PRIu64 " has an invalid mode", ino));
+    }
+    if (fs.cache_->WaitReclaimed(ino) || !TestBitShared(bitmap, ino % g.inodes_per_group()) ||
+        InodeTypeOf(LoadRacing(InodeAt(fs, ino).mode)) != InodeType::kInvalid) {
+      return Error(EAGAIN);
+    }
     return fs.ctx_->Damaged(MakeError(EUCLEAN, "inode %" PRIu64 " has an invalid mode", ino));
   }
   return Status::Ok();
@@ -342,7 +357,9 @@ Result<InodeRef> FsOps::Get(Filesystem& fs, uint64_t ino) {
   for (;;) {
     // Checked again after waiting out a reclaim (InodeCache::Pin): the
     // number may now be free (an error here) or a new inode's.
-    NVFS_TRY(CheckIno(fs, ino));
+    Status checked = CheckIno(fs, ino, /*wait_reclaim=*/true);
+    if (checked.code() == EAGAIN) continue;  // a reclaim went by
+    NVFS_TRY(std::move(checked));
     if (CachedInode* inode = fs.cache_->Pin(ino, &InodeAt(fs, ino))) return InodeRef(fs, inode);
   }
 }
