@@ -86,9 +86,12 @@ struct ImageSpec {
   uint64_t size = 8ull << 20;
   uint32_t journal_slot_size = 0;  // 0: mkfs's default
   uint32_t block_size = 4096;
+  // Bytes of namespace past the filesystem's end (the grow workloads grow
+  // into them): the namespace is size + room bytes, mkfs'd for size.
+  uint64_t room = 0;
   bool operator<(const ImageSpec& o) const {
-    return std::tie(size, journal_slot_size, block_size) <
-           std::tie(o.size, o.journal_slot_size, o.block_size);
+    return std::tie(size, journal_slot_size, block_size, room) <
+           std::tie(o.size, o.journal_slot_size, o.block_size, o.room);
   }
 };
 
@@ -159,6 +162,11 @@ class StepContext {
   // Releases the open files, unmounts cleanly and mounts again; the release,
   // the unmount and the mount are all crash points of this step.
   void CleanRemount();
+  // The same with `offline` run on the unmounted namespace in between (a
+  // grow): its fences are crash points of this step too, and a crash image
+  // may hold the geometry before or after the step (harness step 4 expects
+  // the free counts of an empty namespace of the geometry it finds).
+  void CleanRemount(const std::function<void(StepContext&, Media&)>& offline);
 
  private:
   friend class WorkloadRunner;

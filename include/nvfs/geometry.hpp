@@ -45,6 +45,15 @@ class Geometry {
   // by the caller (superblock.hpp). Fails with EUCLEAN and a message.
   static Result<Geometry> FromSuper(const format::SuperStatic& sb, uint64_t namespace_size);
 
+  // The geometry of this filesystem grown to fill a namespace of
+  // `namespace_size` bytes (nvfs-resize, doc/format.md "Growing"): the same
+  // block size, inodes per group, inode table and journal; block_count the
+  // whole blocks of the namespace, less a last group too short for its own
+  // metadata (as Compute leaves it out). EINVAL, with one line, when that
+  // is fewer blocks than now (nvfs does not shrink); the same geometry when
+  // it is no more; EFBIG past 2^32 groups.
+  Result<Geometry> Grown(uint64_t namespace_size) const;
+
   // Smallest namespace mkfs accepts for this block size with default options.
   static uint64_t MinNamespaceSize(uint32_t block_size);
 
