@@ -11,7 +11,10 @@
 #include <cstring>
 #include <string>
 
+#include <fcntl.h>
+
 #include "nvfs/cli.hpp"
+#include "nvfs/control.hpp"
 #include "nvfs/media.hpp"
 #include "nvfs/resize.hpp"
 
@@ -53,6 +56,46 @@ void Describe(const char* verb, const std::string& device, const nvfs::GrowPlan&
               plan.added_free_inodes);
 }
 
+// A mounted filesystem: its daemon is asked, through its control socket,
+// with a descriptor of the namespace open for writing as proof.
+int GrowMounted(const std::string& device, const struct stat& st, uint64_t size, bool dry_run,
+                bool quiet) {
+  nvfs::Result<dev_t> mount = nvfs::control::FindMount(device);
+  if (!mount.ok()) {
+    return Fail(device + " is in use (being checked or formatted, or mounted where this "
+                "process cannot see the mount)");
+  }
+  if (size == 0) size = static_cast<uint64_t>(st.st_size);
+  if (dry_run) {
+    if (!quiet) std::printf("%s: mounted; would ask its daemon to grow it to %s\n",
+                            device.c_str(), nvfs::FormatSize(size).c_str());
+    return 0;
+  }
+  const int fd = open(device.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) return Fail(device + ": " + std::strerror(errno));
+  const auto start = std::chrono::steady_clock::now();
+  nvfs::Result<nvfs::control::Reply> reply = nvfs::control::AskGrow(*mount, fd, size);
+  close(fd);
+  if (!reply.ok()) return Fail(device + " is mounted and its daemon cannot be asked: " +
+                               reply.error().message);
+  if (reply->error != 0) return Fail(device + " (mounted): " + reply->message);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (quiet) return 0;
+  if (reply->new_blocks == reply->old_blocks) {
+    std::printf("%s: mounted; the filesystem is already %" PRIu64 " blocks; nothing to do\n",
+                device.c_str(), reply->old_blocks);
+    return 0;
+  }
+  std::printf("%s: mounted; grew %s (%" PRIu64 " blocks) to %s (%" PRIu64 " blocks)\n",
+              device.c_str(), nvfs::FormatSize(reply->old_blocks * reply->block_size).c_str(),
+              reply->old_blocks, nvfs::FormatSize(reply->new_blocks * reply->block_size).c_str(),
+              reply->new_blocks);
+  std::printf("  free: +%" PRIu64 " blocks, +%" PRIu64 " inodes\n  in %.3f s\n",
+              reply->added_free_blocks, reply->added_free_inodes, seconds);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -86,12 +129,13 @@ int main(int argc, char** argv) {
 
   // Checked before anything is written: the filesystem on the namespace as
   // it is, under the exclusive lock (a mounted namespace is refused here).
+  if (S_ISDIR(st.st_mode)) {
+    return Fail(device + " is a directory: give the namespace (the image file or device) "
+                "the filesystem is on");
+  }
   nvfs::Result<std::unique_ptr<nvfs::Media>> media = nvfs::OpenMedia(device, {});
   if (!media.ok()) {
-    if (media.error().code == EBUSY) {
-      return Fail(device + " is in use (mounted, or being checked); grow a mounted filesystem "
-                  "with nvfs-resize on its mount point");
-    }
+    if (media.error().code == EBUSY) return GrowMounted(device, st, size, dry_run, quiet);
     return Fail(media.error().message);
   }
   const uint64_t present = (*media)->size();
