@@ -10,6 +10,7 @@
 
 #include "crash_ops.hpp"
 #include "crash_workloads.hpp"
+#include "nvfs/fs.hpp"
 #include "nvfs/resize.hpp"
 
 namespace nvfs::test {
@@ -53,6 +54,19 @@ std::vector<Step> WritePast(const std::string& path, uint64_t len) {
                [path, len](StepContext& c) { Write(c, path, 0, Bytes(len, 9)); }}};
 }
 
+// A step: grow the mounted filesystem to `size` bytes (Filesystem::Grow),
+// with an unlinked file held open across it (the runner's keep-open).
+Step GrowMountedTo(uint64_t size) {
+  return Step{"grow mounted to " + std::to_string(size >> 10) + " KiB", [size](StepContext& c) {
+                Result<Filesystem::GrowResult> grown = c.fs().Grow(size);
+                if (!grown.ok()) c.Fail("grow: " + grown.error().Describe());
+                if (c.fs().geometry().bytes() != size) c.Fail("grown to the wrong size");
+                if (c.fs().GetStatFs()->blocks != size / c.fs().block_size()) {
+                  c.Fail("statfs does not show the new size");
+                }
+              }};
+}
+
 Workload G(std::string name, ImageSpec image, std::vector<Step> steps) {
   return Workload{std::move(name), image, FillAll, std::move(steps)};
 }
@@ -76,6 +90,12 @@ std::vector<Workload> GrowWorkloads() {
   // fit one slot; twice in a row, the second from the geometry the first left.
   w.push_back(G("grow-small-slots-twice", ImageSpec{8 * kMiB, 4096, 4096, 2 * kMiB},
                 {GrowTo(9 * kMiB), GrowTo(10 * kMiB)}));
+  // Mounted (Filesystem::Grow): the same transaction while an unlinked file
+  // is held open, then writes into the new space on the same mount.
+  w.push_back(G("grow-mounted-in-group", ImageSpec{8 * kMiB, 0, 4096, 4 * kMiB},
+                then(GrowMountedTo(12 * kMiB), WritePast("/d1/past", 2 * kMiB))));
+  w.push_back(G("grow-mounted-new-group", ImageSpec{8 * kMiB, 0, 4096, 128 * kMiB},
+                then(GrowMountedTo(136 * kMiB), WritePast("/d1/past", 1 * kMiB))));
   // 64 KiB blocks.
   w.push_back(G("grow-bs64k", ImageSpec{16 * kMiB, 0, 65536, 4 * kMiB}, {GrowTo(20 * kMiB)}));
   return w;

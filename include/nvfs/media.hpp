@@ -105,7 +105,11 @@ class Media {
   // handed out stays valid. size() moves last. ENOSPC (one line) past the
   // reservation, ENOTSUP for a backend that cannot grow. Serialised by the
   // caller (one grow at a time).
-  virtual Status Grow(uint64_t /*new_size*/) {
+  // The default: a namespace mapped whole already (memory, the recording
+  // backend of the crash suite, made with room past the filesystem) grows
+  // into what it maps.
+  virtual Status Grow(uint64_t new_size) {
+    if (new_size <= size()) return Status::Ok();
     return MakeError(ENOTSUP, "%s: this namespace cannot grow while it is open", path_.c_str());
   }
   // Bytes the namespace may grow to while open (the reservation; size()
