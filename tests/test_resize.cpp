@@ -5,8 +5,10 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 
+#include <atomic>
 #include <cstring>
 #include <memory>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -284,6 +286,73 @@ TEST_CASE("nvfs-resize refuses in one line and writes nothing", "[resize][cli]")
   const RunResult help = Resize({"--help"});
   CHECK(help.exit_code == 0);
   CHECK(help.out.find("Usage: nvfs-resize") != std::string::npos);
+}
+
+TEST_CASE("Filesystem::Grow: a mounted filesystem grows 8x in steps while threads write and "
+          "read back files", "[resize][mounted]") {
+  TempPath image("grow-mounted");
+  Format(image.path(), 24 * kMiB, 24 * kMiB);
+  MountOptions options;
+  options.grow_reserve = 1ull << 30;
+  auto mounted = Filesystem::Mount(image.path(), options);
+  REQUIRE(mounted.ok());
+  Filesystem& fs = **mounted;
+  const char* base_before = reinterpret_cast<const char*>(fs.media().base());
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> written{0}, wrong{0}, errors{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 3; ++t) {
+    threads.emplace_back([&, t] {
+      for (uint32_t i = 0; !stop.load(); ++i) {
+        const std::string name = "t" + std::to_string(t) + "-" + std::to_string(i % 64);
+        const std::string data = Pattern(256 * 1024 + i, t * 1000 + i);
+        (void)fs.Unlink(format::kRootIno, name);
+        Attr attr;
+        auto file = fs.Create(format::kRootIno, name, 0644, O_RDWR, kRoot, &attr);
+        if (!file.ok()) {
+          if (file.code() != ENOSPC) ++errors;
+          continue;
+        }
+        auto n = fs.Write(*file, 0, data.data(), data.size());
+        if (!n.ok()) {
+          if (n.code() != ENOSPC) ++errors;
+        } else {
+          std::string back(data.size(), '\0');
+          auto r = fs.Read(*file, 0, back.data(), back.size());
+          if (!r.ok() || *r != data.size() || back != data) ++wrong;
+          written += data.size();
+        }
+        fs.Release(*file);
+        fs.Forget(attr.ino, 1);
+      }
+    });
+  }
+  for (uint64_t size = 48 * kMiB; size <= 192 * kMiB; size += 48 * kMiB) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(150));
+    auto grown = fs.Grow(size);
+    INFO((grown.ok() ? std::string() : grown.error().Describe()));
+    REQUIRE(grown.ok());
+    CHECK(fs.GetStatFs()->blocks == size / 4096);
+    CHECK(FileSize(image.path()) == size);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  stop = true;
+  for (auto& t : threads) t.join();
+  CHECK(errors == 0);
+  CHECK(wrong == 0);
+  CHECK(written > 0);
+  // The mapping never moved.
+  CHECK(reinterpret_cast<const char*>(fs.media().base()) == base_before);
+  // A file larger than the filesystem once was.
+  WriteFile(fs, "large", Pattern(100 * kMiB, 9));
+  CHECK(ReadFileAll(fs, "large") == Pattern(100 * kMiB, 9));
+  // Past the reservation: refused, nothing changed.
+  auto too_far = fs.Grow(2ull << 30);
+  CHECK_FALSE(too_far.ok());
+  CHECK(fs.GetStatFs()->blocks == 192 * kMiB / 4096);
+  REQUIRE(fs.Unmount().ok());
+  mounted->reset();
+  CheckClean(image.path());
 }
 
 }  // namespace

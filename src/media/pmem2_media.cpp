@@ -233,14 +233,14 @@ class Pmem2Media final : public Media {
     if (LostPages() != 0) return false;
     struct stat st;
     if (!is_file_ || fstat(fd_, &st) != 0) return true;
-    return static_cast<uint64_t>(st.st_size) >= size_;
+    return static_cast<uint64_t>(st.st_size) >= size();
   }
   uint64_t LostPages() const override { return LostPagesOf(base_); }
   void EndService() override;
   void ServeThroughMount() override;
   uint64_t BackedBytes() const override {
-    if (backed_whole_) return size_;
-    return std::min<uint64_t>(size_, backed_chunks_.load(std::memory_order_relaxed) * kBackChunk);
+    if (backed_whole_) return size();
+    return std::min<uint64_t>(size(), backed_chunks_.load(std::memory_order_relaxed) * kBackChunk);
   }
 
  private:
@@ -649,14 +649,15 @@ Status Pmem2Media::Grow(uint64_t new_size) {
 // free pages of the host stay usable.
 Status Pmem2Media::Back(uint64_t offset, uint64_t len) {
   if (backed_whole_ || len == 0) return Status::Ok();
-  if (offset > size_ || len > size_ - offset) return MakeError(EINVAL, "backing outside the namespace");
+  const uint64_t size = this->size();  // a grow may move it meanwhile
+  if (offset > size || len > size - offset) return MakeError(EINVAL, "backing outside the namespace");
   const uint64_t first = offset / kBackChunk, last = (offset + len - 1) / kBackChunk;
   for (uint64_t c = first; c <= last; ++c) {
     if (ChunkBacked(c)) continue;
     std::lock_guard lock(back_mu_);
     if (ChunkBacked(c)) continue;
     const uint64_t start = c * kBackChunk;
-    const uint64_t n = std::min(kBackChunk, size_ - start);
+    const uint64_t n = std::min(kBackChunk, size - start);
     if (fallocate(fd_, FALLOC_FL_KEEP_SIZE, static_cast<off_t>(start), static_cast<off_t>(n)) == 0) {
       MarkBacked(c);
       continue;
