@@ -96,6 +96,8 @@ std::vector<Workload> GrowWorkloads() {
                 then(GrowMountedTo(12 * kMiB), WritePast("/d1/past", 2 * kMiB))));
   w.push_back(G("grow-mounted-new-group", ImageSpec{8 * kMiB, 0, 4096, 128 * kMiB},
                 then(GrowMountedTo(136 * kMiB), WritePast("/d1/past", 1 * kMiB))));
+  w.push_back(G("grow-mounted-twice", ImageSpec{8 * kMiB, 4096, 4096, 2 * kMiB},
+                {GrowMountedTo(9 * kMiB), GrowMountedTo(10 * kMiB)}));
   // 64 KiB blocks.
   w.push_back(G("grow-bs64k", ImageSpec{16 * kMiB, 0, 65536, 4 * kMiB}, {GrowTo(20 * kMiB)}));
   return w;
