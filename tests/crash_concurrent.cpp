@@ -21,6 +21,7 @@
 #include "crash_ops.hpp"
 #include "nvfs/crc32c.hpp"
 #include "nvfs/format.hpp"
+#include "nvfs/geometry.hpp"
 
 namespace nvfs::test {
 
@@ -583,6 +584,7 @@ bool ConcurrentRunner::Run(const CrashConfig& config, std::optional<uint64_t> tr
   const std::vector<const CrashState*> selected = enumerator.Select(budget);
   if (selected.size() < enumerator.unique() && !replaying) result_.capped = true;
   StateChecker checker(workload_.name, config, image, result_);
+  checker.set_block_counts(fs.geometry().block_count(), fs.geometry().block_count());
   char hash[32];
   std::snprintf(hash, sizeof hash, "%016" PRIx64, scheduler.TraceHash());
   const std::string step = "threads " + results + "; trace " + hash +

@@ -13,6 +13,7 @@
 #include "crash_enumerator.hpp"
 #include "nvfs/crc32c.hpp"
 #include "nvfs/fsck.hpp"
+#include "nvfs/superblock.hpp"
 
 namespace nvfs::test {
 
@@ -126,7 +127,8 @@ class WorkloadRunner {
   }
 
   WorkloadResult Run();
-  void Remount(StepContext& ctx, bool clean);
+  void Remount(StepContext& ctx, bool clean,
+               const std::function<void(StepContext&, Media&)>* offline = nullptr);
 
  private:
   void Failure(const std::string& what) { result_.failures.push_back(what); }
@@ -208,12 +210,17 @@ void StepContext::AllowPartialAllocation(const std::string& path) {
 
 void StepContext::CrashAndRemount() { runner_->Remount(*this, /*clean=*/false); }
 void StepContext::CleanRemount() { runner_->Remount(*this, /*clean=*/true); }
+void StepContext::CleanRemount(const std::function<void(StepContext&, Media&)>& offline) {
+  runner_->Remount(*this, /*clean=*/true, &offline);
+}
 
-void WorkloadRunner::Remount(StepContext& ctx, bool clean) {
+void WorkloadRunner::Remount(StepContext& ctx, bool clean,
+                             const std::function<void(StepContext&, Media&)>* offline) {
   if (clean) {
     for (auto& [name, file] : ctx.handles_) fs_->Release(file);
     ctx.handles_.clear();
     ctx.Expect(fs_->Unmount(), "unmount");
+    if (offline != nullptr) (*offline)(ctx, *media_);
   }
   // After a crash, open files die with the process: their handles are
   // dropped, not released.
@@ -263,6 +270,7 @@ WorkloadResult WorkloadRunner::Run() {
   for (size_t k = 0; k < workload_.steps.size(); ++k) {
     const Step& step = workload_.steps[k];
     step_base_.assign(media_->durable(), media_->durable() + media_->size());
+    const uint64_t blocks_before = fs_->geometry().block_count();
     std::optional<Enumerator::Filter> filter;
     if (replaying()) filter = Enumerator::Filter{config_.replay->point, config_.replay->subset};
     const size_t steps_left = workload_.steps.size() - k;
@@ -298,6 +306,7 @@ WorkloadResult WorkloadRunner::Run() {
     if (std::string links = CheckLinkCounts(*after); !links.empty()) {
       Failure(workload_.name + ": after step '" + step_name + "' (no crash): " + links);
     }
+    checker_.set_block_counts(blocks_before, fs_->geometry().block_count());
     result_.candidates += enumerator.unique();
     const std::vector<const CrashState*> selected = enumerator.Select(budget);
     if (selected.size() < enumerator.unique() && !replaying()) result_.capped = true;
@@ -320,6 +329,24 @@ WorkloadResult WorkloadRunner::Run() {
   result_.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result_;
+}
+
+std::pair<uint64_t, uint64_t> StateChecker::EmptyFreeCounts(const Geometry& g) const {
+  const Geometry base =
+      FindSuper(image_.bytes.data(), image_.bytes.size()).value().geometry;
+  if (g.block_count() == base.block_count()) {
+    return {image_.empty_free_blocks, image_.empty_free_inodes};
+  }
+  const auto data_blocks = [](const Geometry& geometry) {
+    uint64_t blocks = 0;
+    for (uint32_t group = 0; group < geometry.group_count(); ++group) {
+      blocks += geometry.GroupBlocks(group) - geometry.GroupMetaBlocks(group);
+    }
+    return blocks - 1;  // the backup block
+  };
+  return {image_.empty_free_blocks + data_blocks(g) - data_blocks(base),
+          image_.empty_free_inodes +
+              uint64_t{g.group_count() - base.group_count()} * g.inodes_per_group()};
 }
 
 // Mounts one crash image and checks it (crash_harness.hpp, steps 1-5).
@@ -373,6 +400,12 @@ void StateChecker::Check(const CrashState& state, const std::vector<std::byte>& 
   if (recovering != nullptr) {
     for (const auto& v : recovering->violations()) fail("during recovery: " + v.Describe());
   }
+  if (const uint64_t blocks = fs.geometry().block_count();
+      blocks_before_ != 0 && blocks != blocks_before_ && blocks != blocks_after_) {
+    return fail("the filesystem has " + std::to_string(blocks) + " blocks, neither the " +
+                std::to_string(blocks_before_) + " before the step nor the " +
+                std::to_string(blocks_after_) + " after it");
+  }
   Result<Tree> tree = SnapshotTree(fs);
   if (!tree.ok()) return fail("tree after recovery: " + tree.error().Describe());
   if (std::string links = CheckLinkCounts(*tree); !links.empty()) {
@@ -397,12 +430,11 @@ void StateChecker::Check(const CrashState& state, const std::vector<std::byte>& 
     Status deleted = DeleteAll(**again);
     if (!deleted.ok()) return fail("deleting everything: " + deleted.error().Describe());
     const StatFs empty = (*again)->GetStatFs().value();
-    if (empty.blocks_free != image_.empty_free_blocks ||
-        empty.inodes_free != image_.empty_free_inodes) {
+    const auto [empty_blocks, empty_inodes] = EmptyFreeCounts((*again)->geometry());
+    if (empty.blocks_free != empty_blocks || empty.inodes_free != empty_inodes) {
       fail("after deleting everything " + std::to_string(empty.blocks_free) + " blocks and " +
            std::to_string(empty.inodes_free) + " inodes are free; an empty namespace has " +
-           std::to_string(image_.empty_free_blocks) + " and " +
-           std::to_string(image_.empty_free_inodes));
+           std::to_string(empty_blocks) + " and " + std::to_string(empty_inodes));
     }
     (void)(*again)->Unmount();
   }

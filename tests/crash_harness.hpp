@@ -89,9 +89,12 @@ struct ImageSpec {
   uint64_t size = 8ull << 20;
   uint32_t journal_slot_size = 0;  // 0: mkfs's default
   uint32_t block_size = 4096;
+  // Bytes of namespace past the filesystem's end (the grow workloads grow
+  // into them): the namespace is size + room bytes, mkfs'd for size.
+  uint64_t room = 0;
   bool operator<(const ImageSpec& o) const {
-    return std::tie(size, journal_slot_size, block_size) <
-           std::tie(o.size, o.journal_slot_size, o.block_size);
+    return std::tie(size, journal_slot_size, block_size, room) <
+           std::tie(o.size, o.journal_slot_size, o.block_size, o.room);
   }
 };
 
@@ -168,6 +171,11 @@ class StepContext {
   // Releases the open files, unmounts cleanly and mounts again; the release,
   // the unmount and the mount are all crash points of this step.
   void CleanRemount();
+  // The same with `offline` run on the unmounted namespace in between (a
+  // grow): its fences are crash points of this step too, and a crash image
+  // may hold the geometry before or after the step (harness step 4 expects
+  // the free counts of an empty namespace of the geometry it finds).
+  void CleanRemount(const std::function<void(StepContext&, Media&)>& offline);
 
  private:
   friend class WorkloadRunner;
@@ -223,8 +231,19 @@ class StateChecker {
   // `step_base`: the image `state` is expressed against.
   void Check(const CrashState& state, const std::vector<std::byte>& step_base,
              const std::string& step, const TreeCheck& matches);
+  // The filesystem's size before and after the step being checked: a crash
+  // image must hold one of them (only a grow changes it). 0: not checked.
+  void set_block_counts(uint64_t before, uint64_t after) {
+    blocks_before_ = before;
+    blocks_after_ = after;
+  }
 
  private:
+  // The free blocks and inodes of an empty namespace of geometry `g`: the
+  // standard image's when it is that image's geometry, else theirs plus what
+  // a grow from it to `g` adds (every added block but the new groups'
+  // metadata, every added inode).
+  std::pair<uint64_t, uint64_t> EmptyFreeCounts(const Geometry& g) const;
   bool replaying() const { return config_.replay.has_value(); }
   void Failure(const std::string& what) { result_.failures.push_back(what); }
 
@@ -233,6 +252,8 @@ class StateChecker {
   const BaseImage& image_;
   WorkloadResult& result_;
   uint64_t sampled_ = 0;
+  uint64_t blocks_before_ = 0;
+  uint64_t blocks_after_ = 0;
 };
 
 // Runs the workloads (those NVFS_CRASH_ONLY / NVFS_CRASH_REPLAY select),

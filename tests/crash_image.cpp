@@ -117,14 +117,14 @@ void PopulateStandard(Filesystem& fs) {
 std::unique_ptr<RecordingMedia> Format(const ImageSpec& spec) {
   RecordingOptions plain;
   plain.record = false;
-  auto media = std::make_unique<RecordingMedia>(spec.size, plain);
+  auto media = std::make_unique<RecordingMedia>(spec.size + spec.room, plain);
   MkfsOptions options;
   options.dir_hash_key = std::array<uint8_t, 16>{0x5E, 0xED};
   options.now = 1700000000;
   options.journal_slot_size = spec.journal_slot_size;
   options.block_size = spec.block_size;
   options.uuid = Uuid{0x6e, 0x76, 0x66, 0x73, 0x2d, 0x63, 0x72, 0x61, 0x73, 0x68, 0, 0, 0, 0, 0, 1};
-  Result<MkfsPlan> plan = PlanMkfs(media->size(), options);
+  Result<MkfsPlan> plan = PlanMkfs(spec.size, options);
   if (!plan.ok()) SetupError("mkfs plan", plan.error());
   Must(WriteMkfs(*media, *plan), "mkfs");
   return media;

@@ -26,6 +26,9 @@ std::vector<Workload> LongWorkloads();
 std::vector<Workload> LargeBlockWorkloads();
 // 48 seeded two-operation sequences.
 std::vector<Workload> SequenceWorkloads();
+// Offline grows of a full filesystem, and writes into what they added
+// (crash_grow.cpp).
+std::vector<Workload> GrowWorkloads();
 
 // How many names /d1/sub takes before its first leaf splits (the hash seed is
 // fixed, so this is the same on every run); 0 if it could not be measured.

@@ -337,6 +337,10 @@ TEST_CASE("crash: seeded two-operation sequences", "[crash][seq]") {
   Report(RunWorkloads("sequences", SequenceWorkloads()));
 }
 
+TEST_CASE("crash: offline grow", "[crash][grow]") {
+  Report(RunWorkloads("grow", GrowWorkloads()));
+}
+
 }  // namespace
 }  // namespace nvfs::test
 

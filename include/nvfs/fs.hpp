@@ -243,6 +243,10 @@ struct MountOptions {
   // failure in the reclaim and leaves Forget (or the operation that dropped
   // the reference) the way such a failure would. Empty in production.
   std::function<void(uint64_t ino)> reclaim_fault;
+  // Address space reserved for the mapping (MediaOptions::reserve): the
+  // namespace may grow while mounted (Grow) up to this many bytes. 0: it
+  // cannot grow while mounted.
+  uint64_t grow_reserve = 0;
 };
 
 // Held by a caller of Map from before the call until it has consumed the
@@ -344,6 +348,24 @@ class Filesystem {
   Result<Attr> GetAttr(uint64_t ino);
   Result<Attr> SetAttr(uint64_t ino, const SetAttrRequest& request);
   Result<StatFs> GetStatFs();
+
+  // --- Growing while mounted (doc/integrity.md, section 11) ----------------
+  struct GrowResult {
+    uint64_t old_blocks = 0;
+    uint64_t new_blocks = 0;  // equal to old_blocks: nothing to do
+    uint32_t block_size = 0;
+    uint64_t added_free_blocks = 0;
+    uint64_t added_free_inodes = 0;
+  };
+  // Grows the namespace to `namespace_size` bytes (an image file is
+  // extended) and the filesystem into it by whole groups, while operations
+  // run: the new part is mapped after the mapping, which does not move, and
+  // the grow is one transaction (the offline one, StoreGrow); the new blocks
+  // and inodes are handed out, and GetStatFs counts them, once it has
+  // committed. EROFS read-only; EINVAL smaller than the filesystem; ENOSPC
+  // past the address space reserved at mount (MountOptions::grow_reserve)
+  // or the host. One grow at a time (grow_mu_).
+  Result<GrowResult> Grow(uint64_t namespace_size);
   // The attributes chattr(1) and lsattr(1) see (FS_IOC_GETFLAGS and
   // FS_IOC_SETFLAGS), as FS_*_FL bits of <linux/fs.h>: FS_IMMUTABLE_FL,
   // FS_APPEND_FL, FS_NODUMP_FL, FS_NOATIME_FL and FS_SYNC_FL (the last two
@@ -517,6 +539,7 @@ class Filesystem {
   std::function<bool(uint32_t gid)> caller_in_group_;  // MountOptions::caller_in_group
   std::function<void(uint64_t ino)> reclaim_fault_;    // MountOptions::reclaim_fault
 
+  std::mutex grow_mu_;  // one Grow at a time; taken before orphan_mu_
   std::shared_mutex tree_mu_;  // see the lock order above
   // Protects the orphan list (SuperDynamic::orphan_head, Inode::orphan_next,
   // the orphan bit of Inode::flags) and the rest of the dynamic superblock.

@@ -33,6 +33,29 @@ inline constexpr uint32_t kMaxJournalSlotSize = 64u << 20;  // FromSuper refuses
 // lost+found and some room to work: this many data blocks at least.
 inline constexpr uint32_t kMinGroup0DataBlocks = 16;
 
+// A geometry field a mounted grow changes while other threads read it
+// (Geometry::Publish): an acquire load and a release store of one aligned
+// word; copied by value like a plain field.
+template <class T>
+class GrowingField {
+ public:
+  GrowingField(T value = 0) : value_(value) {}  // NOLINT: a field's initialiser
+  GrowingField(const GrowingField& other) : value_(other) {}
+  GrowingField& operator=(const GrowingField& other) {
+    __atomic_store_n(&value_, static_cast<T>(other), __ATOMIC_RELAXED);
+    return *this;
+  }
+  GrowingField& operator=(T value) {
+    __atomic_store_n(&value_, value, __ATOMIC_RELAXED);
+    return *this;
+  }
+  operator T() const { return __atomic_load_n(&value_, __ATOMIC_ACQUIRE); }  // NOLINT
+  void Publish(T value) { __atomic_store_n(&value_, value, __ATOMIC_RELEASE); }
+
+ private:
+  T value_;
+};
+
 class Geometry {
  public:
   // The layout mkfs would write. Fails with EINVAL for bad options and ENOSPC
@@ -44,6 +67,26 @@ class Geometry {
   // and that the fields agree with each other. Magic and checksum are checked
   // by the caller (superblock.hpp). Fails with EUCLEAN and a message.
   static Result<Geometry> FromSuper(const format::SuperStatic& sb, uint64_t namespace_size);
+
+  // The geometry of this filesystem grown to fill a namespace of
+  // `namespace_size` bytes (nvfs-resize, doc/format.md "Growing"): the same
+  // block size, inodes per group, inode table and journal; block_count the
+  // whole blocks of the namespace, less a last group too short for its own
+  // metadata (as Compute leaves it out). EINVAL, with one line, when that
+  // is fewer blocks than now (nvfs does not shrink); the same geometry when
+  // it is no more; EFBIG past 2^32 groups.
+  Result<Geometry> Grown(uint64_t namespace_size) const;
+
+  // Makes this geometry `grown` (a mounted grow, after its transaction
+  // committed), while others read it: block_count first, then group_count,
+  // so a reader that sees the new group count sees the blocks of the new
+  // groups (GroupBlocks never runs past block_count), and one that sees only
+  // the new block count sees the old groups whole. REQUIRES: grown is
+  // Grown() of this geometry; one publisher at a time.
+  void Publish(const Geometry& grown) {
+    block_count_.Publish(grown.block_count_);
+    group_count_.Publish(grown.group_count_);
+  }
 
   // Smallest namespace mkfs accepts for this block size with default options.
   static uint64_t MinNamespaceSize(uint32_t block_size);
@@ -138,10 +181,10 @@ class Geometry {
 
   uint32_t block_size_ = 0;
   uint32_t block_shift_ = 0;
-  uint64_t block_count_ = 0;
+  GrowingField<uint64_t> block_count_ = 0;  // grows (Publish)
   uint32_t blocks_per_group_ = 0;
   uint32_t inodes_per_group_ = 0;
-  uint32_t group_count_ = 0;
+  GrowingField<uint32_t> group_count_ = 0;  // grows (Publish)
   uint32_t itable_blocks_ = 0;
   uint32_t journal_slots_ = 0;
   uint32_t journal_slot_size_ = 0;

@@ -50,6 +50,11 @@ struct MediaOptions {
   uint32_t release_wait_ms = 10000;
   // Refuse namespaces smaller than this many bytes (the message names it).
   uint64_t min_size = 0;
+  // Address space reserved for the mapping, in bytes (0: none; less than
+  // the namespace: none). The namespace is mapped at the start of the
+  // reservation and Grow maps what a grow adds right after it, so the
+  // mapping never moves (a mounted grow, doc/integrity.md section 11).
+  uint64_t reserve = 0;
   // Regular files only: create the file if it is missing and extend it to this
   // size if it is shorter (never shrinks). Requires !read_only. A file
   // created gets 0600 less the umask, owner-only even under umask 0 (the
@@ -65,7 +70,9 @@ class Media {
   Media& operator=(const Media&) = delete;
 
   const std::byte* base() const { return base_; }
-  uint64_t size() const { return size_; }
+  // Grows (Grow) while others read it: an acquire load, paired with Grow's
+  // release store after the new part is mapped.
+  uint64_t size() const { return __atomic_load_n(&size_, __ATOMIC_ACQUIRE); }
   bool read_only() const { return read_only_; }
   Granularity granularity() const { return granularity_; }
   const std::string& path() const { return path_; }
@@ -90,6 +97,24 @@ class Media {
     Flush(offset, len);
     Drain();
   }
+
+  // The namespace grows to `new_size` bytes (a mounted grow): an image file
+  // is extended to it, and the part past size() is mapped right after the
+  // mapping, inside the address space reserved at open
+  // (MediaOptions::reserve), so base() does not move and every address
+  // handed out stays valid. size() moves last. ENOSPC (one line) past the
+  // reservation, ENOTSUP for a backend that cannot grow. Serialised by the
+  // caller (one grow at a time).
+  // The default: a namespace mapped whole already (memory, the recording
+  // backend of the crash suite, made with room past the filesystem) grows
+  // into what it maps.
+  virtual Status Grow(uint64_t new_size) {
+    if (new_size <= size()) return Status::Ok();
+    return MakeError(ENOTSUP, "%s: this namespace cannot grow while it is open", path_.c_str());
+  }
+  // Bytes the namespace may grow to while open (the reservation; size()
+  // without one).
+  virtual uint64_t reserved() const { return size(); }
 
   // Marks where one filesystem operation begins and ends; the recording backend
   // uses them to check and enumerate crash states per operation.

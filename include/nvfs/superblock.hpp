@@ -36,13 +36,28 @@ struct FoundSuper {
   format::SuperStatic sb;
   bool from_backup = false;   // the primary was unusable
   std::string primary_error;  // why, when from_backup
+  // A grow was interrupted (its transaction is active in the journal): `sb`
+  // is the primary as recovery will leave it, the geometry before the grow,
+  // and copies of the grown geometry's static half may lie past its end
+  // until recovery removes them (format.md, "Growing").
+  bool grow_undone = false;
 };
 
 // Finds the static superblock of the namespace at [base, base + size): the
-// primary in block 0, else the backup copy at the end of the last block (tried
-// for every block size). Reads nothing outside the range. Fails with the
-// primary's error when neither is usable.
+// primary in block 0 as journal recovery will leave it (an interrupted grow's
+// undo records applied to a copy: UndoInterruptedGrow), else the backup copy
+// at the end of the last block (tried for every block size). Reads nothing
+// outside the range. Fails with the primary's error when neither is usable.
 Result<FoundSuper> FindSuper(const std::byte* base, uint64_t size);
+
+// Applies to `sb` (a copy of the primary static half) the undo records a grow
+// logged for it, if a journal slot holds an active grow: the records at the
+// head of an active slot whose targets lie inside the primary static half
+// (only a grow writes such records, first in its transaction). The journal
+// is found from the fields of `sb` a grow never changes (block size, inode
+// table, journal geometry), each checked to lie inside [base, base + size)
+// before it is read. True if a record was applied.
+bool UndoInterruptedGrow(const std::byte* base, uint64_t size, format::SuperStatic* sb);
 
 // Byte offsets of every place a backup static superblock could be, for each
 // block size: the end of the last whole block, or, when mkfs left out a last

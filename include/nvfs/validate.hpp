@@ -380,6 +380,13 @@ inline bool JournalSlotHeaderValid(const format::JournalSlotHeader& header, uint
          header.state <= static_cast<uint32_t>(format::JournalState::kCommitted);
 }
 
+// The checksum of a journal record: CRC32C of its header with the checksum
+// field zero, then of its payload (format.md, "Journal"). The journal writes
+// and reads records with it; FindSuper reads a grow's records before any
+// geometry is known (superblock.hpp).
+uint32_t JournalRecordChecksum(const format::JournalRecord& header, const std::byte* payload,
+                               uint32_t payload_len);
+
 // The header of an idle slot holding no record of any sequence (mkfs, and
 // fsck over a cleared damaged slot).
 inline format::JournalSlotHeader IdleJournalSlotHeader(uint32_t slot) {

@@ -66,10 +66,11 @@ uint64_t FindSet(const std::vector<uint64_t>& map, uint64_t from, uint64_t limit
 
 }  // namespace
 
-Allocator::Allocator(Media& media, const Geometry& geometry)
+Allocator::Allocator(Media& media, const Geometry& geometry, uint32_t group_capacity)
     : media_(media),
       geometry_(geometry),
-      groups_(new Group[geometry.group_count()]),
+      group_capacity_(std::max(group_capacity, geometry.group_count())),
+      groups_(new Group[group_capacity_]),
       align_blocks_(geometry.block_size() < (2u << 20) ? (2u << 20) / geometry.block_size() : 1) {}
 
 void Allocator::CountFree(Group& group, BitmapKind kind, int64_t delta) {
@@ -87,35 +88,40 @@ uint64_t Allocator::PerGroup(BitmapKind kind) const {
                                      : geometry_.inodes_per_group();
 }
 
+std::pair<uint64_t, uint64_t> Allocator::LoadGroup(const Geometry& g, uint32_t index) {
+  const size_t words = g.blocks_per_group() / 64;
+  Group& group = groups_[index];
+  std::lock_guard lock(group.mu);
+  group.blocks.resize(words);
+  group.inodes.resize(words);
+  std::memcpy(group.blocks.data(), media_.base() + g.BlockOffset(g.BlockBitmapBlock(index)),
+              words * 8);
+  std::memcpy(group.inodes.data(), media_.base() + g.BlockOffset(g.InodeBitmapBlock(index)),
+              words * 8);
+  // Never hand out what is not there, whatever the media bitmaps say.
+  const uint64_t blocks = g.GroupBlocks(index);
+  SetRange(group.blocks, blocks, g.blocks_per_group() - blocks, true);
+  SetRange(group.blocks, 0, g.GroupMetaBlocks(index), true);
+  SetRange(group.inodes, g.inodes_per_group(), g.blocks_per_group() - g.inodes_per_group(),
+           true);
+  if (index == 0) SetRange(group.inodes, 0, 1, true);
+  if (index == g.group_count() - 1) {
+    SetRange(group.blocks, g.BackupBlock() - g.GroupFirstBlock(index), 1, true);
+  }
+  const uint64_t used_blocks = CountSetWordBits(group.blocks.data(), g.blocks_per_group());
+  const uint64_t used_inodes = CountSetWordBits(group.inodes.data(), g.blocks_per_group());
+  group.free_blocks = static_cast<uint32_t>(g.blocks_per_group() - used_blocks);
+  group.free_inodes = static_cast<uint32_t>(g.blocks_per_group() - used_inodes);
+  return {group.free_blocks, group.free_inodes};
+}
+
 void Allocator::Load() {
   const Geometry& g = geometry_;
   uint64_t free_blocks = 0, free_inodes = 0;
-  const size_t words = g.blocks_per_group() / 64;
   for (uint32_t index = 0; index < g.group_count(); ++index) {
-    Group& group = groups_[index];
-    std::lock_guard lock(group.mu);
-    group.blocks.resize(words);
-    group.inodes.resize(words);
-    std::memcpy(group.blocks.data(), media_.base() + g.BlockOffset(g.BlockBitmapBlock(index)),
-                words * 8);
-    std::memcpy(group.inodes.data(), media_.base() + g.BlockOffset(g.InodeBitmapBlock(index)),
-                words * 8);
-    // Never hand out what is not there, whatever the media bitmaps say.
-    const uint64_t blocks = g.GroupBlocks(index);
-    SetRange(group.blocks, blocks, g.blocks_per_group() - blocks, true);
-    SetRange(group.blocks, 0, g.GroupMetaBlocks(index), true);
-    SetRange(group.inodes, g.inodes_per_group(), g.blocks_per_group() - g.inodes_per_group(),
-             true);
-    if (index == 0) SetRange(group.inodes, 0, 1, true);
-    if (index == g.group_count() - 1) {
-      SetRange(group.blocks, g.BackupBlock() - g.GroupFirstBlock(index), 1, true);
-    }
-    const uint64_t used_blocks = CountSetWordBits(group.blocks.data(), g.blocks_per_group());
-    const uint64_t used_inodes = CountSetWordBits(group.inodes.data(), g.blocks_per_group());
-    group.free_blocks = static_cast<uint32_t>(g.blocks_per_group() - used_blocks);
-    group.free_inodes = static_cast<uint32_t>(g.blocks_per_group() - used_inodes);
-    free_blocks += group.free_blocks;
-    free_inodes += group.free_inodes;
+    const auto [blocks, inodes] = LoadGroup(g, index);
+    free_blocks += blocks;
+    free_inodes += inodes;
   }
   free_blocks_ = free_blocks;
   free_inodes_ = free_inodes;
@@ -433,11 +439,35 @@ void Allocator::ClearOnMedia(BitmapKind kind, uint64_t first, uint64_t count) {
   }
 }
 
+Status Allocator::BeginGrow(const Geometry& grown) {
+  if (grown.group_count() > group_capacity_) {
+    return MakeError(EINVAL, "the mount has room for %u groups, the grown filesystem has %u",
+                     group_capacity_, grown.group_count());
+  }
+  growing_.store(&grown, std::memory_order_release);
+  return Status::Ok();
+}
+
+void Allocator::AddGroups(const Geometry& grown) {
+  for (uint32_t index = geometry_.group_count(); index < grown.group_count(); ++index) {
+    const auto [blocks, inodes] = LoadGroup(grown, index);
+    free_blocks_ += blocks;
+    free_inodes_ += inodes;
+  }
+}
+
+void Allocator::EndGrow() { growing_.store(nullptr, std::memory_order_release); }
+
 void Allocator::Release(BitmapKind kind, uint64_t first, uint64_t count) {
   // Metadata blocks are never allocatable, whatever a caller asks (every
   // block freed passed FreeBlocks, every one released by an abort was
-  // allocated here: this is the last line, not the check).
-  if (kind == BitmapKind::kBlocks && !geometry_.IsDataRun(first, count)) return;
+  // allocated here: this is the last line, not the check). During a grow,
+  // its own free is of blocks that are data only in the grown geometry.
+  const Geometry* growing = growing_.load(std::memory_order_acquire);
+  if (kind == BitmapKind::kBlocks && !geometry_.IsDataRun(first, count) &&
+      (growing == nullptr || !growing->IsDataRun(first, count))) {
+    return;
+  }
   const uint64_t per = PerGroup(kind);
   uint64_t unit = first;
   while (unit < first + count) {

@@ -31,6 +31,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include "journal/journal.hpp"
@@ -42,10 +43,28 @@ namespace nvfs {
 
 class Allocator final : public AllocationSink {
  public:
-  Allocator(Media& media, const Geometry& geometry);
+  // `geometry` is the filesystem's own, read live: a mounted grow publishes
+  // a larger one into it (Geometry::Publish). Room is made for
+  // `group_capacity` groups (at least the geometry's), the most a grow of
+  // this mount can reach.
+  Allocator(Media& media, const Geometry& geometry, uint32_t group_capacity = 0);
 
   // Copies the media bitmaps into DRAM and counts free units.
   void Load();
+
+  // A mounted grow (Filesystem::Grow), before its transaction commits:
+  // until EndGrow, a release of blocks that are data blocks only in `grown`
+  // (the grow's own free of the old backup block and the old last group's
+  // tail, released after the commit) is accepted. EINVAL past the capacity.
+  // REQUIRES: one grow at a time.
+  Status BeginGrow(const Geometry& grown);
+  // After the commit, before `grown` is published into the geometry: loads
+  // the DRAM state of the groups it adds (the bitmaps the transaction wrote)
+  // and counts their free units. Nothing is handed out of them until the
+  // geometry says they exist (every search stops at its group count).
+  void AddGroups(const Geometry& grown);
+  // After `grown` is published (or the grow failed).
+  void EndGrow();
 
   // Allocates one run of 1..want contiguous blocks, searching from `goal`
   // (a block number; 0 lets the allocator choose) forward, then other groups.
@@ -154,8 +173,13 @@ class Allocator final : public AllocationSink {
   std::vector<DeferredFree> TakeDeferred(uint64_t done);
   void ReleaseAll(const std::vector<DeferredFree>& frees);
 
+  // The group's DRAM state from the media bitmaps of `g`; its free counts.
+  std::pair<uint64_t, uint64_t> LoadGroup(const Geometry& g, uint32_t index);
+
   Media& media_;
-  const Geometry geometry_;
+  const Geometry& geometry_;
+  const uint32_t group_capacity_;
+  std::atomic<const Geometry*> growing_{nullptr};  // BeginGrow .. EndGrow
   std::mutex deferred_mu_;
   std::vector<DeferredFree> deferred_;  // protected by deferred_mu_; tickets ascending
   std::atomic<uint64_t> deferred_blocks_{0};

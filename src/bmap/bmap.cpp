@@ -33,7 +33,6 @@ Bmap::Bmap(const FsContext& ctx)
     : ctx_(ctx),
       geometry_(ctx.geometry),
       base_(ctx.media.base()),
-      block_count_(ctx.geometry.block_count()),
       block_shift_(ctx.geometry.block_shift()),
       pshift_(ctx.geometry.block_shift() - 3),
       ptrs_(uint64_t{1} << (ctx.geometry.block_shift() - 3)) {
@@ -62,7 +61,7 @@ Error Bmap::Corrupt(const Inode& inode, uint64_t index, uint64_t block_no) const
   return MakeError(EUCLEAN,
                    "inode %" PRIu64 ": block pointer %" PRIu64 " on the path to file block %" PRIu64
                    " names no data block (%" PRIu64 " blocks); run fsck.nvfs",
-                   InoOf(inode), block_no, index, block_count_);
+                   InoOf(inode), block_no, index, geometry_.block_count());
 }
 
 // ---------------------------------------------------------------------------
@@ -234,7 +233,7 @@ uint64_t Bmap::FindGoal(const Inode& inode, uint64_t index, const Branch& b) con
     const uint64_t before = b.depth == 0 ? index : b.off[b.depth - 1];
     for (uint64_t back = 2; back <= std::min(before, kGoalScan); ++back) {
       const uint64_t ptr = *(slot - back);
-      if (ptr != 0 && ptr < block_count_) return ptr + back;
+      if (ptr != 0 && ptr < geometry_.block_count()) return ptr + back;
     }
   }
   const Geometry& g = ctx_.geometry;

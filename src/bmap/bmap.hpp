@@ -133,7 +133,6 @@ class Bmap {
   const FsContext& ctx_;
   const Geometry& geometry_;  // IsDataBlock: what every pointer followed must name
   const std::byte* base_;     // the mapping (ctx_.media.base(); it never moves)
-  uint64_t block_count_;
   uint32_t block_shift_;
   uint32_t pshift_;           // log2(pointers per block) = block_shift - 3
   uint64_t ptrs_;             // pointers per block, p

@@ -33,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "daemon/control.hpp"
 #include "direct/server.hpp"
 #include "fuse/adapter.hpp"
 #include "fuse/transport.hpp"
@@ -498,6 +499,10 @@ int main(int argc, char** argv) {
   // Direct reads' server: declared before the filesystem, whose inode
   // cache writes into its table to the end, so that it goes after it.
   std::unique_ptr<nvfs::direct::Server> direct;
+  std::unique_ptr<nvfs::control::Server> control;
+  // Address space for the mapping to grow into while mounted (nvfs-resize
+  // through the control socket): a reservation costs no memory.
+  mount_options.grow_reserve = uint64_t{8} << 40;
   auto mounted = nvfs::Filesystem::Mount(device, mount_options);
   if (!mounted.ok()) {
     Say("%s", mounted.error().Describe().c_str());
@@ -569,6 +574,14 @@ int main(int argc, char** argv) {
     direct_note = direct != nullptr ? "direct reads on " + direct->socket_path()
                                     : "direct reads off: " + why;
   }
+  // The control socket (nvfs-resize of the mounted filesystem): root only.
+  if (!fs->read_only()) {
+    unsigned major_no = 0, minor_no = 0;
+    std::string why;
+    if (std::sscanf(MountDevice(mountpoint).c_str(), "%u:%u", &major_no, &minor_no) == 2) {
+      control = nvfs::control::Server::Create(*fs, makedev(major_no, minor_no), device, &why);
+    }
+  }
   if (!cl.foreground) openlog("nvfs", LOG_PID, LOG_DAEMON);
   if (fuse_daemonize(cl.foreground ? 1 : 0) != 0) {
     Say("cannot detach (fork failed); try -f");
@@ -602,6 +615,7 @@ int main(int argc, char** argv) {
       transport = "io_uring";
     }
   }
+  if (control != nullptr && !control->Serve()) control.reset();
   if (direct != nullptr && !direct->Serve()) {
     direct.reset();
     direct_note = "direct reads off: cannot start their thread";
@@ -633,6 +647,7 @@ int main(int argc, char** argv) {
   // No direct request reaches the core from now on; the table stays, kept
   // current by the core, until `direct` goes after the core's unmount.
   if (direct != nullptr) direct->Stop();
+  if (control != nullptr) control->Stop();  // waits for a grow in progress
   adapter.StopInvalidations();  // it notifies through the session freed below
   // Every worker has returned: nothing runs in the core any more. A mount
   // of the namespace from now on waits for this process to exit.

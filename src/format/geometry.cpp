@@ -149,6 +149,34 @@ Result<Geometry> Geometry::Compute(const GeometryRequest& request) {
   return g;
 }
 
+Result<Geometry> Geometry::Grown(uint64_t namespace_size) const {
+  Geometry g = *this;
+  g.block_count_ = std::min(namespace_size >> block_shift_, format::kMaxBlockCount - 1);
+  if (g.block_count_ < block_count_) {
+    return MakeError(EINVAL, "%" PRIu64 " bytes hold %" PRIu64 " blocks of %u bytes, fewer than "
+                     "the filesystem's %" PRIu64 ": nvfs cannot shrink",
+                     namespace_size, g.block_count_, block_size_, block_count_);
+  }
+  uint64_t groups = DivRoundUp(g.block_count_, blocks_per_group_);
+  if (groups > UINT32_MAX) {
+    return MakeError(EFBIG, "%" PRIu64 " bytes need more than 2^32 groups of %u-byte blocks",
+                     namespace_size, block_size_);
+  }
+  g.group_count_ = static_cast<uint32_t>(groups);
+  // A last new group too short for its metadata and the backup block is left
+  // out; the groups there already always fit (Check held for them).
+  const uint32_t last = g.group_count_ - 1;
+  if (last >= group_count_ &&
+      g.GroupBlocks(last) < LastGroupMinimum(g.GroupMetaBlocks(last))) {
+    g.block_count_ = uint64_t{last} * blocks_per_group_;
+    g.group_count_ = last;
+  }
+  if (g.block_count_ <= block_count_) return *this;
+  g.DeriveShortcuts();
+  NVFS_TRY(g.Check());
+  return g;
+}
+
 Status Geometry::Check() const {
   if (group_count_ == 0 || inodes_per_group_ == 0) {
     return MakeError(EUCLEAN, "empty geometry");

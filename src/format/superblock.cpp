@@ -2,8 +2,10 @@
 
 #include <cinttypes>
 #include <cstring>
+#include <vector>
 
 #include "nvfs/crc32c.hpp"
+#include "nvfs/validate.hpp"
 
 namespace nvfs {
 
@@ -72,12 +74,71 @@ Status CheckSuperDynamic(const format::SuperDynamic& sb) {
   return Status::Ok();
 }
 
+bool UndoInterruptedGrow(const std::byte* base, uint64_t size, format::SuperStatic* sb) {
+  using format::JournalRecord;
+  using format::JournalSlotHeader;
+  // The journal's place, from fields a grow leaves alone; any doubt about
+  // them and there is nothing to undo (the primary is then checked as it is).
+  const uint64_t bs = sb->block_size;
+  if (bs < format::kMinBlockSize || bs > format::kMaxBlockSize || (bs & (bs - 1)) != 0) {
+    return false;
+  }
+  if (sb->journal_slots == 0 || sb->journal_slots > kMaxJournalSlots ||
+      sb->journal_slot_size % 64 != 0 || sb->journal_slot_size < 4096 ||
+      sb->journal_slot_size > kMaxJournalSlotSize) {
+    return false;
+  }
+  if (sb->journal_block == 0 || sb->journal_block >= size / bs) return false;
+  const uint64_t journal = sb->journal_block * bs;
+  const uint64_t journal_bytes = uint64_t{sb->journal_slots} * sb->journal_slot_size;
+  if (journal_bytes > size - journal) return false;
+  struct Undo {
+    uint64_t target;
+    uint32_t length;
+    const std::byte* payload;
+  };
+  std::vector<Undo> undo;
+  for (uint32_t slot = 0; slot < sb->journal_slots; ++slot) {
+    const uint64_t slot_offset = journal + uint64_t{slot} * sb->journal_slot_size;
+    JournalSlotHeader header;
+    std::memcpy(&header, base + slot_offset, sizeof header);
+    if (!JournalSlotHeaderValid(header, slot) ||
+        header.state != static_cast<uint32_t>(format::JournalState::kActive)) {
+      continue;
+    }
+    // The grow's records for the primary come first in its slot; the first
+    // record that is not one ends them (as the first invalid record ends a log).
+    uint64_t pos = sizeof(JournalSlotHeader);
+    while (pos + sizeof(JournalRecord) <= sb->journal_slot_size) {
+      JournalRecord record;
+      std::memcpy(&record, base + slot_offset + pos, sizeof record);
+      if (record.tx_seq != header.tx_seq ||
+          record.type != static_cast<uint16_t>(format::JournalRecordType::kUndo) ||
+          record.length == 0 || record.target >= format::kSuperHalfSize ||
+          record.length > format::kSuperHalfSize - record.target ||
+          record.length > sb->journal_slot_size - pos - sizeof record) {
+        break;
+      }
+      const std::byte* payload = base + slot_offset + pos + sizeof record;
+      if (record.checksum != JournalRecordChecksum(record, payload, record.length)) break;
+      undo.push_back({record.target, record.length, payload});
+      pos += sizeof record + ((uint64_t{record.length} + 7) & ~uint64_t{7});
+    }
+  }
+  // In reverse, as recovery applies them.
+  for (auto it = undo.rbegin(); it != undo.rend(); ++it) {
+    std::memcpy(reinterpret_cast<std::byte*>(sb) + it->target, it->payload, it->length);
+  }
+  return !undo.empty();
+}
+
 Result<FoundSuper> FindSuper(const std::byte* base, uint64_t size) {
   FoundSuper found;
   if (size < format::kMinBlockSize) {
     return MakeError(EUCLEAN, "namespace too small to hold an nvfs superblock");
   }
   std::memcpy(&found.sb, base + format::kSuperStaticOffset, sizeof found.sb);
+  found.grow_undone = UndoInterruptedGrow(base, size, &found.sb);
   Result<Geometry> primary = CheckSuperStatic(found.sb, size);
   if (primary.ok()) {
     found.geometry = primary.value();

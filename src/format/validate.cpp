@@ -1,5 +1,7 @@
 #include "nvfs/validate.hpp"
 
+#include "nvfs/crc32c.hpp"
+
 namespace nvfs {
 
 FileMapLayout::FileMapLayout(uint32_t block_shift) : block_shift_(block_shift) {
@@ -113,6 +115,14 @@ const char* AclFaultName(AclFault fault) {
     case AclFault::kId: return "naming an undefined user or group";
   }
   return "?";
+}
+
+uint32_t JournalRecordChecksum(const format::JournalRecord& header, const std::byte* payload,
+                               uint32_t payload_len) {
+  format::JournalRecord copy = header;
+  copy.checksum = 0;
+  const uint32_t crc = Crc32c(0, &copy, sizeof copy);
+  return Crc32c(crc, payload, payload_len);
 }
 
 }  // namespace nvfs

@@ -41,6 +41,7 @@ Result<std::unique_ptr<Filesystem>> Filesystem::Mount(const std::string& path,
   MediaOptions media_options;
   media_options.read_only = options.read_only;
   media_options.min_size = Geometry::MinNamespaceSize(format::kMinBlockSize);
+  media_options.reserve = options.grow_reserve;
   auto media = OpenMedia(path, media_options);
   if (!media.ok()) return media.take_error();
   return Mount(std::move(media.value()), options);
@@ -176,7 +177,11 @@ Status Filesystem::MountInternal(const MountOptions& options) {
       }
     }
   }
-  alloc_ = std::make_unique<Allocator>(*media_, g);
+  // Room for every group a grow into the reserved address space can add.
+  const uint64_t group_bytes = uint64_t{g.blocks_per_group()} << g.block_shift();
+  const uint64_t capacity = media_->reserved() / group_bytes + 1;
+  alloc_ = std::make_unique<Allocator>(
+      *media_, g, static_cast<uint32_t>(std::min<uint64_t>(capacity, UINT32_MAX)));
   alloc_->Load();
   journal_->set_sink(alloc_.get());
   damage_ = std::make_unique<DamageRecorder>(*this, media_->path(), options);

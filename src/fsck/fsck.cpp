@@ -240,7 +240,15 @@ FsckReport Checker::Run() {
     report_.exit_code = found.error().code == EUCLEAN ? kFsckUncorrected : kFsckOperational;
     return report_;
   }
-  if (!found->from_backup) ChooseStaticCopy(&found.value());
+  // An interrupted grow: the primary is the one recovery restores, and the
+  // grown geometry's copy past its end is the grow's, removed by recovery,
+  // not a larger copy of the filesystem to restore the primary from.
+  if (found->grow_undone) {
+    Say("a grow was interrupted; checking the filesystem as it was before it (recovery "
+        "undoes it; run nvfs-resize again)");
+  } else if (!found->from_backup) {
+    ChooseStaticCopy(&found.value());
+  }
   geometry_ = found->geometry;
   super_ = found->sb;
   base_ = media_.base();
@@ -377,7 +385,8 @@ void Checker::ChooseStaticCopy(FoundSuper* found) {
   if (!other.has_value()) return;
   const char* why = nullptr;
   if (backed) {
-    // A namespace never shrinks (nvfs has no resize, and mkfs clears every
+    // A namespace never shrinks (nvfs-resize only grows, and an interrupted
+    // grow is found by FindSuper and not considered here; mkfs clears every
     // backup candidate), so two copies of one filesystem (one uuid) of which
     // the larger sits where its geometry puts its backup: the smaller pair
     // was damaged together (a fuzz case rewrote both), and trusting it would

@@ -31,10 +31,7 @@ constexpr uint32_t RecordSize(uint32_t payload) {
 
 uint32_t RecordChecksum(const JournalRecord& header, const std::byte* payload,
                         uint32_t payload_len) {
-  JournalRecord copy = header;
-  copy.checksum = 0;
-  uint32_t crc = Crc32c(0, &copy, sizeof copy);
-  return Crc32c(crc, payload, payload_len);
+  return JournalRecordChecksum(header, payload, payload_len);
 }
 
 uint64_t StateWord(JournalState state, uint32_t slot) {
@@ -103,6 +100,20 @@ bool Journal::ValidRecord(const JournalRecord& record) const {
   switch (static_cast<JournalRecordType>(record.type)) {
     case JournalRecordType::kUndo: {
       const uint64_t end = record.target + record.length;
+      // Only a grow logs the static halves and what lies past the
+      // filesystem's end (src/resize/grow.cpp, format.md "Growing"): the
+      // primary's geometry fields, and the new backup copy where the grown
+      // geometry keeps it (its own backup block, or bytes past the end of
+      // the geometry that has not grown yet). Restoring either changes no
+      // byte any file or metadata block of this geometry holds.
+      if (record.length != 0 && end >= record.target && end <= format::kSuperHalfSize) {
+        return true;
+      }
+      if (record.length != 0 && end >= record.target && record.target >= g.BackupSuperOffset() &&
+          end <= media_.size() &&
+          record.target >> g.block_shift() == (end - 1) >> g.block_shift()) {
+        return true;
+      }
       const uint64_t journal_start = g.BlockOffset(g.journal_block());
       const uint64_t journal_end = journal_start + g.BlockOffset(g.journal_blocks());
       // Every logged store lies inside one block (Tx::Store): a length

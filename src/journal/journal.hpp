@@ -182,7 +182,9 @@ class Journal {
   bool ValidRecord(const format::JournalRecord& record) const;
 
   Media& media_;
-  const Geometry geometry_;
+  // The filesystem's own, read live: a mounted grow publishes a larger one
+  // into it once its transaction has committed (Geometry::Publish).
+  const Geometry& geometry_;
   AllocationSink* sink_ = nullptr;
   std::function<void(const Error&)> loss_listener_;
   std::atomic<bool> loss_told_{false};

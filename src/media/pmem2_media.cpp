@@ -26,6 +26,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "nvfs/media.hpp"
 
@@ -42,11 +43,12 @@ const char* GranularityName(Granularity g) {
 }
 
 void Media::CheckWrite(uint64_t offset, size_t len) const {
-  if (read_only_ || offset > size_ || len > size_ - offset) {
+  const uint64_t size = this->size();
+  if (read_only_ || offset > size || len > size - offset) {
     std::fprintf(stderr,
                  "nvfs: BUG: media write of %zu bytes at offset %" PRIu64
                  " outside a %s namespace of %" PRIu64 " bytes\n",
-                 len, offset, read_only_ ? "read-only" : "writable", size_);
+                 len, offset, read_only_ ? "read-only" : "writable", size);
     std::abort();
   }
 }
@@ -152,6 +154,16 @@ void RegisterMapping(const std::byte* base, uint64_t size) {
   }
 }
 
+// The mapping at `base` grew (Media::Grow): faults in its new part are ours.
+void ResizeMapping(const std::byte* base, uint64_t size) {
+  std::lock_guard lock(mappings_mu);
+  for (MappingSlot& m : mappings) {
+    if (m.base.load(std::memory_order_relaxed) == reinterpret_cast<uintptr_t>(base)) {
+      m.size.store(size, std::memory_order_release);
+    }
+  }
+}
+
 void UnregisterMapping(const std::byte* base) {
   std::lock_guard lock(mappings_mu);
   for (MappingSlot& m : mappings) {
@@ -166,7 +178,9 @@ class Pmem2Media final : public Media {
  public:
   ~Pmem2Media() override {
     if (base_ != nullptr) UnregisterMapping(base_);
+    for (auto it = grown_maps_.rbegin(); it != grown_maps_.rend(); ++it) pmem2_map_delete(&*it);
     if (map_ != nullptr) pmem2_map_delete(&map_);
+    if (reservation_ != nullptr) pmem2_vm_reservation_delete(&reservation_);
     if (source_ != nullptr) pmem2_source_delete(&source_);
     if (fd_ >= 0) close(fd_);
   }
@@ -205,6 +219,8 @@ class Pmem2Media final : public Media {
   }
 
   Status Back(uint64_t offset, uint64_t len) override;
+  Status Grow(uint64_t new_size) override;
+  uint64_t reserved() const override { return reservation_ != nullptr ? reserved_ : size(); }
   uint64_t HostAvailable() const override;
   bool Backed(uint64_t offset, uint64_t len) const override {
     if (backed_whole_ || len == 0) return true;
@@ -217,14 +233,14 @@ class Pmem2Media final : public Media {
     if (LostPages() != 0) return false;
     struct stat st;
     if (!is_file_ || fstat(fd_, &st) != 0) return true;
-    return static_cast<uint64_t>(st.st_size) >= size_;
+    return static_cast<uint64_t>(st.st_size) >= size();
   }
   uint64_t LostPages() const override { return LostPagesOf(base_); }
   void EndService() override;
   void ServeThroughMount() override;
   uint64_t BackedBytes() const override {
-    if (backed_whole_) return size_;
-    return std::min<uint64_t>(size_, backed_chunks_.load(std::memory_order_relaxed) * kBackChunk);
+    if (backed_whole_) return size();
+    return std::min<uint64_t>(size(), backed_chunks_.load(std::memory_order_relaxed) * kBackChunk);
   }
 
  private:
@@ -259,6 +275,13 @@ class Pmem2Media final : public Media {
   int fd_ = -1;
   pmem2_source* source_ = nullptr;
   pmem2_map* map_ = nullptr;
+  // MediaOptions::reserve: the address space the mapping may grow into, and
+  // the maps Grow added after map_, in order (written by Grow only, which
+  // one caller at a time runs; freed with the media).
+  pmem2_vm_reservation* reservation_ = nullptr;
+  uint64_t reserved_ = 0;
+  size_t alignment_ = 0;
+  std::vector<pmem2_map*> grown_maps_;
   pmem2_flush_fn flush_ = nullptr;
   pmem2_drain_fn drain_ = nullptr;
   pmem2_memcpy_fn memcpy_ = nullptr;
@@ -371,6 +394,19 @@ Result<std::unique_ptr<Media>> Pmem2Media::Open(const std::string& path,
   // (msync for PAGE) are the ones we use.
   ret = pmem2_config_set_required_store_granularity(config, PMEM2_GRANULARITY_PAGE);
   if (ret == 0) ret = pmem2_config_set_length(config, usable);
+  media->alignment_ = alignment ? alignment : 4096;
+  if (ret == 0 && !options.read_only && options.reserve > usable) {
+    // Rounded to 1 GiB, a multiple of every alignment a source has.
+    const uint64_t reserve = (options.reserve + (1ull << 30) - 1) >> 30 << 30;
+    // Without the address space (a ulimit -v, a 32-bit host) the namespace
+    // is mapped as before and cannot grow while open.
+    if (pmem2_vm_reservation_new(&media->reservation_, nullptr, reserve) == 0) {
+      media->reserved_ = reserve;
+      ret = pmem2_config_set_vm_reservation(config, media->reservation_, 0);
+    } else {
+      media->reservation_ = nullptr;
+    }
+  }
   if (ret == 0) {
     ret = pmem2_config_set_protection(config, options.read_only
                                                   ? PMEM2_PROT_READ
@@ -532,9 +568,18 @@ void Pmem2Media::EndService() {
 void Pmem2Media::ScanBacking(const struct stat& st) {
   backed_whole_ = !S_ISREG(st.st_mode) ||  // a DAX device has no holes
                   static_cast<uint64_t>(st.st_blocks) * 512 >= size_;
-  if (backed_whole_) return;
+  // A file that may grow keeps the map of its chunks from the start: what a
+  // grow adds is a hole until backed.
+  const bool may_grow = S_ISREG(st.st_mode) && reservation_ != nullptr;
+  if (backed_whole_ && !may_grow) return;
   const uint64_t chunks = (size_ + kBackChunk - 1) / kBackChunk;
-  backed_.reset(new std::atomic<uint64_t>[(chunks + 63) / 64]());
+  const uint64_t capacity = (std::max<uint64_t>(size_, reserved_) + kBackChunk - 1) / kBackChunk;
+  backed_.reset(new std::atomic<uint64_t>[(capacity + 63) / 64]());
+  if (backed_whole_) {
+    for (uint64_t c = 0; c < chunks; ++c) MarkBacked(c);
+    backed_whole_ = false;
+    return;
+  }
   off_t at = 0;
   while (static_cast<uint64_t>(at) < size_) {
     const off_t data = lseek(fd_, at, SEEK_DATA);
@@ -550,20 +595,69 @@ void Pmem2Media::ScanBacking(const struct stat& st) {
   }
 }
 
+// Order: the file is extended, the new part mapped into the reservation
+// right after the mapping (one more pmem2 map: the same source, the same
+// flush functions, which take addresses), the SIGBUS handler told, and size
+// moved last, with release, so no one is handed an offset in the new part
+// before it is mapped.
+Status Pmem2Media::Grow(uint64_t new_size) {
+  const uint64_t old_size = size();
+  new_size = new_size / alignment_ * alignment_;
+  if (new_size <= old_size) return Status::Ok();
+  if (read_only_) return MakeError(EROFS, "%s: read-only", path_.c_str());
+  if (reservation_ == nullptr || new_size > reserved_) {
+    return MakeError(ENOSPC, "%s: cannot grow to %" PRIu64 " bytes while mounted: the mount "
+                     "reserved address space for %" PRIu64 " (remount, or grow it unmounted)",
+                     path_.c_str(), new_size, reservation_ != nullptr ? reserved_ : old_size);
+  }
+  struct stat st;
+  if (fstat(fd_, &st) != 0) return MakeError(errno, "%s: %s", path_.c_str(), std::strerror(errno));
+  if (S_ISREG(st.st_mode) && static_cast<uint64_t>(st.st_size) < new_size &&
+      ftruncate(fd_, static_cast<off_t>(new_size)) != 0) {
+    return MakeError(errno, "%s: cannot extend to %" PRIu64 " bytes: %s", path_.c_str(), new_size,
+                     std::strerror(errno));
+  }
+  pmem2_config* config = nullptr;
+  int ret = pmem2_config_new(&config);
+  if (ret != 0) return Pmem2Error(path_, "cannot map", ret);
+  std::unique_ptr<pmem2_config, int (*)(pmem2_config*)> config_owner(
+      config, [](pmem2_config* c) { return pmem2_config_delete(&c); });
+  ret = pmem2_config_set_required_store_granularity(config, PMEM2_GRANULARITY_PAGE);
+  if (ret == 0) ret = pmem2_config_set_offset(config, old_size);
+  if (ret == 0) ret = pmem2_config_set_length(config, new_size - old_size);
+  if (ret == 0) ret = pmem2_config_set_protection(config, PMEM2_PROT_READ | PMEM2_PROT_WRITE);
+  if (ret == 0) ret = pmem2_config_set_vm_reservation(config, reservation_, old_size);
+  if (ret != 0) return Pmem2Error(path_, "cannot map the grown part", ret);
+  pmem2_map* map = nullptr;
+  ret = pmem2_map_new(&map, config, source_);
+  if (ret != 0) return Pmem2Error(path_, "cannot map the grown part", ret);
+  if (static_cast<const std::byte*>(pmem2_map_get_address(map)) != base_ + old_size ||
+      pmem2_map_get_store_granularity(map) != pmem2_map_get_store_granularity(map_)) {
+    pmem2_map_delete(&map);
+    return MakeError(EINVAL, "%s: the grown part maps elsewhere or with another store granularity",
+                     path_.c_str());
+  }
+  grown_maps_.push_back(map);
+  ResizeMapping(base_, new_size);
+  __atomic_store_n(&size_, new_size, __ATOMIC_RELEASE);
+  return Status::Ok();
+}
+
 // Backs whole chunks (KEEP_SIZE: a file cut short under the mount stays cut,
 // its lost pages keep failing as media errors rather than reading as zeros).
 // A chunk the host cannot back whole is backed just where asked, so the last
 // free pages of the host stay usable.
 Status Pmem2Media::Back(uint64_t offset, uint64_t len) {
   if (backed_whole_ || len == 0) return Status::Ok();
-  if (offset > size_ || len > size_ - offset) return MakeError(EINVAL, "backing outside the namespace");
+  const uint64_t size = this->size();  // a grow may move it meanwhile
+  if (offset > size || len > size - offset) return MakeError(EINVAL, "backing outside the namespace");
   const uint64_t first = offset / kBackChunk, last = (offset + len - 1) / kBackChunk;
   for (uint64_t c = first; c <= last; ++c) {
     if (ChunkBacked(c)) continue;
     std::lock_guard lock(back_mu_);
     if (ChunkBacked(c)) continue;
     const uint64_t start = c * kBackChunk;
-    const uint64_t n = std::min(kBackChunk, size_ - start);
+    const uint64_t n = std::min(kBackChunk, size - start);
     if (fallocate(fd_, FALLOC_FL_KEEP_SIZE, static_cast<off_t>(start), static_cast<off_t>(n)) == 0) {
       MarkBacked(c);
       continue;
