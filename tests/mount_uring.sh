@@ -71,7 +71,15 @@ start_daemon() {
   "$NVFS_DAEMON" -f ${options:+-o "$options"} "$image" "$mnt" > "$log" 2>&1 &
   daemon_pid=$!
   for _ in $(seq 500); do
-    mountpoint -q "$mnt" && return 0
+    if mountpoint -q "$mnt"; then
+      # The mount is visible before the daemon says how it serves it (the
+      # line comes after the session starts): wait for the line too.
+      for _ in $(seq 500); do
+        grep -q 'mounted on' "$log" && return 0
+        sleep 0.01
+      done
+      fail "nvfs mounted but printed no 'mounted on' line"
+    fi
     kill -0 "$daemon_pid" 2>/dev/null || fail "nvfs exited before mounting"
     sleep 0.01
   done

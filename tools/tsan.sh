@@ -19,10 +19,8 @@ nvfs_install_deps
 build=${NVFS_TSAN_BUILD:-$NVFS_TOP/build-tsan}
 runs=("$@")
 if [ ${#runs[@]} -eq 0 ]; then
-  runs=(test_fs test_epoch test_fs_model test_direct_client test_media stress "stress cache=page")
-  # The crash suite's threaded workloads (issue 21, item 1; test_crash's
-  # "[threaded]" case), once this branch has them: uncomment.
-  # runs+=("test_crash [threaded]")
+  runs=(test_fs test_epoch test_fs_model test_direct_client test_media stress "stress cache=page"
+        "test_crash [threaded]")
 fi
 if [ ! -f "$build/build.ninja" ]; then
   meson setup "$build" "$NVFS_TOP" -Db_sanitize=thread -Db_lundef=false >/dev/null
