@@ -21,20 +21,6 @@ namespace {
 
 constexpr uint64_t kMiB = 1ull << 20;
 
-// Allocates every free block to /fill, so that whatever is written after a
-// grow lands in the blocks the grow added.
-void FillAll(StepContext& c) {
-  Create(c, "/fill");
-  FileHandle f = c.Expect(c.fs().Open(c.Ino("/fill"), O_RDWR), "open /fill");
-  uint64_t offset = 0;
-  for (uint64_t chunk : {uint64_t{1} << 20, uint64_t{4096}}) {
-    while (c.fs().Fallocate(f, 0, offset, chunk).ok()) offset += chunk;
-    offset = c.fs().GetAttr(c.Ino("/fill"))->blocks * 512;
-  }
-  c.fs().Release(f);
-  if (c.fs().GetStatFs()->blocks_free != 0) c.Fail("could not fill the namespace");
-}
-
 // A step: unmount cleanly, grow the namespace to `size` bytes, mount.
 Step GrowTo(uint64_t size) {
   return Step{"grow offline to " + std::to_string(size >> 10) + " KiB", [size](StepContext& c) {
@@ -68,7 +54,7 @@ Step GrowMountedTo(uint64_t size) {
 }
 
 Workload G(std::string name, ImageSpec image, std::vector<Step> steps) {
-  return Workload{std::move(name), image, FillAll, std::move(steps)};
+  return Workload{std::move(name), image, FillUp, std::move(steps)};  // grown blocks take what follows
 }
 
 }  // namespace

@@ -117,6 +117,20 @@ inline void Fallocate(StepContext& c, const std::string& path, int mode, uint64_
   c.Expect(st, "fallocate " + path);
 }
 
+// Allocates every free block to /fill (ENOSPC workloads; after a grow, what
+// is written next lands in the blocks the grow added).
+inline void FillUp(StepContext& c) {
+  Create(c, "/fill");
+  FileHandle f = c.Expect(c.fs().Open(c.Ino("/fill"), O_RDWR), "open /fill");
+  uint64_t offset = 0;
+  for (uint64_t chunk : {uint64_t{1} << 20, uint64_t{4096}}) {
+    while (c.fs().Fallocate(f, 0, offset, chunk).ok()) offset += chunk;
+    offset = c.fs().GetAttr(c.Ino("/fill"))->blocks * 512;
+  }
+  c.fs().Release(f);
+  if (c.fs().GetStatFs()->blocks_free != 0) c.Fail("could not fill the namespace");
+}
+
 inline void OpenKeep(StepContext& c, const std::string& name, const std::string& path) {
   c.Keep(name, c.Expect(c.fs().Open(c.Ino(path), O_RDWR), "open " + path));
 }

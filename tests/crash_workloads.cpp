@@ -29,19 +29,6 @@ Workload W(std::string name, std::vector<Step> steps,
   return Workload{std::move(name), image, std::move(setup), std::move(steps)};
 }
 
-// Allocates every free block to /fill.
-void FillUp(StepContext& c) {
-  Create(c, "/fill");
-  FileHandle f = c.Expect(c.fs().Open(c.Ino("/fill"), O_RDWR), "open /fill");
-  uint64_t offset = 0;
-  for (uint64_t chunk : {uint64_t{1} << 20, uint64_t{4096}}) {
-    while (c.fs().Fallocate(f, 0, offset, chunk).ok()) offset += chunk;
-    offset = c.fs().GetAttr(c.Ino("/fill"))->blocks * 512;
-  }
-  c.fs().Release(f);
-  if (c.fs().GetStatFs()->blocks_free != 0) c.Fail("could not fill the namespace");
-}
-
 // An ACL value in the kernel's format (format.hpp): {tag, perm, id}...
 std::string AclValue(std::initializer_list<format::AclXattrEntry> entries) {
   std::string v(4 + 8 * entries.size(), '\0');
