@@ -12,7 +12,7 @@
 #include <unordered_set>
 #include <vector>
 
-#include "media/recording_media.hpp"
+#include "testing/recording_media.hpp"
 
 namespace nvfs::test {
 

@@ -56,7 +56,7 @@
 #include <vector>
 
 #include "crash_tree.hpp"
-#include "media/recording_media.hpp"
+#include "testing/recording_media.hpp"
 #include "nvfs/fs.hpp"
 
 namespace nvfs::test {

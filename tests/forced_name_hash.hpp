@@ -1,6 +1,6 @@
 // Names forced onto chosen hash values, for tests of hash collisions: the
 // keyed hash (SipHash-2-4) makes real ones impossible to find on purpose.
-// Built on the test-only hook of src/format/name_hash_hook.hpp, which changes
+// Built on the test-only hook of tests/testing/name_hash_hook.hpp, which changes
 // NameHash for the whole process: the directory code, mkfs and fsck alike.
 #pragma once
 
@@ -12,7 +12,7 @@
 #include <string>
 #include <string_view>
 
-#include "format/name_hash_hook.hpp"
+#include "testing/name_hash_hook.hpp"
 #include "nvfs/name_hash.hpp"
 
 namespace nvfs::test {

@@ -1981,7 +1981,7 @@ TEST_CASE("regression: an orphan add that failed after storing orphan_head was u
   UndoPauseMedia& media = *pausing;
   auto mounted = Filesystem::Mount(std::move(pausing), MountOptions{});
   REQUIRE(mounted.ok());
-  Filesystem& fs = **mounted;
+  FsImpl& fs = FsImpl::Of(**mounted);
   const auto& dyn = *reinterpret_cast<const format::SuperDynamic*>(
       fs.media().base() + format::kSuperDynamicOffset);
   const format::Inode& other_inode = FsOps::InodeAt(fs, other);

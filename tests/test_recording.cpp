@@ -9,7 +9,7 @@
 #include <cstring>
 #include <vector>
 
-#include "media/recording_media.hpp"
+#include "testing/recording_media.hpp"
 #include "nvfs/fs.hpp"
 #include "nvfs/fsck.hpp"
 #include "nvfs/mkfs.hpp"

@@ -11,51 +11,25 @@
 // Every metadata operation is atomic and durable when it returns; data passed
 // to Write is durable when Write returns (doc/integrity.md).
 //
-// Locking (the order, outermost first):
-//   1. tree_mu_: taken exclusively by every operation that changes a
-//      directory (create, mknod, mkdir, symlink, link, unlink, rmdir, rename);
-//      such an operation may then lock several inodes. Every other operation
-//      locks at most one inode and takes no tree_mu_. Inode reclaim
-//      (FsOps::ReclaimIdle) is one of those: it frees an inode no directory
-//      names (nlink 0) that no one can reach any more (InodeCache's
-//      `reclaiming` turns new references away), so it changes no directory;
-//      and it must not take tree_mu_, since it runs wherever the last
-//      reference goes, inside an unlink or rename still holding tree_mu_ as
-//      well as in Forget and Release.
-//   2. inode locks (CachedInode::lock), shared for reads, exclusive for
-//      changes. Under tree_mu_ in any order (one writer at a time); otherwise
-//      one at a time.
-//   3. orphan_mu_ (the orphan list and the dynamic superblock).
-//   4. leaf locks: the inode cache's mutex, the allocator's group mutexes, the
-//      journal's slot mutex.
-// File data readers (Read, ReadIter, Map) take no lock: they copy under the
-// inode's sequence counter (CachedInode::data_seq), which every change of the
-// file's mapping or size makes odd and then even again under the inode lock
-// held exclusively, and retry if it moved; after 4 retries they take the
-// inode lock shared. Every pointer they follow was checked against the
-// namespace when read, so a torn read can copy wrong bytes of the namespace
-// (thrown away by the retry) but never leave the mapping. Map's runs point
-// into the mapping and are read by the caller after the counter was checked,
-// under a MapGuard: blocks freed meanwhile are not reused until it ends (a
-// grace period; see Map). Readers find
-// runs in the file's extent map (a DRAM copy of its mapping, built by readers,
-// tagged with the counter value it describes, freed through epoch-based
-// reclamation: src/fs/extent_map.hpp), else in the bmap.
+// Concurrency: every operation may be called from any thread at once, but
+// Unmount and ForgetAll (which say so). Operations that change a directory
+// are serialized against each other; the others lock only the inode they
+// act on. File data readers (Read, ReadIter, Map) take no lock: a read that
+// races a change of the file sees the bytes from before or after it (a
+// sequence counter makes the reader retry a torn copy), and never bytes of
+// another file or outside the namespace. The lock order and what each lock
+// protects are written beside the fields, in src/fs/fs_impl.hpp.
 #pragma once
 
 #include <sys/types.h>
 #include <sys/uio.h>
 #include <time.h>
 
-#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
-#include <shared_mutex>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 
 #include "nvfs/direct_abi.hpp"
 #include "nvfs/epoch.hpp"
@@ -67,14 +41,6 @@ namespace nvfs {
 
 class Media;
 class Geometry;
-class Journal;
-class Allocator;
-class Bmap;
-class Directory;
-class InodeCache;
-class DamageRecorder;
-struct CachedInode;
-struct FsContext;
 
 struct Attr {
   uint64_t ino = 0;
@@ -226,7 +192,7 @@ struct MountOptions {
   std::function<void(uint64_t ino)> privs_dropped;
   // Called with an inode's number after the filesystem freed the data of
   // an unlinked file at the release of its last open file (its size is now
-  // 0; FsOps::FreeUnlinkedData): the size the kernel cached, and with it
+  // 0): the size the kernel cached, and with it
   // its cached pages, are stale. The same rules as privs_dropped.
   std::function<void(uint64_t ino)> data_freed;
   // Whether the caller of the operation this thread is serving belongs to
@@ -238,7 +204,7 @@ struct MountOptions {
   // Empty: every caller is a member (the bit stays; in-process callers).
   std::function<bool(uint32_t gid)> caller_in_group;
   // Fault injection (tests): called with an unlinked inode's number as its
-  // last reference goes, just before it is reclaimed (FsOps::ReclaimIdle),
+  // last reference goes, just before it is reclaimed,
   // under the inode's lock. A throw from it stands for an allocation
   // failure in the reclaim and leaves Forget (or the operation that dropped
   // the reference) the way such a failure would. Empty in production.
@@ -258,14 +224,11 @@ struct MountOptions {
 // Whoever holds one must not block on anything a filesystem operation may
 // hold (an operation that needs freed blocks waits for the guards), nor
 // call an operation that frees or allocates.
-class MapGuard {
+class MapGuard : epoch::Guard {  // an epoch guard by another name
  public:
   MapGuard() = default;
   MapGuard(const MapGuard&) = delete;
   MapGuard& operator=(const MapGuard&) = delete;
-
- private:
-  epoch::Guard guard_;
 };
 
 // An open file: what Open returns and Read/Write take, so the data path needs
@@ -284,7 +247,7 @@ class Filesystem {
   // options.read_only.
   static Result<std::unique_ptr<Filesystem>> Mount(std::unique_ptr<Media> media,
                                                    const MountOptions& options);
-  ~Filesystem();  // unmounts cleanly if Unmount was not called
+  virtual ~Filesystem() = default;  // unmounts cleanly if Unmount was not called
   Filesystem(const Filesystem&) = delete;
   Filesystem& operator=(const Filesystem&) = delete;
 
@@ -292,46 +255,46 @@ class Filesystem {
   // over; Unmount follows): a mount of this namespace that starts from now
   // on waits for this process to let go of it instead of failing with "in
   // use" (Media::EndService). Thread-safe; idempotent.
-  void EndService();
+  virtual void EndService() = 0;
   // The daemon has mounted the namespace through FUSE with its absolute
   // path as the mount's source: openers refuse at once only while that
   // mount exists, and wait for this process once it is gone
   // (Media::ServeThroughMount). Call once the mount is in place.
-  void ServeThroughMount();
+  virtual void ServeThroughMount() = 0;
   // Writes exact counters and marks the filesystem clean. Nothing may run
   // concurrently; no call may follow but the destructor.
-  Status Unmount();
+  virtual Status Unmount() = 0;
 
   // --- Names -------------------------------------------------------------
-  Result<Attr> Lookup(uint64_t parent, std::string_view name);
+  virtual Result<Attr> Lookup(uint64_t parent, std::string_view name) = 0;
   // A reference to an inode known by number (readdirplus, NFS handles).
-  Result<Attr> LookupInode(uint64_t ino);
+  virtual Result<Attr> LookupInode(uint64_t ino) = 0;
   // May throw (std::bad_alloc from the reclaim of an unlinked inode whose
   // last reference this was); the inode then stays on the orphan list, for
   // the next mount, and leaves the cache all the same.
-  void Forget(uint64_t ino, uint64_t count);
+  virtual void Forget(uint64_t ino, uint64_t count) = 0;
   // Drops every reference Lookup & co. handed out, as if each had been
   // forgotten: for a FUSE session that ended (umount, SIGTERM) before the
   // kernel sent its FORGETs. Unlinked inodes left without a reference or an
   // open file are freed now rather than at the next mount. REQUIRES: nothing
   // runs concurrently (the session loop has returned; before Unmount).
-  void ForgetAll();
+  virtual void ForgetAll() = 0;
 
-  Result<Attr> Mknod(uint64_t parent, std::string_view name, uint32_t mode, uint64_t rdev,
-                     const Cred& cred);
-  Result<Attr> Mkdir(uint64_t parent, std::string_view name, uint32_t mode, const Cred& cred);
-  Result<Attr> Symlink(uint64_t parent, std::string_view name, std::string_view target,
-                       const Cred& cred);
-  Result<Attr> Link(uint64_t ino, uint64_t new_parent, std::string_view new_name);
-  Status Unlink(uint64_t parent, std::string_view name);
-  Status Rmdir(uint64_t parent, std::string_view name);
+  virtual Result<Attr> Mknod(uint64_t parent, std::string_view name, uint32_t mode, uint64_t rdev,
+                             const Cred& cred) = 0;
+  virtual Result<Attr> Mkdir(uint64_t parent, std::string_view name, uint32_t mode, const Cred& cred) = 0;
+  virtual Result<Attr> Symlink(uint64_t parent, std::string_view name, std::string_view target,
+                               const Cred& cred) = 0;
+  virtual Result<Attr> Link(uint64_t ino, uint64_t new_parent, std::string_view new_name) = 0;
+  virtual Status Unlink(uint64_t parent, std::string_view name) = 0;
+  virtual Status Rmdir(uint64_t parent, std::string_view name) = 0;
   // flags: 0, RENAME_NOREPLACE, RENAME_EXCHANGE, or RENAME_WHITEOUT (with
   // or without RENAME_NOREPLACE): the source name is then left naming a new
   // whiteout (a character device 0:0, mode 0, owned by `cred`), in the same
   // atomic operation.
-  Status Rename(uint64_t parent, std::string_view name, uint64_t new_parent,
-                std::string_view new_name, unsigned flags, const Cred& cred = {});
-  Result<std::string> Readlink(uint64_t ino);
+  virtual Status Rename(uint64_t parent, std::string_view name, uint64_t new_parent,
+                        std::string_view new_name, unsigned flags, const Cred& cred = {}) = 0;
+  virtual Result<std::string> Readlink(uint64_t ino) = 0;
 
   // Lists `dir` from `cookie` (0 to start): ".", "..", then the entries.
   // fn gets each entry and the cookie that resumes after it; it returns false
@@ -341,13 +304,13 @@ class Filesystem {
     uint64_t ino;
     uint32_t type;  // DT_*
   };
-  Status ReadDir(uint64_t dir, uint64_t cookie,
-                 const std::function<bool(const DirEntry& entry, uint64_t next_cookie)>& fn);
+  virtual Status ReadDir(uint64_t dir, uint64_t cookie,
+                         const std::function<bool(const DirEntry& entry, uint64_t next_cookie)>& fn) = 0;
 
   // --- Attributes ----------------------------------------------------------
-  Result<Attr> GetAttr(uint64_t ino);
-  Result<Attr> SetAttr(uint64_t ino, const SetAttrRequest& request);
-  Result<StatFs> GetStatFs();
+  virtual Result<Attr> GetAttr(uint64_t ino) = 0;
+  virtual Result<Attr> SetAttr(uint64_t ino, const SetAttrRequest& request) = 0;
+  virtual Result<StatFs> GetStatFs() = 0;
 
   // --- Growing while mounted (doc/integrity.md, section 11) ----------------
   struct GrowResult {
@@ -360,12 +323,12 @@ class Filesystem {
   // Grows the namespace to `namespace_size` bytes (an image file is
   // extended) and the filesystem into it by whole groups, while operations
   // run: the new part is mapped after the mapping, which does not move, and
-  // the grow is one transaction (the offline one, StoreGrow); the new blocks
+  // the grow is one transaction (as the offline one, nvfs/resize.hpp); the new blocks
   // and inodes are handed out, and GetStatFs counts them, once it has
   // committed. EROFS read-only; EINVAL smaller than the filesystem; ENOSPC
   // past the address space reserved at mount (MountOptions::grow_reserve)
-  // or the host. One grow at a time (grow_mu_).
-  Result<GrowResult> Grow(uint64_t namespace_size);
+  // or the host. One grow at a time (a second waits).
+  virtual Result<GrowResult> Grow(uint64_t namespace_size) = 0;
   // The attributes chattr(1) and lsattr(1) see (FS_IOC_GETFLAGS and
   // FS_IOC_SETFLAGS), as FS_*_FL bits of <linux/fs.h>: FS_IMMUTABLE_FL,
   // FS_APPEND_FL, FS_NODUMP_FL, FS_NOATIME_FL and FS_SYNC_FL (the last two
@@ -376,31 +339,31 @@ class Filesystem {
   // FS_IMMUTABLE_FL or FS_APPEND_FL unless it is root (the kernel checks
   // CAP_LINUX_IMMUTABLE first; a FUSE daemon knows only the uid); while
   // immutable and staying so, no other flag may change. Atomic, sets ctime.
-  Result<uint32_t> GetInodeFlags(uint64_t ino);
-  Status SetInodeFlags(uint64_t ino, uint32_t fs_flags, const Cred& cred);
+  virtual Result<uint32_t> GetInodeFlags(uint64_t ino) = 0;
+  virtual Status SetInodeFlags(uint64_t ino, uint32_t fs_flags, const Cred& cred) = 0;
 
   // --- Files -----------------------------------------------------------------
   // Opens a regular file (O_TRUNC truncates, as one atomic operation); the
   // handle holds the inode until Release.
-  Result<FileHandle> Open(uint64_t ino, int flags, unsigned io_flags = 0);
+  virtual Result<FileHandle> Open(uint64_t ino, int flags, unsigned io_flags = 0) = 0;
   // Creates and opens: EEXIST if the name exists.
-  Result<FileHandle> Create(uint64_t parent, std::string_view name, uint32_t mode, int flags,
-                            const Cred& cred, Attr* attr);
-  void Release(FileHandle file);
+  virtual Result<FileHandle> Create(uint64_t parent, std::string_view name, uint32_t mode, int flags,
+                                    const Cred& cred, Attr* attr) = 0;
+  virtual void Release(FileHandle file) = 0;
   // O_TMPFILE: a regular file in directory `parent`'s group that no
   // directory names (link count 0), open with `flags`, on the orphan list
   // from the transaction that makes it, so that a crash or its release
   // frees it; Link of it (linkat from /proc/self/fd) gives it a name and
   // takes it off the list in one transaction. Adds one reference, as Create.
-  Result<FileHandle> Tmpfile(uint64_t parent, uint32_t mode, int flags, const Cred& cred,
-                             Attr* attr);
+  virtual Result<FileHandle> Tmpfile(uint64_t parent, uint32_t mode, int flags, const Cred& cred,
+                                     Attr* attr) = 0;
 
   // The three read paths; all return the same bytes: past EOF nothing, holes
   // zeros.
   // read: one contiguous copy (nvfs ->read).
-  Result<size_t> Read(FileHandle file, uint64_t offset, void* buf, size_t len);
+  virtual Result<size_t> Read(FileHandle file, uint64_t offset, void* buf, size_t len) = 0;
   // read_iter: copy into a scatter list (nvfs ->read_iter).
-  Result<size_t> ReadIter(FileHandle file, uint64_t offset, const iovec* iov, int iovcnt);
+  virtual Result<size_t> ReadIter(FileHandle file, uint64_t offset, const iovec* iov, int iovcnt) = 0;
   // map: no copy; fills up to max_runs runs covering [offset, offset + len)
   // (clipped at EOF) and returns the bytes covered. The runs were this
   // range's bytes when Map returned; while `held` (entered before the call)
@@ -409,8 +372,8 @@ class Filesystem {
   // another file, even if the file is truncated, punched or deleted
   // meanwhile: the blocks it frees are not reused until every guard older
   // than the free has ended.
-  Result<size_t> Map(FileHandle file, uint64_t offset, size_t len, ReadRun* runs,
-                     size_t max_runs, size_t* run_count, const MapGuard& held);
+  virtual Result<size_t> Map(FileHandle file, uint64_t offset, size_t len, ReadRun* runs,
+                             size_t max_runs, size_t* run_count, const MapGuard& held) = 0;
 
   // Runs `read` (a call of Read, ReadIter or Map on `file`) so that a media
   // error met while it loads from the mapping (SIGBUS: a poisoned pmem page,
@@ -437,18 +400,18 @@ class Filesystem {
 
   // Writes at `offset` (O_APPEND handles: at the end, unless kAtOffset).
   // Durable on return.
-  Result<size_t> Write(FileHandle file, uint64_t offset, const void* buf, size_t len,
-                       unsigned io_flags = 0);
-  Result<size_t> WriteIter(FileHandle file, uint64_t offset, const iovec* iov, int iovcnt,
-                           unsigned io_flags = 0);
+  virtual Result<size_t> Write(FileHandle file, uint64_t offset, const void* buf, size_t len,
+                               unsigned io_flags = 0) = 0;
+  virtual Result<size_t> WriteIter(FileHandle file, uint64_t offset, const iovec* iov, int iovcnt,
+                                   unsigned io_flags = 0) = 0;
   // Everything is durable already; checks the handle.
-  Status Fsync(FileHandle file);
+  virtual Status Fsync(FileHandle file) = 0;
   // mode: 0, FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE.
-  Status Fallocate(FileHandle file, int mode, uint64_t offset, uint64_t len,
-                   unsigned io_flags = 0);
+  virtual Status Fallocate(FileHandle file, int mode, uint64_t offset, uint64_t len,
+                           unsigned io_flags = 0) = 0;
   // SEEK_DATA / SEEK_HOLE (and SEEK_SET/SEEK_CUR/SEEK_END for completeness).
-  Result<uint64_t> Lseek(FileHandle file, uint64_t offset, int whence);
-  uint64_t HandleIno(FileHandle file) const;
+  virtual Result<uint64_t> Lseek(FileHandle file, uint64_t offset, int whence) = 0;
+  virtual uint64_t HandleIno(FileHandle file) const = 0;
 
   // --- Extended attributes ------------------------------------------------------
   // Names in the user., trusted. and security. namespaces, and the two POSIX
@@ -460,14 +423,14 @@ class Filesystem {
   // (src/fs/xattr.cpp).
   // flags: 0, XATTR_CREATE or XATTR_REPLACE (ignored for ACLs, as by the
   // kernel); xattr_flags: XattrFlags.
-  Status SetXattr(uint64_t ino, std::string_view name, const void* value, size_t size,
-                  int flags, unsigned xattr_flags = 0);
+  virtual Status SetXattr(uint64_t ino, std::string_view name, const void* value, size_t size,
+                          int flags, unsigned xattr_flags = 0) = 0;
   // With size 0 returns the value's size; ERANGE if it does not fit.
-  Result<size_t> GetXattr(uint64_t ino, std::string_view name, void* value, size_t size);
+  virtual Result<size_t> GetXattr(uint64_t ino, std::string_view name, void* value, size_t size) = 0;
   // NUL-separated names, those `cred` is shown: trusted. names only to uid 0,
   // of system. names only the ACL names. With size 0 returns the size that list needs.
-  Result<size_t> ListXattr(uint64_t ino, char* list, size_t size, const Cred& cred);
-  Status RemoveXattr(uint64_t ino, std::string_view name);
+  virtual Result<size_t> ListXattr(uint64_t ino, char* list, size_t size, const Cred& cred) = 0;
+  virtual Status RemoveXattr(uint64_t ino, std::string_view name) = 0;
 
   // --- Direct reads (src/direct/, include/nvfs/direct_abi.hpp) ---------------------
   // Other processes that map the namespace themselves read files from it
@@ -475,11 +438,11 @@ class Filesystem {
   // table of `count` slots (slot 0 the header, the rest zeroed) that the
   // caller shares with them read-only. From now on the filesystem keeps
   // the slot of every inode DirectMap was asked about current: its seq
-  // moves with CachedInode::data_seq (odd during each change of the file's
+  // moves with the file's sequence counter (odd during each change of the file's
   // mapping or size, before any block it frees can be reused), and by 2
   // when the inode leaves the cache (doc/integrity.md section 10). Call
   // once; the table must outlive the filesystem.
-  void SetDirectTable(DirectSlot* table, uint32_t count);
+  virtual void SetDirectTable(DirectSlot* table, uint32_t count) = 0;
   struct DirectMapping {
     uint32_t slot = 0;     // index into the table
     uint64_t seq = 0;      // the slot's seq the runs and size were read at (even)
@@ -493,73 +456,33 @@ class Filesystem {
   // its slot would go with its cache entry at once). EINVAL for anything
   // but a regular file, ENOSPC when every slot is taken, EIO for a damaged
   // map, ESTALE for an inode not in use.
-  Result<DirectMapping> DirectMap(uint64_t ino, uint64_t offset, DirectRun* runs,
-                                  size_t max_runs);
+  virtual Result<DirectMapping> DirectMap(uint64_t ino, uint64_t offset, DirectRun* runs,
+                                          size_t max_runs) = 0;
 
   // --- Information ----------------------------------------------------------------
-  uint32_t block_size() const;
+  virtual uint32_t block_size() const = 0;
   // True if mounted read-only, or turned read-only since by damage.
-  bool read_only() const { return read_only_.load(std::memory_order_relaxed); }
+  virtual bool read_only() const = 0;
   // True if the superblock recorded errors when mounted (an earlier mount
   // found damage, and no fsck.nvfs -y has cleared it since).
-  bool recorded_errors() const { return recorded_errors_; }
+  virtual bool recorded_errors() const = 0;
   // True if damage was found on this mount (the flag is being, or has been,
   // set on the media if the mount is writable).
-  bool damage_found() const;
-  const Geometry& geometry() const;
-  Media& media() const { return *media_; }
+  virtual bool damage_found() const = 0;
+  virtual const Geometry& geometry() const = 0;
+  virtual Media& media() const = 0;
   // Inodes on the orphan list and cached inodes (tests).
-  size_t cached_inodes() const;
+  virtual size_t cached_inodes() const = 0;
   // Extent maps the read paths built and published so far (tests, tools).
-  uint64_t extent_maps_built() const { return extent_maps_built_.load(std::memory_order_relaxed); }
+  virtual uint64_t extent_maps_built() const = 0;
 
- private:
-  Filesystem();
-  Status MountInternal(const MountOptions& options);
-  [[gnu::cold]] void ReportReadFault(FileHandle file);
-  friend struct FsOps;  // the implementation's helpers (src/fs/)
 
-  std::unique_ptr<Media> media_;
-  std::unique_ptr<Geometry> geometry_;
-  std::unique_ptr<Journal> journal_;
-  std::unique_ptr<Allocator> alloc_;
-  std::unique_ptr<FsContext> ctx_;
-  std::unique_ptr<Bmap> bmap_;
-  std::unique_ptr<Directory> dir_;
-  std::unique_ptr<InodeCache> cache_;
-  // Set once, never cleared, by damage (DamageRecorder); read by every
-  // change first.
-  std::atomic<bool> read_only_{false};
-  bool recorded_errors_ = false;
-  bool mounted_ = false;
-  uint32_t extent_map_runs_ = 0;
-  NameHashKey hash_key_;
-  std::function<void(uint64_t ino)> privs_dropped_;    // MountOptions::privs_dropped
-  std::function<void(uint64_t ino)> data_freed_;       // MountOptions::data_freed
-  std::function<bool(uint32_t gid)> caller_in_group_;  // MountOptions::caller_in_group
-  std::function<void(uint64_t ino)> reclaim_fault_;    // MountOptions::reclaim_fault
+  // What RecoverMediaErrors does when `file`'s read met a media error:
+  // counts it and says so in one line on stderr.
+  [[gnu::cold]] virtual void ReportReadFault(FileHandle file) = 0;
 
-  std::mutex grow_mu_;  // one Grow at a time; taken before orphan_mu_
-  std::shared_mutex tree_mu_;  // see the lock order above
-  // Protects the orphan list (SuperDynamic::orphan_head, Inode::orphan_next,
-  // the orphan bit of Inode::flags) and the rest of the dynamic superblock.
-  // orphan_next is written under this mutex alone, also the predecessor's,
-  // whose inode lock OrphanRemove does not take: no other store may cover
-  // it (FsOps::StoreInodeDiff cuts its range around it). A Tx that stores
-  // under this mutex finishes (commits or aborts) before the mutex is
-  // released: a unique_lock for it is declared before the Tx.
-  std::mutex orphan_mu_;
-  // For each inode on the orphan list, the inode before it (0: the head):
-  // what lets FsOps::OrphanRemove unlink it without walking the singly
-  // linked list. A hint only: each is checked against the media before it
-  // is used (an aborted transaction's undo puts the list back, not this),
-  // and a missing or wrong one falls back to the walk. Protected by
-  // orphan_mu_.
-  std::unordered_map<uint64_t, uint64_t> orphan_prev_;
-  std::atomic<uint64_t> generation_state_{0};  // PRNG for inode generations
-  std::atomic<uint64_t> extent_maps_built_{0};
-  // Last: its writer thread uses everything above, and is joined first.
-  std::unique_ptr<DamageRecorder> damage_;
+ protected:
+  Filesystem() = default;
 };
 
 }  // namespace nvfs

@@ -123,7 +123,7 @@ bool Masq(Acl& acl, uint32_t* mode) {
 // (DecodeAcl): none if there is none. A value that fails the check — one
 // stored by a version before ACLs, or damaged — is damage (EIO, reported),
 // which fsck.nvfs repairs by dropping it.
-Result<std::optional<Acl>> LoadAcl(Filesystem& fs, uint64_t ino, const Inode& inode,
+Result<std::optional<Acl>> LoadAcl(FsImpl& fs, uint64_t ino, const Inode& inode,
                                    std::string_view name) {
   Result<std::optional<std::string>> value = FsOps::FindXattr(fs, inode, name);
   if (!value.ok()) return value.take_error();
@@ -145,7 +145,7 @@ Result<std::optional<Acl>> LoadAcl(Filesystem& fs, uint64_t ino, const Inode& in
 // so no crash shows the ACL with the old mode or the reverse. An access
 // ACL the mode says whole is not stored (a stored one is removed): the
 // mode alone then says it, as on ext4.
-Status FsOps::SetAcl(Filesystem& fs, uint64_t ino, bool is_default, std::string_view value,
+Status FsOps::SetAcl(FsImpl& fs, uint64_t ino, bool is_default, std::string_view value,
                      unsigned xattr_flags) {
   // The kernel's answers: another version is EOPNOTSUPP, anything else
   // malformed EINVAL (posix_acl_from_xattr, posix_acl_valid).
@@ -182,7 +182,7 @@ Status FsOps::SetAcl(Filesystem& fs, uint64_t ino, bool is_default, std::string_
 // taken from the mode: the mode is the one truth for what both say (they
 // are kept equal by every change here; a value stored by a version that
 // did not keep them so is shown as chmod would have left it).
-Result<size_t> FsOps::GetAcl(Filesystem& fs, uint64_t ino, bool is_default, void* value,
+Result<size_t> FsOps::GetAcl(FsImpl& fs, uint64_t ino, bool is_default, void* value,
                              size_t size) {
   Result<InodeRef> ref = Get(fs, ino);
   if (!ref.ok()) return ref.take_error();
@@ -199,7 +199,7 @@ Result<size_t> FsOps::GetAcl(Filesystem& fs, uint64_t ino, bool is_default, void
   return out.size();
 }
 
-Result<uint32_t> FsOps::InheritAcl(Filesystem& fs, uint64_t parent_ino, const Inode& parent,
+Result<uint32_t> FsOps::InheritAcl(FsImpl& fs, uint64_t parent_ino, const Inode& parent,
                                    uint32_t mode, uint32_t umask, InheritedAcl* out) {
   if (S_ISLNK(mode)) return mode;
   Result<std::optional<Acl>> inherited = LoadAcl(fs, parent_ino, parent, format::kAclDefaultName);
@@ -211,7 +211,7 @@ Result<uint32_t> FsOps::InheritAcl(Filesystem& fs, uint64_t parent_ino, const In
   return mode;
 }
 
-Status FsOps::StoreInheritedAcl(Filesystem& fs, Tx& tx, uint64_t ino, const Inode& inode,
+Status FsOps::StoreInheritedAcl(FsImpl& fs, Tx& tx, uint64_t ino, const Inode& inode,
                                 const InheritedAcl& acl, timespec now) {
   XattrChange changes[2];
   size_t n = 0;
@@ -221,7 +221,7 @@ Status FsOps::StoreInheritedAcl(Filesystem& fs, Tx& tx, uint64_t ino, const Inod
   return ChangeXattrs(fs, tx, ino, inode, {changes, n}, now);
 }
 
-Status FsOps::ChmodAcl(Filesystem& fs, Tx& tx, uint64_t ino, const Inode& inode, uint32_t mode,
+Status FsOps::ChmodAcl(FsImpl& fs, Tx& tx, uint64_t ino, const Inode& inode, uint32_t mode,
                        timespec now) {
   if (S_ISLNK(inode.mode)) return Status::Ok();
   Result<std::optional<Acl>> acl = LoadAcl(fs, ino, inode, format::kAclAccessName);

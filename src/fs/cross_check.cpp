@@ -227,6 +227,6 @@ class CrossChecker {
 
 }  // namespace
 
-void FsOps::CrossCheck(Filesystem& fs) { CrossChecker(*fs.ctx_, *fs.alloc_).Run(); }
+void FsOps::CrossCheck(FsImpl& fs) { CrossChecker(*fs.ctx_, *fs.alloc_).Run(); }
 
 }  // namespace nvfs

@@ -6,7 +6,7 @@
 
 namespace nvfs {
 
-DamageRecorder::DamageRecorder(Filesystem& fs, std::string path, const MountOptions& options)
+DamageRecorder::DamageRecorder(FsImpl& fs, std::string path, const MountOptions& options)
     : fs_(fs), path_(std::move(path)), behavior_(options.errors), log_(options.log) {}
 
 DamageRecorder::~DamageRecorder() { Flush(); }
@@ -32,7 +32,7 @@ void DamageRecorder::Damaged(const Error& error) {
 
 // One transaction on the dynamic superblock: errors = 1 and its checksum.
 void DamageRecorder::Record() {
-  std::unique_lock lock(FsOps::OrphanMu(fs_), std::defer_lock);  // before the Tx (fs.hpp)
+  std::unique_lock lock(FsOps::OrphanMu(fs_), std::defer_lock);  // before the Tx (fs_impl.hpp)
   Tx tx(FsOps::Jnl(fs_), "errors");
   tx.CommitAfterMediaLoss();
   lock.lock();

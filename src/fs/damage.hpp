@@ -15,9 +15,11 @@
 
 namespace nvfs {
 
+class FsImpl;
+
 class DamageRecorder final : public DamageSink {
  public:
-  DamageRecorder(Filesystem& fs, std::string path, const MountOptions& options);
+  DamageRecorder(FsImpl& fs, std::string path, const MountOptions& options);
   ~DamageRecorder() override;  // Flush()
 
   // The first call logs the error in one line on stderr and, with
@@ -43,7 +45,7 @@ class DamageRecorder final : public DamageSink {
  private:
   void Record();
 
-  Filesystem& fs_;
+  FsImpl& fs_;
   const std::string path_;
   const ErrorBehavior behavior_;
   const std::function<void(const std::string&)> log_;  // empty: stderr

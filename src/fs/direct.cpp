@@ -13,11 +13,11 @@
 
 namespace nvfs {
 
-void Filesystem::SetDirectTable(DirectSlot* table, uint32_t count) {
+void FsImpl::SetDirectTable(DirectSlot* table, uint32_t count) {
   cache_->SetDirectTable(table, count);
 }
 
-Result<Filesystem::DirectMapping> Filesystem::DirectMap(uint64_t ino, uint64_t offset,
+Result<Filesystem::DirectMapping> FsImpl::DirectMap(uint64_t ino, uint64_t offset,
                                                         DirectRun* runs, size_t max_runs) {
   if (cache_->direct_table() == nullptr || max_runs == 0) return Error(EINVAL);
   Result<InodeRef> ref = FsOps::Get(*this, ino);

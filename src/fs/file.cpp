@@ -136,7 +136,7 @@ constexpr uint64_t kBuildWork = 64;
 // file. Returns the bytes put into `sink`, or -EIO if the first block's
 // pointer is corrupt; adds the lookups' work to *work.
 template <class Sink>
-[[gnu::always_inline]] inline int64_t CopyOutBmap(Filesystem& fs, const Inode& inode,
+[[gnu::always_inline]] inline int64_t CopyOutBmap(FsImpl& fs, const Inode& inode,
                                                   uint64_t offset, size_t len, Sink& sink,
                                                   uint64_t* work) {
   const FsContext& ctx = FsOps::Ctx(fs);
@@ -164,7 +164,7 @@ template <class Sink>
 // length. Bytes past the map's coverage go through the bmap. REQUIRES:
 // [offset, offset + len) inside the file as of the map.
 template <class Sink>
-static int64_t CopyOutMap(Filesystem& fs, const ExtentMap& map, const Inode& inode,
+static int64_t CopyOutMap(FsImpl& fs, const ExtentMap& map, const Inode& inode,
                           uint64_t offset, size_t len, Sink& sink) {
   size_t done = 0;
   while (done < len) {
@@ -187,7 +187,7 @@ static int64_t CopyOutMap(Filesystem& fs, const ExtentMap& map, const Inode& ino
 // A read that found no current extent map: checks the file type and size on
 // the media and walks the bmap, adding what that cost to *work.
 template <class Sink>
-static int64_t CopyOutStale(Filesystem& fs, const Inode& inode, uint64_t offset, size_t len,
+static int64_t CopyOutStale(FsImpl& fs, const Inode& inode, uint64_t offset, size_t len,
                             Sink& sink, uint64_t* work) {
   if (!S_ISREG(inode.mode)) return S_ISDIR(inode.mode) ? -EISDIR : -EINVAL;
   if (offset >= inode.size) return 0;
@@ -198,7 +198,7 @@ static int64_t CopyOutStale(Filesystem& fs, const Inode& inode, uint64_t offset,
 // Builds the file's extent map as of its current data_seq and publishes it,
 // unless a writer got in the way or another reader published one as new.
 // Takes no lock: the build is checked against data_seq like any read.
-[[gnu::noinline]] static void BuildExtents(Filesystem& fs, CachedInode* ci) {
+[[gnu::noinline]] static void BuildExtents(FsImpl& fs, CachedInode* ci) {
   ci->bmap_work.store(0, std::memory_order_relaxed);
   const uint64_t seq = ci->data_seq.load(std::memory_order_acquire);
   if (seq & 1) return;
@@ -240,7 +240,7 @@ struct MapUseGuard<true> {};
 // variant, moved through the retry loop, cost more instructions than the
 // lookup).
 template <bool kCallerGuarded, class Sink>
-[[gnu::noinline]] static int64_t ReadSlow(Filesystem& fs, CachedInode* ci, uint64_t offset,
+[[gnu::noinline]] static int64_t ReadSlow(FsImpl& fs, CachedInode* ci, uint64_t offset,
                                           size_t len, Sink& sink) {
   uint64_t work = 0;
   const auto attempt = [&](uint64_t seq) __attribute__((always_inline)) -> int64_t {
@@ -303,7 +303,7 @@ template <bool kCallerGuarded, class Sink>
 // copied in one piece and checked against the sequence counter. Anything
 // else, a retry included, is ReadSlow, which starts over.
 template <bool kCallerGuarded = false, class Sink>
-[[gnu::always_inline]] inline int64_t ReadInto(Filesystem& fs, CachedInode* ci, uint64_t offset,
+[[gnu::always_inline]] inline int64_t ReadInto(FsImpl& fs, CachedInode* ci, uint64_t offset,
                                                size_t len, Sink& sink) {
   const uint64_t seq = ci->data_seq.load(std::memory_order_acquire);
   if (!(seq & 1)) [[likely]] {
@@ -343,28 +343,28 @@ void FsOps::ReportMediaError(const char* what, uint64_t ino) {
   }
 }
 
-void Filesystem::ReportReadFault(FileHandle file) { FsOps::ReportMediaError("read", file->inode->ino); }
+void FsImpl::ReportReadFault(FileHandle file) { FsOps::ReportMediaError("read", file->inode->ino); }
 
-Result<size_t> Filesystem::Read(FileHandle file, uint64_t offset, void* buf, size_t len) {
+Result<size_t> FsImpl::Read(FileHandle file, uint64_t offset, void* buf, size_t len) {
   BufferSink sink{static_cast<std::byte*>(buf)};
   return ToResult(ReadInto(*this, file->inode, offset, len, sink));
 }
 
 // Out of line, so that ReadIter's one-segment case is a bare jump to Read.
-[[gnu::noinline]] static Result<size_t> ReadSegments(Filesystem& fs, FileHandle file,
+[[gnu::noinline]] static Result<size_t> ReadSegments(FsImpl& fs, FileHandle file,
                                                      uint64_t offset, const iovec* iov,
                                                      int iovcnt) {
   IovecSink sink{iov, iov + iovcnt};
   return ToResult(ReadInto(fs, file->inode, offset, IovecTotal(iov, iovcnt), sink));
 }
 
-Result<size_t> Filesystem::ReadIter(FileHandle file, uint64_t offset, const iovec* iov,
+Result<size_t> FsImpl::ReadIter(FileHandle file, uint64_t offset, const iovec* iov,
                                     int iovcnt) {
   if (iovcnt == 1) return Read(file, offset, iov[0].iov_base, iov[0].iov_len);
   return ReadSegments(*this, file, offset, iov, iovcnt);
 }
 
-Result<size_t> Filesystem::Map(FileHandle file, uint64_t offset, size_t len, ReadRun* runs,
+Result<size_t> FsImpl::Map(FileHandle file, uint64_t offset, size_t len, ReadRun* runs,
                                size_t max_runs, size_t* run_count, const MapGuard& /*held*/) {
   RunSink sink{runs, max_runs};
   const int64_t n = ReadInto</*kCallerGuarded=*/true>(*this, file->inode, offset, len, sink);
@@ -398,7 +398,7 @@ struct Source {
 
 }  // namespace
 
-static Result<size_t> WriteCore(Filesystem& fs, FileHandle file, uint64_t offset, Source& src,
+static Result<size_t> WriteCore(FsImpl& fs, FileHandle file, uint64_t offset, Source& src,
                                 size_t len, unsigned io_flags) {
   if (fs.read_only()) return Error(EROFS);
   if ((file->flags & O_ACCMODE) == O_RDONLY) return Error(EBADF);
@@ -434,7 +434,7 @@ static Result<size_t> WriteCore(Filesystem& fs, FileHandle file, uint64_t offset
 
   Media& media = fs.media();
   Bmap& bmap = FsOps::BmapOf(fs);
-  std::unique_lock orphans(FsOps::OrphanMu(fs), std::defer_lock);  // before the Tx (fs.hpp)
+  std::unique_lock orphans(FsOps::OrphanMu(fs), std::defer_lock);  // before the Tx (fs_impl.hpp)
   std::optional<Tx> tx;
   tx.emplace(FsOps::Jnl(fs), "write");
   // The new size, once data up to `end` is on the media.
@@ -505,20 +505,20 @@ static Result<size_t> WriteCore(Filesystem& fs, FileHandle file, uint64_t offset
   return done;
 }
 
-Result<size_t> Filesystem::Write(FileHandle file, uint64_t offset, const void* buf, size_t len,
+Result<size_t> FsImpl::Write(FileHandle file, uint64_t offset, const void* buf, size_t len,
                                  unsigned io_flags) {
   iovec iov{const_cast<void*>(buf), len};
   Source src{&iov, &iov + 1};
   return WriteCore(*this, file, offset, src, len, io_flags);
 }
 
-Result<size_t> Filesystem::WriteIter(FileHandle file, uint64_t offset, const iovec* iov,
+Result<size_t> FsImpl::WriteIter(FileHandle file, uint64_t offset, const iovec* iov,
                                      int iovcnt, unsigned io_flags) {
   Source src{iov, iov + iovcnt};
   return WriteCore(*this, file, offset, src, IovecTotal(iov, iovcnt), io_flags);
 }
 
-Status Filesystem::Fsync(FileHandle file) {
+Status FsImpl::Fsync(FileHandle file) {
   (void)file;  // every operation was durable when it returned
   return Status::Ok();
 }
@@ -527,7 +527,7 @@ Status Filesystem::Fsync(FileHandle file) {
 // write of zeros would: flushed now, drained by the caller's commit; durable,
 // not atomic. Holes already read as zeros. REQUIRES: inode lock held
 // exclusively (and a MappingChange, so lock-free readers retry).
-static Status ZeroMapped(Filesystem& fs, uint64_t ino, const Inode& inode, uint64_t from,
+static Status ZeroMapped(FsImpl& fs, uint64_t ino, const Inode& inode, uint64_t from,
                          uint64_t to) {
   const Geometry& g = FsOps::Geo(fs);
   const uint32_t shift = g.block_shift();
@@ -558,7 +558,7 @@ static Status ZeroMapped(Filesystem& fs, uint64_t ino, const Inode& inode, uint6
   return Status::Ok();
 }
 
-Status Filesystem::Fallocate(FileHandle file, int mode, uint64_t offset, uint64_t len,
+Status FsImpl::Fallocate(FileHandle file, int mode, uint64_t offset, uint64_t len,
                              unsigned io_flags) {
   if (read_only_) return Error(EROFS);
   if ((file->flags & O_ACCMODE) == O_RDONLY) return Error(EBADF);
@@ -625,7 +625,7 @@ Status Filesystem::Fallocate(FileHandle file, int mode, uint64_t offset, uint64_
   // which zeroes every mapped byte it exposes; zeroing them here too would
   // write them twice.
   const bool extend = !(mode & FALLOC_FL_KEEP_SIZE) && end > inode.size;
-  std::unique_lock orphans(orphan_mu_, std::defer_lock);  // before the Tx (fs.hpp)
+  std::unique_lock orphans(orphan_mu_, std::defer_lock);  // before the Tx (fs_impl.hpp)
   std::optional<Tx> tx;
   tx.emplace(*journal_, zero_range ? "zero range" : "fallocate");
   // ZERO_RANGE: first the mapped bytes of the range inside the file are
@@ -655,7 +655,7 @@ Status Filesystem::Fallocate(FileHandle file, int mode, uint64_t offset, uint64_
   return tx->Commit();
 }
 
-Result<uint64_t> Filesystem::Lseek(FileHandle file, uint64_t offset, int whence) {
+Result<uint64_t> FsImpl::Lseek(FileHandle file, uint64_t offset, int whence) {
   CachedInode* ci = file->inode;
   std::shared_lock lock(ci->lock);
   const Inode& inode = *ci->media;

@@ -1,11 +1,17 @@
-// Shared by the files of the filesystem core (src/fs/*.cpp): helpers with
-// access to Filesystem's private state, and the RAII pin on a cached inode.
+// Shared by the files of the filesystem core (src/fs/*.cpp): the mounted
+// filesystem's state (FsImpl, with its lock order), the helpers that work on
+// it (FsOps), and the RAII pin on a cached inode.
 #pragma once
 
 #include <sys/stat.h>
 
+#include <atomic>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <mutex>
+#include <shared_mutex>
+#include <unordered_map>
 #include <optional>
 #include <span>
 #include <string>
@@ -33,6 +39,163 @@ struct OpenFile {
 };
 
 class InodeRef;
+class DamageRecorder;
+
+// The mounted filesystem behind nvfs::Filesystem (include/nvfs/fs.hpp, whose
+// contracts the overrides keep). Its state is for FsOps and the files of
+// src/fs/ alone.
+class FsImpl final : public Filesystem {
+ public:
+  FsImpl();
+  ~FsImpl() override;  // unmounts cleanly if Unmount was not called
+
+  // The implementation behind a Filesystem (every Filesystem is one).
+  static FsImpl& Of(Filesystem& public_face) { return static_cast<FsImpl&>(public_face); }
+
+  // Filesystem::Mount's work, on the media it opened.
+  Status MountInternal(std::unique_ptr<Media> media, const MountOptions& options);
+
+  void EndService() override;
+  void ServeThroughMount() override;
+  Status Unmount() override;
+  Result<Attr> Lookup(uint64_t parent, std::string_view name) override;
+  Result<Attr> LookupInode(uint64_t ino) override;
+  void Forget(uint64_t ino, uint64_t count) override;
+  void ForgetAll() override;
+  Result<Attr> Mknod(uint64_t parent, std::string_view name, uint32_t mode, uint64_t rdev,
+                     const Cred& cred) override;
+  Result<Attr> Mkdir(uint64_t parent, std::string_view name, uint32_t mode, const Cred& cred) override;
+  Result<Attr> Symlink(uint64_t parent, std::string_view name, std::string_view target,
+                       const Cred& cred) override;
+  Result<Attr> Link(uint64_t ino, uint64_t new_parent, std::string_view new_name) override;
+  Status Unlink(uint64_t parent, std::string_view name) override;
+  Status Rmdir(uint64_t parent, std::string_view name) override;
+  Status Rename(uint64_t parent, std::string_view name, uint64_t new_parent,
+                std::string_view new_name, unsigned flags, const Cred& cred = {}) override;
+  Result<std::string> Readlink(uint64_t ino) override;
+  Status ReadDir(uint64_t dir, uint64_t cookie,
+                 const std::function<bool(const DirEntry& entry, uint64_t next_cookie)>& fn) override;
+  Result<Attr> GetAttr(uint64_t ino) override;
+  Result<Attr> SetAttr(uint64_t ino, const SetAttrRequest& request) override;
+  Result<StatFs> GetStatFs() override;
+  Result<GrowResult> Grow(uint64_t namespace_size) override;
+  Result<uint32_t> GetInodeFlags(uint64_t ino) override;
+  Status SetInodeFlags(uint64_t ino, uint32_t fs_flags, const Cred& cred) override;
+  Result<FileHandle> Open(uint64_t ino, int flags, unsigned io_flags = 0) override;
+  Result<FileHandle> Create(uint64_t parent, std::string_view name, uint32_t mode, int flags,
+                            const Cred& cred, Attr* attr) override;
+  void Release(FileHandle file) override;
+  Result<FileHandle> Tmpfile(uint64_t parent, uint32_t mode, int flags, const Cred& cred,
+                             Attr* attr) override;
+  Result<size_t> Read(FileHandle file, uint64_t offset, void* buf, size_t len) override;
+  Result<size_t> ReadIter(FileHandle file, uint64_t offset, const iovec* iov, int iovcnt) override;
+  Result<size_t> Map(FileHandle file, uint64_t offset, size_t len, ReadRun* runs,
+                     size_t max_runs, size_t* run_count, const MapGuard& held) override;
+  Result<size_t> Write(FileHandle file, uint64_t offset, const void* buf, size_t len,
+                       unsigned io_flags = 0) override;
+  Result<size_t> WriteIter(FileHandle file, uint64_t offset, const iovec* iov, int iovcnt,
+                           unsigned io_flags = 0) override;
+  Status Fsync(FileHandle file) override;
+  Status Fallocate(FileHandle file, int mode, uint64_t offset, uint64_t len,
+                   unsigned io_flags = 0) override;
+  Result<uint64_t> Lseek(FileHandle file, uint64_t offset, int whence) override;
+  uint64_t HandleIno(FileHandle file) const override;
+  Status SetXattr(uint64_t ino, std::string_view name, const void* value, size_t size,
+                  int flags, unsigned xattr_flags = 0) override;
+  Result<size_t> GetXattr(uint64_t ino, std::string_view name, void* value, size_t size) override;
+  Result<size_t> ListXattr(uint64_t ino, char* list, size_t size, const Cred& cred) override;
+  Status RemoveXattr(uint64_t ino, std::string_view name) override;
+  void SetDirectTable(DirectSlot* table, uint32_t count) override;
+  Result<DirectMapping> DirectMap(uint64_t ino, uint64_t offset, DirectRun* runs,
+                                  size_t max_runs) override;
+  uint32_t block_size() const override;
+  bool read_only() const override { return read_only_.load(std::memory_order_relaxed); }
+  bool recorded_errors() const override { return recorded_errors_; }
+  bool damage_found() const override;
+  const Geometry& geometry() const override;
+  Media& media() const override { return *media_; }
+  size_t cached_inodes() const override;
+  uint64_t extent_maps_built() const override {
+    return extent_maps_built_.load(std::memory_order_relaxed);
+  }
+  void ReportReadFault(FileHandle file) override;
+
+ private:
+  friend struct FsOps;  // the implementation's helpers (src/fs/)
+
+  // Locking (the order, outermost first):
+  //   1. tree_mu_: taken exclusively by every operation that changes a
+  //      directory (create, mknod, mkdir, symlink, link, unlink, rmdir, rename);
+  //      such an operation may then lock several inodes. Every other operation
+  //      locks at most one inode and takes no tree_mu_. Inode reclaim
+  //      (FsOps::ReclaimIdle) is one of those: it frees an inode no directory
+  //      names (nlink 0) that no one can reach any more (InodeCache's
+  //      `reclaiming` turns new references away), so it changes no directory;
+  //      and it must not take tree_mu_, since it runs wherever the last
+  //      reference goes, inside an unlink or rename still holding tree_mu_ as
+  //      well as in Forget and Release.
+  //   2. inode locks (CachedInode::lock), shared for reads, exclusive for
+  //      changes. Under tree_mu_ in any order (one writer at a time); otherwise
+  //      one at a time.
+  //   3. orphan_mu_ (the orphan list and the dynamic superblock).
+  //   4. leaf locks: the inode cache's mutex, the allocator's group mutexes, the
+  //      journal's slot mutex.
+  // File data readers (Read, ReadIter, Map) take no lock: they copy under the
+  // inode's sequence counter (CachedInode::data_seq), which every change of the
+  // file's mapping or size makes odd and then even again under the inode lock
+  // held exclusively, and retry if it moved; after 4 retries they take the
+  // inode lock shared. Every pointer they follow was checked against the
+  // namespace when read, so a torn read can copy wrong bytes of the namespace
+  // (thrown away by the retry) but never leave the mapping. Map's runs point
+  // into the mapping and are read by the caller after the counter was checked,
+  // under a MapGuard: blocks freed meanwhile are not reused until it ends (a
+  // grace period; see Map). Readers find
+  // runs in the file's extent map (a DRAM copy of its mapping, built by readers,
+  // tagged with the counter value it describes, freed through epoch-based
+  // reclamation: src/fs/extent_map.hpp), else in the bmap.
+
+  std::unique_ptr<Media> media_;
+  std::unique_ptr<Geometry> geometry_;
+  std::unique_ptr<Journal> journal_;
+  std::unique_ptr<Allocator> alloc_;
+  std::unique_ptr<FsContext> ctx_;
+  std::unique_ptr<Bmap> bmap_;
+  std::unique_ptr<Directory> dir_;
+  std::unique_ptr<InodeCache> cache_;
+  // Set once, never cleared, by damage (DamageRecorder); read by every
+  // change first.
+  std::atomic<bool> read_only_{false};
+  bool recorded_errors_ = false;
+  bool mounted_ = false;
+  uint32_t extent_map_runs_ = 0;
+  NameHashKey hash_key_;
+  std::function<void(uint64_t ino)> privs_dropped_;    // MountOptions::privs_dropped
+  std::function<void(uint64_t ino)> data_freed_;       // MountOptions::data_freed
+  std::function<bool(uint32_t gid)> caller_in_group_;  // MountOptions::caller_in_group
+  std::function<void(uint64_t ino)> reclaim_fault_;    // MountOptions::reclaim_fault
+
+  std::mutex grow_mu_;  // one Grow at a time; taken before orphan_mu_
+  std::shared_mutex tree_mu_;  // see the lock order above
+  // Protects the orphan list (SuperDynamic::orphan_head, Inode::orphan_next,
+  // the orphan bit of Inode::flags) and the rest of the dynamic superblock.
+  // orphan_next is written under this mutex alone, also the predecessor's,
+  // whose inode lock OrphanRemove does not take: no other store may cover
+  // it (FsOps::StoreInodeDiff cuts its range around it). A Tx that stores
+  // under this mutex finishes (commits or aborts) before the mutex is
+  // released: a unique_lock for it is declared before the Tx.
+  std::mutex orphan_mu_;
+  // For each inode on the orphan list, the inode before it (0: the head):
+  // what lets FsOps::OrphanRemove unlink it without walking the singly
+  // linked list. A hint only: each is checked against the media before it
+  // is used (an aborted transaction's undo puts the list back, not this),
+  // and a missing or wrong one falls back to the walk. Protected by
+  // orphan_mu_.
+  std::unordered_map<uint64_t, uint64_t> orphan_prev_;
+  std::atomic<uint64_t> generation_state_{0};  // PRNG for inode generations
+  std::atomic<uint64_t> extent_maps_built_{0};
+  // Last: its writer thread uses everything above, and is joined first.
+  std::unique_ptr<DamageRecorder> damage_;
+};
 
 struct FsOps {
   // Current time for timestamps.
@@ -43,10 +206,10 @@ struct FsOps {
   // `wait_reclaim` (Get), an inode caught by a reclaim between its mode's
   // clearing and its bitmap bit's (mode 0, bit set) is waited out: EAGAIN,
   // look again; otherwise that is damage (EUCLEAN).
-  static Status CheckIno(const Filesystem& fs, uint64_t ino, bool wait_reclaim = false);
+  static Status CheckIno(const FsImpl& fs, uint64_t ino, bool wait_reclaim = false);
   // Pins the inode (after CheckIno).
-  static Result<InodeRef> Get(Filesystem& fs, uint64_t ino);
-  static Attr MakeAttr(const Filesystem& fs, uint64_t ino, const format::Inode& inode);
+  static Result<InodeRef> Get(FsImpl& fs, uint64_t ino);
+  static Attr MakeAttr(const FsImpl& fs, uint64_t ino, const format::Inode& inode);
 
   // chattr's attributes (format.hpp kInodeFlag*, enforced as ext4 does;
   // doc/format.md): an immutable inode changes in nothing — bytes, size,
@@ -86,39 +249,39 @@ struct FsOps {
   // truncate or fallocate it marked): set-group-ID without group execution
   // goes too where the caller is outside the file's group `gid` (the
   // kernel's setattr_should_drop_sgid; MountOptions::caller_in_group).
-  static uint32_t KilledModeFor(const Filesystem& fs, uint32_t mode, uint32_t gid);
+  static uint32_t KilledModeFor(const FsImpl& fs, uint32_t mode, uint32_t gid);
   // True if there is something to take away; EIO if the attributes are
   // damaged. REQUIRES: inode lock held.
-  static Result<bool> HasPrivs(Filesystem& fs, const format::Inode& inode, bool suidgid);
+  static Result<bool> HasPrivs(FsImpl& fs, const format::Inode& inode, bool suidgid);
   // Takes it away, logged in `tx` (ctime becomes `now`). REQUIRES: inode
   // lock held exclusively.
-  static Status KillPrivs(Filesystem& fs, uint64_t ino, const format::Inode& inode, bool suidgid,
+  static Status KillPrivs(FsImpl& fs, uint64_t ino, const format::Inode& inode, bool suidgid,
                           Tx& tx, timespec now);
   // For the calls that store bytes before their transaction commits (write,
   // fallocate): if there is anything to take away, does it in a transaction
   // of its own, committed before the caller stores anything. REQUIRES: inode
   // lock held exclusively, until the caller's change is done.
-  static Status KillPrivsFirst(Filesystem& fs, uint64_t ino, const format::Inode& inode,
+  static Status KillPrivsFirst(FsImpl& fs, uint64_t ino, const format::Inode& inode,
                                bool suidgid);
   // Tells MountOptions::privs_dropped (after the commit that cleared them).
-  static void PrivsDropped(Filesystem& fs, uint64_t ino);
+  static void PrivsDropped(FsImpl& fs, uint64_t ino);
   // security.capability, if the inode has it: present, and removed in `tx`
   // (xattr.cpp).
-  static Result<bool> HasCapability(Filesystem& fs, const format::Inode& inode);
-  static Status RemoveCapability(Filesystem& fs, uint64_t ino, const format::Inode& inode, Tx& tx);
+  static Result<bool> HasCapability(FsImpl& fs, const format::Inode& inode);
+  static Status RemoveCapability(FsImpl& fs, uint64_t ino, const format::Inode& inode, Tx& tx);
   // Frees the inode's extended attributes (blocks and value runs) in `tx`,
   // a record or block at a time while the slot has room: true when none is
   // left, false when the caller must commit and call again. EIO for damage
   // (nothing damaged is followed or freed). REQUIRES: inode lock held
   // exclusively, or no one else referencing the inode (xattr.cpp).
-  static Result<bool> FreeXattrs(Filesystem& fs, Tx& tx, const format::Inode& inode);
+  static Result<bool> FreeXattrs(FsImpl& fs, Tx& tx, const format::Inode& inode);
 
   // Extended attributes for the core's own features (xattr.cpp): the two
   // calls the POSIX ACLs (acl.cpp) build on, whatever the storage beneath.
   // The value of attribute `name` (any namespace, served or not), if the
   // inode has it; EIO if the attributes are damaged. REQUIRES: inode lock
   // held.
-  static Result<std::optional<std::string>> FindXattr(Filesystem& fs, const format::Inode& inode,
+  static Result<std::optional<std::string>> FindXattr(FsImpl& fs, const format::Inode& inode,
                                                       std::string_view name);
   // Sets (value) or removes (nullptr) each named attribute, in the caller's
   // transaction (ctime becomes `now` if anything changed; nothing is stored
@@ -127,14 +290,14 @@ struct FsOps {
     std::string_view name;
     const std::string* value;  // nullptr: remove
   };
-  static Status ChangeXattrs(Filesystem& fs, Tx& tx, uint64_t ino, const format::Inode& inode,
+  static Status ChangeXattrs(FsImpl& fs, Tx& tx, uint64_t ino, const format::Inode& inode,
                              std::span<const XattrChange> changes, timespec now);
 
   // POSIX ACLs (acl.cpp; fs.hpp, "POSIX ACLs"). SetAcl and GetAcl serve
   // SetXattr and GetXattr of the two ACL names.
-  static Status SetAcl(Filesystem& fs, uint64_t ino, bool is_default, std::string_view value,
+  static Status SetAcl(FsImpl& fs, uint64_t ino, bool is_default, std::string_view value,
                        unsigned xattr_flags);
-  static Result<size_t> GetAcl(Filesystem& fs, uint64_t ino, bool is_default, void* value,
+  static Result<size_t> GetAcl(FsImpl& fs, uint64_t ino, bool is_default, void* value,
                                size_t size);
   // What a new inode inherits from its parent's default ACL.
   struct InheritedAcl {
@@ -145,51 +308,51 @@ struct FsOps {
   // `parent`: masked by the parent's default ACL where it has one (which
   // `out` then holds, as the new inode's), else by `umask`. Symlinks get
   // 0777 and nothing. REQUIRES: the parent's lock held.
-  static Result<uint32_t> InheritAcl(Filesystem& fs, uint64_t parent_ino,
+  static Result<uint32_t> InheritAcl(FsImpl& fs, uint64_t parent_ino,
                                      const format::Inode& parent, uint32_t mode, uint32_t umask,
                                      InheritedAcl* out);
   // Stores what InheritAcl gave, in the create's transaction.
-  static Status StoreInheritedAcl(Filesystem& fs, Tx& tx, uint64_t ino, const format::Inode& inode,
+  static Status StoreInheritedAcl(FsImpl& fs, Tx& tx, uint64_t ino, const format::Inode& inode,
                                   const InheritedAcl& acl, timespec now);
   // A mode change (chmod) carried into the access ACL, if the inode has
   // one: its owner, mask (else owning group) and other entries become the
   // mode's, in the chmod's transaction. REQUIRES: inode lock held
   // exclusively.
-  static Status ChmodAcl(Filesystem& fs, Tx& tx, uint64_t ino, const format::Inode& inode,
+  static Status ChmodAcl(FsImpl& fs, Tx& tx, uint64_t ino, const format::Inode& inode,
                          uint32_t mode, timespec now);
 
   // Allocates an inode near `parent` and writes it whole (fresh).
-  static Result<uint64_t> NewInode(Filesystem& fs, Tx& tx, const format::Inode& parent_inode,
+  static Result<uint64_t> NewInode(FsImpl& fs, Tx& tx, const format::Inode& parent_inode,
                                    uint64_t parent, uint32_t mode, uint64_t rdev,
                                    const Cred& cred, timespec now);
 
   // Orphan list, logged in `tx`. REQUIRES: orphan_mu_ held until tx commits
-  // or aborts: by a lock declared before `tx` (fs.hpp), so that an abort's
+  // or aborts: by a lock declared before `tx` (orphan_mu_), so that an abort's
   // undo, even one a throw starts, runs under it.
-  static void OrphanAdd(Filesystem& fs, Tx& tx, uint64_t ino);
-  static Status OrphanRemove(Filesystem& fs, Tx& tx, uint64_t ino);
+  static void OrphanAdd(FsImpl& fs, Tx& tx, uint64_t ino);
+  static Status OrphanRemove(FsImpl& fs, Tx& tx, uint64_t ino);
   // Stores fields of the dynamic superblock with its checksum, logged.
   // REQUIRES: orphan_mu_ held until tx commits or aborts (as OrphanAdd).
   template <class Fn>
-  static void UpdateDynamic(Filesystem& fs, Tx& tx, Fn&& change);
+  static void UpdateDynamic(FsImpl& fs, Tx& tx, Fn&& change);
 
   // Frees the blocks of `ino` from file block `from` on, in as many
   // transactions as it takes; the inode must be on the orphan list if more
   // than one is needed (the caller arranges it). The last transaction takes
   // it off the list, unless it is unlinked (reclaim does that). REQUIRES:
   // inode lock held exclusively.
-  static Status FreeBlocksFrom(Filesystem& fs, uint64_t ino, uint64_t from);
+  static Status FreeBlocksFrom(FsImpl& fs, uint64_t ino, uint64_t from);
   // Changes the size of a regular file (truncate up or down), atomically as
   // seen after a crash. `orphan_lock` is the caller's, on orphan_mu_, not
-  // held, declared before *first_tx (fs.hpp): a truncation too long for one
+  // held, declared before *first_tx (orphan_mu_): a truncation too long for one
   // transaction locks it to put the file on the orphan list in *first_tx,
   // and commits that. REQUIRES: inode lock held exclusively.
-  static Status Resize(Filesystem& fs, uint64_t ino, uint64_t new_size, Tx* first_tx,
+  static Status Resize(FsImpl& fs, uint64_t ino, uint64_t new_size, Tx* first_tx,
                        std::unique_lock<std::mutex>& orphan_lock);
 
   // Frees an unlinked inode and everything it holds, and takes it off the
   // orphan list. REQUIRES: no one else references it.
-  static Status Reclaim(Filesystem& fs, uint64_t ino);
+  static Status Reclaim(FsImpl& fs, uint64_t ino);
   // The data of a regular file that has lost its last link and has no open
   // file left goes at once (generic/511), not when the kernel forgets the
   // inode: its size becomes 0 and its blocks are freed, in as many
@@ -198,51 +361,51 @@ struct FsOps {
   // (O_TMPFILE, `linkable`), has links, or the filesystem is read-only.
   // Called after the commit that dropped the last link, and at the release
   // of the last open file. REQUIRES: inode lock held exclusively.
-  static Status FreeUnlinkedData(Filesystem& fs, CachedInode* inode);
+  static Status FreeUnlinkedData(FsImpl& fs, CachedInode* inode);
   // Called when a cached inode has no pins, lookups or opens left.
   // Frees an idle unlinked inode the cache handed back (InodeCache::Unpin),
   // then drops it from the cache.
-  static void ReclaimIdle(Filesystem& fs, CachedInode* inode);
+  static void ReclaimIdle(FsImpl& fs, CachedInode* inode);
   // Finishes every inode on the orphan list (mount).
-  static Status ProcessOrphans(Filesystem& fs);
+  static Status ProcessOrphans(FsImpl& fs);
   // A read-write mount's check of the bitmaps against the inodes
   // (cross_check.cpp): what contradicts them is reported as damage and
   // reserved in the allocator's DRAM bitmaps.
-  static void CrossCheck(Filesystem& fs);
+  static void CrossCheck(FsImpl& fs);
 
   // Drops one pin.
-  static void Unpin(Filesystem& fs, CachedInode* inode) {
+  static void Unpin(FsImpl& fs, CachedInode* inode) {
     if (CachedInode* unlinked = fs.cache_->Unpin(inode)) ReclaimIdle(fs, unlinked);
   }
   // Drops one pin where nothing may throw (InodeRef's destructor and move):
   // a reclaim that throws is said on stderr, and the inode stays on the
   // orphan list for its next pin or the next mount.
-  static void UnpinNoThrow(Filesystem& fs, CachedInode* inode) noexcept;
+  static void UnpinNoThrow(FsImpl& fs, CachedInode* inode) noexcept;
 
-  static const format::Inode& InodeAt(const Filesystem& fs, uint64_t ino) {
+  static const format::Inode& InodeAt(const FsImpl& fs, uint64_t ino) {
     return fs.ctx_->InodeAt(ino);
   }
-  static FsContext& Ctx(Filesystem& fs) { return *fs.ctx_; }
+  static FsContext& Ctx(FsImpl& fs) { return *fs.ctx_; }
   // From now on every change fails with EROFS (DamageRecorder).
-  static void SetReadOnly(Filesystem& fs) { fs.read_only_.store(true, std::memory_order_relaxed); }
+  static void SetReadOnly(FsImpl& fs) { fs.read_only_.store(true, std::memory_order_relaxed); }
   // A file's map is damaged (Bmap::kCorrupt, seen under the inode lock or
   // confirmed by the read's sequence check): reports it, returns EIO.
-  static Error BadMap(Filesystem& fs, uint64_t ino);
+  static Error BadMap(FsImpl& fs, uint64_t ino);
   // A media error (SIGBUS) met under a recovery point by `what` on inode
   // `ino`: says so on stderr (the first 16, then every 1024th); the caller
   // fails the request with EIO.
   [[gnu::cold]] static void ReportMediaError(const char* what, uint64_t ino);
-  static Journal& Jnl(Filesystem& fs) { return *fs.journal_; }
-  static Allocator& Alloc(Filesystem& fs) { return *fs.alloc_; }
-  static Bmap& BmapOf(Filesystem& fs) { return *fs.bmap_; }
-  static Directory& DirOf(Filesystem& fs) { return *fs.dir_; }
-  static InodeCache& Cache(Filesystem& fs) { return *fs.cache_; }
-  static std::shared_mutex& TreeMu(Filesystem& fs) { return fs.tree_mu_; }
-  static std::mutex& OrphanMu(Filesystem& fs) { return fs.orphan_mu_; }
-  static const Geometry& Geo(const Filesystem& fs) { return *fs.geometry_; }
-  static uint64_t NextGeneration(Filesystem& fs);
-  static uint32_t ExtentMapRuns(const Filesystem& fs) { return fs.extent_map_runs_; }
-  static void CountExtentMap(Filesystem& fs) {
+  static Journal& Jnl(FsImpl& fs) { return *fs.journal_; }
+  static Allocator& Alloc(FsImpl& fs) { return *fs.alloc_; }
+  static Bmap& BmapOf(FsImpl& fs) { return *fs.bmap_; }
+  static Directory& DirOf(FsImpl& fs) { return *fs.dir_; }
+  static InodeCache& Cache(FsImpl& fs) { return *fs.cache_; }
+  static std::shared_mutex& TreeMu(FsImpl& fs) { return fs.tree_mu_; }
+  static std::mutex& OrphanMu(FsImpl& fs) { return fs.orphan_mu_; }
+  static const Geometry& Geo(const FsImpl& fs) { return *fs.geometry_; }
+  static uint64_t NextGeneration(FsImpl& fs);
+  static uint32_t ExtentMapRuns(const FsImpl& fs) { return fs.extent_map_runs_; }
+  static void CountExtentMap(FsImpl& fs) {
     fs.extent_maps_built_.fetch_add(1, std::memory_order_relaxed);
   }
 };
@@ -252,7 +415,7 @@ struct FsOps {
 class InodeRef {
  public:
   InodeRef() = default;
-  InodeRef(Filesystem& fs, CachedInode* inode) : fs_(&fs), inode_(inode) {}
+  InodeRef(FsImpl& fs, CachedInode* inode) : fs_(&fs), inode_(inode) {}
   InodeRef(InodeRef&& other) noexcept
       : fs_(other.fs_), inode_(std::exchange(other.inode_, nullptr)) {}
   InodeRef& operator=(InodeRef&& other) noexcept {
@@ -274,12 +437,12 @@ class InodeRef {
   uint64_t ino() const { return inode_->ino; }
 
  private:
-  Filesystem* fs_ = nullptr;
+  FsImpl* fs_ = nullptr;
   CachedInode* inode_ = nullptr;
 };
 
 template <class Fn>
-void FsOps::UpdateDynamic(Filesystem& fs, Tx& tx, Fn&& change) {
+void FsOps::UpdateDynamic(FsImpl& fs, Tx& tx, Fn&& change) {
   const auto& current = *reinterpret_cast<const format::SuperDynamic*>(
       fs.media_->base() + format::kSuperDynamicOffset);
   format::SuperDynamic updated = current;

@@ -1,4 +1,4 @@
-// A mounted grow (Filesystem::Grow; doc/integrity.md section 11).
+// A mounted grow (FsImpl::Grow; doc/integrity.md section 11).
 #include <cinttypes>
 #include <cstring>
 
@@ -17,7 +17,7 @@ namespace nvfs {
 // the new space is handed out, and no pointer to one stored, before the grow
 // is durable. A crash before the commit's fence recovers the old geometry
 // (the bytes past its end are unused), after it the new one.
-Result<Filesystem::GrowResult> Filesystem::Grow(uint64_t namespace_size) {
+Result<Filesystem::GrowResult> FsImpl::Grow(uint64_t namespace_size) {
   if (read_only_) return MakeError(EROFS, "the filesystem is mounted read-only");
   std::lock_guard grow_lock(grow_mu_);
   GrowResult result;

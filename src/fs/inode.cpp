@@ -11,20 +11,20 @@ namespace nvfs {
 
 using format::Inode;
 
-Result<Attr> Filesystem::GetAttr(uint64_t ino) {
+Result<Attr> FsImpl::GetAttr(uint64_t ino) {
   Result<InodeRef> ref = FsOps::Get(*this, ino);
   if (!ref.ok()) return ref.take_error();
   std::shared_lock lock(ref.value()->lock);
   return FsOps::MakeAttr(*this, ino, ref->media());
 }
 
-uint32_t FsOps::KilledModeFor(const Filesystem& fs, uint32_t mode, uint32_t gid) {
+uint32_t FsOps::KilledModeFor(const FsImpl& fs, uint32_t mode, uint32_t gid) {
   mode = KilledMode(mode);
   if ((mode & S_ISGID) && fs.caller_in_group_ && !fs.caller_in_group_(gid)) mode &= ~S_ISGID;
   return mode;
 }
 
-Result<bool> FsOps::HasPrivs(Filesystem& fs, const Inode& inode, bool suidgid) {
+Result<bool> FsOps::HasPrivs(FsImpl& fs, const Inode& inode, bool suidgid) {
   if (!S_ISREG(inode.mode)) return false;
   if (suidgid && KilledModeFor(fs, inode.mode, inode.gid) != inode.mode) return true;
   return HasCapability(fs, inode);
@@ -32,7 +32,7 @@ Result<bool> FsOps::HasPrivs(Filesystem& fs, const Inode& inode, bool suidgid) {
 
 // Order: the mode, then the attribute block (copy on write, published by
 // one logged store), in the caller's transaction.
-Status FsOps::KillPrivs(Filesystem& fs, uint64_t ino, const Inode& inode, bool suidgid, Tx& tx,
+Status FsOps::KillPrivs(FsImpl& fs, uint64_t ino, const Inode& inode, bool suidgid, Tx& tx,
                         timespec now) {
   if (!S_ISREG(inode.mode)) return Status::Ok();
   const uint32_t mode = suidgid ? KilledModeFor(fs, inode.mode, inode.gid) : inode.mode;
@@ -42,7 +42,7 @@ Status FsOps::KillPrivs(Filesystem& fs, uint64_t ino, const Inode& inode, bool s
   return Status::Ok();
 }
 
-Status FsOps::KillPrivsFirst(Filesystem& fs, uint64_t ino, const Inode& inode, bool suidgid) {
+Status FsOps::KillPrivsFirst(FsImpl& fs, uint64_t ino, const Inode& inode, bool suidgid) {
   Result<bool> has = HasPrivs(fs, inode, suidgid);
   if (!has.ok()) return has.take_error();
   if (!*has) return Status::Ok();
@@ -54,14 +54,14 @@ Status FsOps::KillPrivsFirst(Filesystem& fs, uint64_t ino, const Inode& inode, b
   return Status::Ok();
 }
 
-void FsOps::PrivsDropped(Filesystem& fs, uint64_t ino) {
+void FsOps::PrivsDropped(FsImpl& fs, uint64_t ino) {
   if (fs.privs_dropped_) fs.privs_dropped_(ino);
 }
 
 // One transaction changes every requested field, the size included (a
 // truncation too large for one transaction continues in further ones, with
 // the inode on the orphan list: the new size is visible from the first commit).
-Result<Attr> Filesystem::SetAttr(uint64_t ino, const SetAttrRequest& req) {
+Result<Attr> FsImpl::SetAttr(uint64_t ino, const SetAttrRequest& req) {
   if (read_only_) return Error(EROFS);
   Result<InodeRef> ref = FsOps::Get(*this, ino);
   if (!ref.ok()) return ref.take_error();
@@ -83,10 +83,10 @@ Result<Attr> Filesystem::SetAttr(uint64_t ino, const SetAttrRequest& req) {
     return Error(EPERM);
   }
   const timespec now = FsOps::Now();
-  std::unique_lock orphans(orphan_mu_, std::defer_lock);  // before the Tx (fs.hpp)
+  std::unique_lock orphans(orphan_mu_, std::defer_lock);  // before the Tx (fs_impl.hpp)
   Tx tx(*journal_, "setattr");
   // Privileges go in the same transaction as the size or owner change that
-  // takes them away (fs.hpp), after a requested mode, so that they go from
+  // takes them away (include/nvfs/fs.hpp), after a requested mode, so that they go from
   // it too.
   const bool changes_file = S_ISREG(inode.mode) &&
                             (((req.valid & kSetSize) && req.size != inode.size) ||
@@ -166,7 +166,7 @@ uint32_t ToMediaFlags(uint32_t fs) {
 
 }  // namespace
 
-Result<uint32_t> Filesystem::GetInodeFlags(uint64_t ino) {
+Result<uint32_t> FsImpl::GetInodeFlags(uint64_t ino) {
   Result<InodeRef> ref = FsOps::Get(*this, ino);
   if (!ref.ok()) return ref.take_error();
   std::shared_lock lock(ref.value()->lock);
@@ -177,7 +177,7 @@ Result<uint32_t> Filesystem::GetInodeFlags(uint64_t ino) {
 
 // One logged store of `flags` (the orphan bit kept as it is: orphan_mu_,
 // which guards it, is held) and ctime.
-Status Filesystem::SetInodeFlags(uint64_t ino, uint32_t fs_flags, const Cred& cred) {
+Status FsImpl::SetInodeFlags(uint64_t ino, uint32_t fs_flags, const Cred& cred) {
   if (read_only_) return Error(EROFS);
   const uint32_t wanted = ToMediaFlags(fs_flags);
   if (wanted == UINT32_MAX) return Error(EOPNOTSUPP);
@@ -197,7 +197,7 @@ Status Filesystem::SetInodeFlags(uint64_t ino, uint32_t fs_flags, const Cred& cr
     return Error(EPERM);
   }
   if (changed == 0) return Status::Ok();
-  std::unique_lock orphans(orphan_mu_, std::defer_lock);  // before the Tx (fs.hpp)
+  std::unique_lock orphans(orphan_mu_, std::defer_lock);  // before the Tx (fs_impl.hpp)
   Tx tx(*journal_, "setflags");
   orphans.lock();
   tx.Set(inode.flags, (inode.flags & ~format::kInodeAttrFlags) | wanted);
@@ -205,7 +205,7 @@ Status Filesystem::SetInodeFlags(uint64_t ino, uint32_t fs_flags, const Cred& cr
   return tx.Commit();
 }
 
-Result<FileHandle> Filesystem::Open(uint64_t ino, int flags, unsigned io_flags) {
+Result<FileHandle> FsImpl::Open(uint64_t ino, int flags, unsigned io_flags) {
   Result<InodeRef> ref = FsOps::Get(*this, ino);
   if (!ref.ok()) return ref.take_error();
   const int access = flags & O_ACCMODE;
@@ -227,7 +227,7 @@ Result<FileHandle> Filesystem::Open(uint64_t ino, int flags, unsigned io_flags) 
       const MappingChange change(ref->get());  // lock-free readers retry
       const timespec now = FsOps::Now();
       const uint16_t mode = inode.mode;
-      std::unique_lock orphans(orphan_mu_, std::defer_lock);  // before the Tx (fs.hpp)
+      std::unique_lock orphans(orphan_mu_, std::defer_lock);  // before the Tx (fs_impl.hpp)
       Tx tx(*journal_, "open-truncate");
       NVFS_TRY(FsOps::KillPrivs(*this, ino, inode, suidgid, tx, now));
       FsOps::Touch(tx, inode, true, true, now);
@@ -244,7 +244,7 @@ Result<FileHandle> Filesystem::Open(uint64_t ino, int flags, unsigned io_flags) 
   return new OpenFile{ref->get(), flags};
 }
 
-void Filesystem::Release(FileHandle file) {
+void FsImpl::Release(FileHandle file) {
   CachedInode* inode = file->inode;
   delete file;
   bool free_data = false;
@@ -266,6 +266,6 @@ void Filesystem::Release(FileHandle file) {
   }
 }
 
-uint64_t Filesystem::HandleIno(FileHandle file) const { return file->inode->ino; }
+uint64_t FsImpl::HandleIno(FileHandle file) const { return file->inode->ino; }
 
 }  // namespace nvfs

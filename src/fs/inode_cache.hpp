@@ -60,7 +60,7 @@ struct CachedInode : public boost::intrusive::set_base_hook<> {
   uint32_t pins = 0;     // operations in progress
   bool reclaiming = false;  // being freed: no new references
 
-  // Made by Filesystem::Tmpfile and not linked since: Link may give it its
+  // Made by FsImpl::Tmpfile and not linked since: Link may give it its
   // first name (the kernel's I_LINKABLE). Protected by `lock`.
   bool linkable = false;
 
@@ -135,7 +135,7 @@ class InodeCache {
   // data (FsOps::FreeUnlinkedData), then unpins it.
   CachedInode* CloseOpen(CachedInode* inode, bool* free_data);
   // Open files of `inode` now. Opens are added under the inode's lock held
-  // exclusively (Filesystem::Open), so a holder of that lock sees the count
+  // exclusively (FsImpl::Open), so a holder of that lock sees the count
   // only fall.
   uint32_t Opens(CachedInode* inode) const;
   // Sets every inode's lookups to 0; returns those to reclaim.

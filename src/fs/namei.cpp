@@ -2,7 +2,7 @@
 //
 // Every operation here that changes a directory holds tree_mu_ exclusively
 // and the exclusive locks of the inodes it changes until its transaction has
-// committed; see the lock order in include/nvfs/fs.hpp. Within a transaction
+// committed; see the lock order in src/fs/fs_impl.hpp. Within a transaction
 // the order of the logged stores does not matter for crash safety (the undo
 // journal makes the whole operation atomic); doc/integrity.md section 6 lists
 // what each one stores.
@@ -45,7 +45,7 @@ Status CheckParent(const Inode& dir) {
 
 }  // namespace
 
-Result<Attr> Filesystem::Lookup(uint64_t parent, std::string_view name) {
+Result<Attr> FsImpl::Lookup(uint64_t parent, std::string_view name) {
   uint64_t ino = 0;
   {
     Result<InodeRef> dir = FsOps::Get(*this, parent);
@@ -71,7 +71,7 @@ Result<Attr> Filesystem::Lookup(uint64_t parent, std::string_view name) {
   return FsOps::MakeAttr(*this, ino, child->media());
 }
 
-Result<Attr> Filesystem::LookupInode(uint64_t ino) {
+Result<Attr> FsImpl::LookupInode(uint64_t ino) {
   Result<InodeRef> inode = FsOps::Get(*this, ino);
   if (!inode.ok()) return inode.take_error();
   std::shared_lock lock(inode.value()->lock);
@@ -79,11 +79,11 @@ Result<Attr> Filesystem::LookupInode(uint64_t ino) {
   return FsOps::MakeAttr(*this, ino, inode->media());
 }
 
-void Filesystem::Forget(uint64_t ino, uint64_t count) {
+void FsImpl::Forget(uint64_t ino, uint64_t count) {
   if (CachedInode* unlinked = cache_->ForgetLookups(ino, count)) FsOps::ReclaimIdle(*this, unlinked);
 }
 
-void Filesystem::ForgetAll() {
+void FsImpl::ForgetAll() {
   // Each on its own: a reclaim that throws leaves its inode on the orphan
   // list, but every other one is still reclaimed and leaves the cache.
   std::exception_ptr first_failure;
@@ -109,7 +109,7 @@ struct NewEntry {
 
 // Shared by mknod, mkdir, symlink and create: allocates and writes the inode
 // (fresh), inserts the name, adjusts the parent, all in one transaction.
-static Result<Attr> CreateEntry(Filesystem& fs, uint64_t parent, std::string_view name,
+static Result<Attr> CreateEntry(FsImpl& fs, uint64_t parent, std::string_view name,
                                 const NewEntry& entry, const Cred& cred, InodeRef* out) {
   if (fs.read_only()) return Error(EROFS);
   if (IsDotOrDotDot(name)) return Error(EEXIST);
@@ -163,7 +163,7 @@ static Result<Attr> CreateEntry(Filesystem& fs, uint64_t parent, std::string_vie
   return attr;
 }
 
-Result<Attr> Filesystem::Mknod(uint64_t parent, std::string_view name, uint32_t mode,
+Result<Attr> FsImpl::Mknod(uint64_t parent, std::string_view name, uint32_t mode,
                                uint64_t rdev, const Cred& cred) {
   switch (mode & S_IFMT) {
     case 0: mode |= S_IFREG; break;
@@ -177,7 +177,7 @@ Result<Attr> Filesystem::Mknod(uint64_t parent, std::string_view name, uint32_t 
   return attr;
 }
 
-Result<Attr> Filesystem::Mkdir(uint64_t parent, std::string_view name, uint32_t mode,
+Result<Attr> FsImpl::Mkdir(uint64_t parent, std::string_view name, uint32_t mode,
                                const Cred& cred) {
   InodeRef ref;
   Result<Attr> attr =
@@ -186,7 +186,7 @@ Result<Attr> Filesystem::Mkdir(uint64_t parent, std::string_view name, uint32_t 
   return attr;
 }
 
-Result<Attr> Filesystem::Symlink(uint64_t parent, std::string_view name,
+Result<Attr> FsImpl::Symlink(uint64_t parent, std::string_view name,
                                  std::string_view target, const Cred& cred) {
   if (target.empty()) return Error(ENOENT);
   if (target.size() > format::kSymlinkMax) return Error(ENAMETOOLONG);
@@ -197,7 +197,7 @@ Result<Attr> Filesystem::Symlink(uint64_t parent, std::string_view name,
   return attr;
 }
 
-Result<FileHandle> Filesystem::Create(uint64_t parent, std::string_view name, uint32_t mode,
+Result<FileHandle> FsImpl::Create(uint64_t parent, std::string_view name, uint32_t mode,
                                       int flags, const Cred& cred, Attr* attr) {
   InodeRef ref;
   Result<Attr> created =
@@ -212,7 +212,7 @@ Result<FileHandle> Filesystem::Create(uint64_t parent, std::string_view name, ui
 // One transaction: the inode (fresh), link count 0, onto the orphan list.
 // No directory changes, so no tree_mu_; the parent is only read (its group,
 // its set-group-ID bit) under its shared lock.
-Result<FileHandle> Filesystem::Tmpfile(uint64_t parent, uint32_t mode, int flags,
+Result<FileHandle> FsImpl::Tmpfile(uint64_t parent, uint32_t mode, int flags,
                                        const Cred& cred, Attr* attr) {
   if (read_only_) return Error(EROFS);
   Result<InodeRef> dir = FsOps::Get(*this, parent);
@@ -230,7 +230,7 @@ Result<FileHandle> Filesystem::Tmpfile(uint64_t parent, uint32_t mode, int flags
         FsOps::InheritAcl(*this, parent, d, S_IFREG | (mode & 07777), cred.umask, &acl);
     if (!masked.ok()) return masked.take_error();
     const timespec now = FsOps::Now();
-    std::unique_lock orphans(orphan_mu_, std::defer_lock);  // before the Tx (fs.hpp)
+    std::unique_lock orphans(orphan_mu_, std::defer_lock);  // before the Tx (fs_impl.hpp)
     Tx tx(*journal_, "tmpfile");
     Result<uint64_t> made = FsOps::NewInode(*this, tx, d, parent, *masked, 0, cred, now);
     if (!made.ok()) return made.take_error();
@@ -254,7 +254,7 @@ Result<FileHandle> Filesystem::Tmpfile(uint64_t parent, uint32_t mode, int flags
   return new OpenFile{file->get(), flags};
 }
 
-Result<Attr> Filesystem::Link(uint64_t ino, uint64_t new_parent, std::string_view new_name) {
+Result<Attr> FsImpl::Link(uint64_t ino, uint64_t new_parent, std::string_view new_name) {
   if (read_only_) return Error(EROFS);
   if (IsDotOrDotDot(new_name)) return Error(EEXIST);
   NVFS_TRY(CheckName(new_name));
@@ -279,7 +279,7 @@ Result<Attr> Filesystem::Link(uint64_t ino, uint64_t new_parent, std::string_vie
   if (existing.ok()) return Error(EEXIST);
   if (existing.error().code != ENOENT) return Error(EIO);
   const timespec now = FsOps::Now();
-  std::unique_lock orphan_lock(orphan_mu_, std::defer_lock);  // before the Tx (fs.hpp)
+  std::unique_lock orphan_lock(orphan_mu_, std::defer_lock);  // before the Tx (fs_impl.hpp)
   Tx tx(*journal_, "link");
   NVFS_TRY(dir_->Insert(tx, d, new_name, ino, DirType(inode.mode)));
   tx.Set(inode.nlink, inode.nlink + 1);
@@ -301,7 +301,7 @@ Result<Attr> Filesystem::Link(uint64_t ino, uint64_t new_parent, std::string_vie
 // at the next mount. A regular file left with no link and no open file
 // loses its data at once, in transactions after that one
 // (FsOps::FreeUnlinkedData), under its own lock only.
-static Status RemoveEntry(Filesystem& fs, uint64_t parent, std::string_view name, bool rmdir) {
+static Status RemoveEntry(FsImpl& fs, uint64_t parent, std::string_view name, bool rmdir) {
   if (fs.read_only()) return Error(EROFS);
   if (name == ".") return Error(rmdir ? EINVAL : EISDIR);
   if (name == "..") return Error(rmdir ? ENOTEMPTY : EISDIR);
@@ -329,7 +329,7 @@ static Status RemoveEntry(Filesystem& fs, uint64_t parent, std::string_view name
     return Error(EISDIR);
   }
   const timespec now = FsOps::Now();
-  // Before the Tx: an abort runs under the lock too (orphan_mu_, fs.hpp).
+  // Before the Tx: an abort runs under the lock too (orphan_mu_, fs_impl.hpp).
   std::unique_lock orphan_lock(FsOps::OrphanMu(fs), std::defer_lock);
   Tx tx(FsOps::Jnl(fs), rmdir ? "rmdir" : "unlink");
   NVFS_TRY(FsOps::DirOf(fs).Remove(tx, d, name));
@@ -354,17 +354,17 @@ static Status RemoveEntry(Filesystem& fs, uint64_t parent, std::string_view name
   return Status::Ok();
 }
 
-Status Filesystem::Unlink(uint64_t parent, std::string_view name) {
+Status FsImpl::Unlink(uint64_t parent, std::string_view name) {
   return RemoveEntry(*this, parent, name, false);
 }
 
-Status Filesystem::Rmdir(uint64_t parent, std::string_view name) {
+Status FsImpl::Rmdir(uint64_t parent, std::string_view name) {
   return RemoveEntry(*this, parent, name, true);
 }
 
 // True if directory `ino` is `ancestor` or lies below it. REQUIRES: tree_mu_
 // held exclusively (parent fields change only under it).
-static Result<bool> IsWithin(Filesystem& fs, uint64_t ino, uint64_t ancestor) {
+static Result<bool> IsWithin(FsImpl& fs, uint64_t ino, uint64_t ancestor) {
   uint64_t steps = 0;
   for (;;) {
     if (ino == ancestor) return true;
@@ -380,7 +380,7 @@ static Result<bool> IsWithin(Filesystem& fs, uint64_t ino, uint64_t ancestor) {
 // whiteout, a character device 0:0 of mode 0 owned by the caller, made in
 // the same transaction (so no crash shows the rename without it, nor the
 // whiteout without the rename). Only CAP_MKNOD may ask (the kernel checks).
-Status Filesystem::Rename(uint64_t parent, std::string_view name, uint64_t new_parent,
+Status FsImpl::Rename(uint64_t parent, std::string_view name, uint64_t new_parent,
                           std::string_view new_name, unsigned flags, const Cred& cred) {
   if (read_only_) return Error(EROFS);
   if (flags & ~(RENAME_NOREPLACE | RENAME_EXCHANGE | RENAME_WHITEOUT)) return Error(EINVAL);
@@ -470,7 +470,7 @@ Status Filesystem::Rename(uint64_t parent, std::string_view name, uint64_t new_p
   if (src_dir_delta > 0 && sd.nlink >= kLinkMax) return Error(EMLINK);
 
   const timespec now = FsOps::Now();
-  std::unique_lock orphan_lock(orphan_mu_, std::defer_lock);  // before the Tx (fs.hpp)
+  std::unique_lock orphan_lock(orphan_mu_, std::defer_lock);  // before the Tx (fs_impl.hpp)
   Tx tx(*journal_, exchange ? "rename-exchange" : whiteout ? "rename-whiteout" : "rename");
   // The new name is made to point at the source before the old name goes, so
   // even inside the transaction the inode is never in neither directory.
@@ -530,7 +530,7 @@ Status Filesystem::Rename(uint64_t parent, std::string_view name, uint64_t new_p
   return Status::Ok();
 }
 
-Result<std::string> Filesystem::Readlink(uint64_t ino) {
+Result<std::string> FsImpl::Readlink(uint64_t ino) {
   Result<InodeRef> ref = FsOps::Get(*this, ino);
   if (!ref.ok()) return ref.take_error();
   std::shared_lock lock(ref.value()->lock);
@@ -557,7 +557,7 @@ Result<std::string> Filesystem::Readlink(uint64_t ino) {
 
 // Cookies: 0 starts with ".", 1 with "..", and c >= 2 resumes at entries of
 // key >= c - 2; the entry of key k is followed by cookie k + 3.
-Status Filesystem::ReadDir(uint64_t dir_ino, uint64_t cookie,
+Status FsImpl::ReadDir(uint64_t dir_ino, uint64_t cookie,
                            const std::function<bool(const DirEntry&, uint64_t)>& fn) {
   Result<InodeRef> dir = FsOps::Get(*this, dir_ino);
   if (!dir.ok()) return dir.take_error();

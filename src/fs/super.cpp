@@ -23,18 +23,18 @@ namespace nvfs {
 using format::Inode;
 using format::SuperDynamic;
 
-Filesystem::Filesystem() = default;
+FsImpl::FsImpl() = default;
 
-Filesystem::~Filesystem() {
+FsImpl::~FsImpl() {
   if (mounted_) (void)Unmount();
   // Extent maps replaced while mounted and not yet freed: none outlives the
   // filesystem (they hold addresses in its mapping).
   epoch::Barrier();
 }
 
-uint32_t Filesystem::block_size() const { return geometry_->block_size(); }
-const Geometry& Filesystem::geometry() const { return *geometry_; }
-size_t Filesystem::cached_inodes() const { return cache_->size(); }
+uint32_t FsImpl::block_size() const { return geometry_->block_size(); }
+const Geometry& FsImpl::geometry() const { return *geometry_; }
+size_t FsImpl::cached_inodes() const { return cache_->size(); }
 
 Result<std::unique_ptr<Filesystem>> Filesystem::Mount(const std::string& path,
                                                       const MountOptions& options) {
@@ -49,12 +49,11 @@ Result<std::unique_ptr<Filesystem>> Filesystem::Mount(const std::string& path,
 
 Result<std::unique_ptr<Filesystem>> Filesystem::Mount(std::unique_ptr<Media> media,
                                                       const MountOptions& options) {
-  std::unique_ptr<Filesystem> fs(new Filesystem());
+  auto fs = std::make_unique<FsImpl>();
   const std::string path = media->path();
-  fs->media_ = std::move(media);
-  Status st = fs->MountInternal(options);
+  Status st = fs->MountInternal(std::move(media), options);
   if (!st.ok()) return Error(st.code(), path + ": " + st.error().Describe());
-  return fs;
+  return std::unique_ptr<Filesystem>(std::move(fs));
 }
 
 // The dynamic superblock as journal recovery will leave it, computed on a
@@ -77,14 +76,15 @@ static Result<SuperDynamic> RecoveredDynamic(const Journal& journal, const std::
   return dyn;
 }
 
-bool Filesystem::damage_found() const { return damage_ != nullptr && damage_->seen(); }
+bool FsImpl::damage_found() const { return damage_ != nullptr && damage_->seen(); }
 
-Error FsOps::BadMap(Filesystem& fs, uint64_t ino) {
+Error FsOps::BadMap(FsImpl& fs, uint64_t ino) {
   return fs.ctx_->Damaged(MakeError(EIO, "inode %" PRIu64 ": a block pointer names no data "
                                     "block; run fsck.nvfs", ino));
 }
 
-Status Filesystem::MountInternal(const MountOptions& options) {
+Status FsImpl::MountInternal(std::unique_ptr<Media> media, const MountOptions& options) {
+  media_ = std::move(media);
   read_only_ = options.read_only;
   extent_map_runs_ = options.extent_map_runs;
   privs_dropped_ = options.privs_dropped;
@@ -224,14 +224,14 @@ Status Filesystem::MountInternal(const MountOptions& options) {
   return Status::Ok();
 }
 
-void Filesystem::EndService() { media_->EndService(); }
+void FsImpl::EndService() { media_->EndService(); }
 
-void Filesystem::ServeThroughMount() { media_->ServeThroughMount(); }
+void FsImpl::ServeThroughMount() { media_->ServeThroughMount(); }
 
 // Clean unmount: exact counters in every group descriptor and in the dynamic
 // superblock, then state = clean, each batch in a transaction so a crash
 // here leaves either the old or the new descriptors, never a torn one.
-Status Filesystem::Unmount() {
+Status FsImpl::Unmount() {
   if (!mounted_) return Status::Ok();
   mounted_ = false;
   EndService();
@@ -287,7 +287,7 @@ Status Filesystem::Unmount() {
   return tx.Commit();
 }
 
-Result<StatFs> Filesystem::GetStatFs() {
+Result<StatFs> FsImpl::GetStatFs() {
   StatFs st;
   st.block_size = geometry_->block_size();
   st.blocks = geometry_->block_count();
@@ -331,7 +331,7 @@ timespec FsOps::Now() {
   return ts;
 }
 
-Status FsOps::CheckIno(const Filesystem& fs, uint64_t ino, bool wait_reclaim) {
+Status FsOps::CheckIno(const FsImpl& fs, uint64_t ino, bool wait_reclaim) {
   const Geometry& g = *fs.geometry_;
   if (ino == 0 || ino >= g.inode_count()) return Error(ESTALE);
   const uint32_t group = g.InodeGroup(ino);
@@ -358,7 +358,7 @@ Status FsOps::CheckIno(const Filesystem& fs, uint64_t ino, bool wait_reclaim) {
   return Status::Ok();
 }
 
-Result<InodeRef> FsOps::Get(Filesystem& fs, uint64_t ino) {
+Result<InodeRef> FsOps::Get(FsImpl& fs, uint64_t ino) {
   for (;;) {
     // Checked again after waiting out a reclaim (InodeCache::Pin): the
     // number may now be free (an error here) or a new inode's.
@@ -369,7 +369,7 @@ Result<InodeRef> FsOps::Get(Filesystem& fs, uint64_t ino) {
   }
 }
 
-Attr FsOps::MakeAttr(const Filesystem& fs, uint64_t ino, const Inode& inode) {
+Attr FsOps::MakeAttr(const FsImpl& fs, uint64_t ino, const Inode& inode) {
   Attr a;
   a.ino = ino;
   a.mode = inode.mode;
@@ -424,7 +424,7 @@ void FsOps::StoreInodeDiff(Tx& tx, const Inode& on_media, const Inode& updated) 
   store_range(kListLast, sizeof(Inode));
 }
 
-uint64_t FsOps::NextGeneration(Filesystem& fs) {
+uint64_t FsOps::NextGeneration(FsImpl& fs) {
   // splitmix64 over an atomic counter: cheap, lock-free, never repeats within
   // 2^64 draws; random across mounts (as ext4's i_generation).
   uint64_t x = fs.generation_state_.fetch_add(0x9E3779B97F4A7C15ull) + 0x9E3779B97F4A7C15ull;
@@ -433,7 +433,7 @@ uint64_t FsOps::NextGeneration(Filesystem& fs) {
   return x ^ (x >> 31);
 }
 
-Result<uint64_t> FsOps::NewInode(Filesystem& fs, Tx& tx, const Inode& parent_inode,
+Result<uint64_t> FsOps::NewInode(FsImpl& fs, Tx& tx, const Inode& parent_inode,
                                  uint64_t parent, uint32_t mode, uint64_t rdev,
                                  const Cred& cred, timespec now) {
   Result<uint64_t> ino = fs.alloc_->AllocateInode(tx, parent, S_ISDIR(mode));
@@ -458,7 +458,7 @@ Result<uint64_t> FsOps::NewInode(Filesystem& fs, Tx& tx, const Inode& parent_ino
   return ino;
 }
 
-void FsOps::OrphanAdd(Filesystem& fs, Tx& tx, uint64_t ino) {
+void FsOps::OrphanAdd(FsImpl& fs, Tx& tx, uint64_t ino) {
   const Inode& inode = InodeAt(fs, ino);
   if (inode.flags & format::kInodeFlagOrphan) return;
   const auto& dyn = *reinterpret_cast<const SuperDynamic*>(fs.media_->base() +
@@ -476,7 +476,7 @@ void FsOps::OrphanAdd(Filesystem& fs, Tx& tx, uint64_t ino) {
 // Every link is checked (an inode in use) before it is followed or stored:
 // a damaged link is reported and fails the operation with EIO, the list left
 // as it was for fsck.nvfs.
-Status FsOps::OrphanRemove(Filesystem& fs, Tx& tx, uint64_t ino) {
+Status FsOps::OrphanRemove(FsImpl& fs, Tx& tx, uint64_t ino) {
   const Inode& inode = InodeAt(fs, ino);
   if (!(inode.flags & format::kInodeFlagOrphan)) return Status::Ok();
   const auto& dyn = *reinterpret_cast<const SuperDynamic*>(fs.media_->base() +
@@ -524,10 +524,10 @@ Status FsOps::OrphanRemove(Filesystem& fs, Tx& tx, uint64_t ino) {
   return Status::Ok();
 }
 
-Status FsOps::FreeBlocksFrom(Filesystem& fs, uint64_t ino, uint64_t from) {
+Status FsOps::FreeBlocksFrom(FsImpl& fs, uint64_t ino, uint64_t from) {
   const Inode& inode = InodeAt(fs, ino);
   for (;;) {
-    std::unique_lock lock(fs.orphan_mu_, std::defer_lock);  // before the Tx (fs.hpp)
+    std::unique_lock lock(fs.orphan_mu_, std::defer_lock);  // before the Tx (fs_impl.hpp)
     Tx tx(*fs.journal_, "truncate-more");
     Result<bool> done = fs.bmap_->Truncate(tx, inode, from);
     if (!done.ok()) return done.take_error();
@@ -545,7 +545,7 @@ Status FsOps::FreeBlocksFrom(Filesystem& fs, uint64_t ino, uint64_t from) {
   }
 }
 
-Status FsOps::Resize(Filesystem& fs, uint64_t ino, uint64_t new_size, Tx* first_tx,
+Status FsOps::Resize(FsImpl& fs, uint64_t ino, uint64_t new_size, Tx* first_tx,
                      std::unique_lock<std::mutex>& orphan_lock) {
   const Inode& inode = InodeAt(fs, ino);
   const Geometry& g = *fs.geometry_;
@@ -596,14 +596,14 @@ Status FsOps::Resize(Filesystem& fs, uint64_t ino, uint64_t new_size, Tx* first_
   return FreeBlocksFrom(fs, ino, from);
 }
 
-Status FsOps::Reclaim(Filesystem& fs, uint64_t ino) {
+Status FsOps::Reclaim(FsImpl& fs, uint64_t ino) {
   // Turned read-only by damage: the inode stays on the orphan list.
   if (fs.read_only()) return Error(EROFS);
   const Inode& inode = InodeAt(fs, ino);
   // Free the contents in as many transactions as needed; the inode stays on
   // the orphan list until the last one, which frees the inode itself.
   for (;;) {
-    std::unique_lock lock(fs.orphan_mu_, std::defer_lock);  // before the Tx (fs.hpp)
+    std::unique_lock lock(fs.orphan_mu_, std::defer_lock);  // before the Tx (fs_impl.hpp)
     Tx tx(*fs.journal_, "reclaim");
     Result<bool> done = true;
     if (S_ISDIR(inode.mode)) {
@@ -638,7 +638,7 @@ Status FsOps::Reclaim(Filesystem& fs, uint64_t ino) {
 // The size goes first so that no state shows a size past freed blocks; a
 // file reopened afterwards (through /proc/self/fd of an O_PATH descriptor)
 // reads as the empty file it now is.
-Status FsOps::FreeUnlinkedData(Filesystem& fs, CachedInode* cached) {
+Status FsOps::FreeUnlinkedData(FsImpl& fs, CachedInode* cached) {
   const Inode& inode = *cached->media;
   if (fs.read_only() || !S_ISREG(inode.mode) || inode.nlink != 0 || cached->linkable ||
       !(inode.flags & format::kInodeFlagOrphan)) {
@@ -660,13 +660,13 @@ Status FsOps::FreeUnlinkedData(Filesystem& fs, CachedInode* cached) {
   return FreeBlocksFrom(fs, cached->ino, 0);
 }
 
-void FsOps::ReclaimIdle(Filesystem& fs, CachedInode* inode) {
+void FsOps::ReclaimIdle(FsImpl& fs, CachedInode* inode) {
   // The entry goes on every path, a throw from Reclaim (an allocation
   // failure) included: until it goes, `reclaiming` stays set and every pin
   // of the number waits for it (InodeCache::Pin). Erased after the inode
   // lock is dropped, as the lock lives in the entry.
   struct EraseOnExit {
-    Filesystem& fs;
+    FsImpl& fs;
     CachedInode* inode;
     ~EraseOnExit() { fs.cache_->Erase(inode); }
   } erase_on_exit{fs, inode};
@@ -681,7 +681,7 @@ void FsOps::ReclaimIdle(Filesystem& fs, CachedInode* inode) {
   (void)Reclaim(fs, inode->ino);
 }
 
-void FsOps::UnpinNoThrow(Filesystem& fs, CachedInode* inode) noexcept {
+void FsOps::UnpinNoThrow(FsImpl& fs, CachedInode* inode) noexcept {
   const uint64_t ino = inode->ino;
   const char* what = nullptr;
   try {
@@ -699,7 +699,7 @@ void FsOps::UnpinNoThrow(Filesystem& fs, CachedInode* inode) noexcept {
   }
 }
 
-Status FsOps::ProcessOrphans(Filesystem& fs) {
+Status FsOps::ProcessOrphans(FsImpl& fs) {
   const auto& dyn = *reinterpret_cast<const SuperDynamic*>(fs.media_->base() +
                                                            format::kSuperDynamicOffset);
   // The whole list is checked before the first orphan is touched: each inode

@@ -248,7 +248,7 @@ void StoreFreeRecord(const FsContext& ctx, Tx& tx, uint64_t block_no, uint32_t o
 // Removes the found record in `tx`: it becomes free, its runs are freed after
 // commit, and a block left with no live record is unlinked and freed.
 // Allocates nothing. REQUIRES: inode lock held exclusively.
-Status RemoveFound(Filesystem& fs, Tx& tx, const Inode& inode, const Found& found) {
+Status RemoveFound(FsImpl& fs, Tx& tx, const Inode& inode, const Found& found) {
   FsContext& ctx = FsOps::Ctx(fs);
   uint64_t freed = 0;
   for (uint32_t r = 0; r < found.record.runs; ++r) {
@@ -311,7 +311,7 @@ struct Space {
 // xattr_block); `blocks` L; ctime L; all in `tx` (which a caller may share
 // with other changes of the same inode: each walk sees the stores of the
 // ones before). REQUIRES: inode lock held exclusively until tx commits.
-Status SetChainedIn(Filesystem& fs, Tx& tx, uint64_t ino, const Inode& inode,
+Status SetChainedIn(FsImpl& fs, Tx& tx, uint64_t ino, const Inode& inode,
                     std::string_view name, const void* value, size_t size, int flags,
                     timespec now) {
   FsContext& ctx = FsOps::Ctx(fs);
@@ -448,14 +448,14 @@ Status SetChainedIn(Filesystem& fs, Tx& tx, uint64_t ino, const Inode& inode,
 }
 
 // The same as one transaction of its own.
-Status SetChained(Filesystem& fs, uint64_t ino, const Inode& inode, std::string_view name,
+Status SetChained(FsImpl& fs, uint64_t ino, const Inode& inode, std::string_view name,
                   const void* value, size_t size, int flags) {
   Tx tx(FsOps::Jnl(fs), "xattr");
   NVFS_TRY(SetChainedIn(fs, tx, ino, inode, name, value, size, flags, FsOps::Now()));
   return tx.Commit();
 }
 
-Status RemoveChained(Filesystem& fs, const Inode& inode, std::string_view name, Tx* in_tx) {
+Status RemoveChained(FsImpl& fs, const Inode& inode, std::string_view name, Tx* in_tx) {
   FsContext& ctx = FsOps::Ctx(fs);
   Found found;
   NVFS_TRY(Find(ctx, inode, name, &found));
@@ -486,7 +486,7 @@ Result<std::vector<Attribute>> LegacyLoad(const FsContext& ctx, const Inode& ino
 // Replaces the inode's xattr block with one holding `attrs` (or none),
 // logged in `tx`: A + F the new block, L xattr_block, D the old one, L
 // blocks, L ctime. REQUIRES: inode lock held exclusively.
-Status LegacyStore(Filesystem& fs, Tx& tx, uint64_t ino, const Inode& inode,
+Status LegacyStore(FsImpl& fs, Tx& tx, uint64_t ino, const Inode& inode,
                    const std::vector<Attribute>& attrs, timespec now) {
   FsContext& ctx = FsOps::Ctx(fs);
   const uint32_t bs = ctx.geometry.block_size();
@@ -529,7 +529,7 @@ Status LegacyStore(Filesystem& fs, Tx& tx, uint64_t ino, const Inode& inode,
 
 // Runs `change` on the attributes and stores them back (one transaction).
 template <class Change>
-Status LegacyChange(Filesystem& fs, uint64_t ino, const Inode& inode, Change&& change) {
+Status LegacyChange(FsImpl& fs, uint64_t ino, const Inode& inode, Change&& change) {
   Result<std::vector<Attribute>> attrs = LegacyLoad(FsOps::Ctx(fs), inode);
   if (!attrs.ok()) return attrs.take_error();
   NVFS_TRY(change(*attrs));
@@ -544,14 +544,14 @@ std::vector<Attribute>::iterator FindIn(std::vector<Attribute>& attrs, std::stri
 
 }  // namespace
 
-Result<bool> FsOps::HasCapability(Filesystem& fs, const Inode& inode) {
+Result<bool> FsOps::HasCapability(FsImpl& fs, const Inode& inode) {
   if (inode.xattr_block == 0) return false;
   Found found;
   NVFS_TRY(Find(FsOps::Ctx(fs), inode, kCapability, &found));
   return found.found;
 }
 
-Status FsOps::RemoveCapability(Filesystem& fs, uint64_t ino, const Inode& inode, Tx& tx) {
+Status FsOps::RemoveCapability(FsImpl& fs, uint64_t ino, const Inode& inode, Tx& tx) {
   if (inode.xattr_block == 0) return Status::Ok();
   FsContext& ctx = FsOps::Ctx(fs);
   if (ctx.geometry.xattr_chain()) {
@@ -566,7 +566,7 @@ Status FsOps::RemoveCapability(Filesystem& fs, uint64_t ino, const Inode& inode,
   return LegacyStore(fs, tx, ino, inode, *attrs, FsOps::Now());
 }
 
-Result<bool> FsOps::FreeXattrs(Filesystem& fs, Tx& tx, const Inode& inode) {
+Result<bool> FsOps::FreeXattrs(FsImpl& fs, Tx& tx, const Inode& inode) {
   FsContext& ctx = FsOps::Ctx(fs);
   // Each step frees one record's runs or one empty block: a few records.
   constexpr size_t kStepRoom = 1024;
@@ -607,7 +607,7 @@ Result<bool> FsOps::FreeXattrs(Filesystem& fs, Tx& tx, const Inode& inode) {
 }
 
 // The ACL code's view (acl.cpp), on either format.
-Result<std::optional<std::string>> FsOps::FindXattr(Filesystem& fs, const Inode& inode,
+Result<std::optional<std::string>> FsOps::FindXattr(FsImpl& fs, const Inode& inode,
                                                     std::string_view name) {
   if (inode.xattr_block == 0) return std::optional<std::string>();
   FsContext& ctx = FsOps::Ctx(fs);
@@ -619,7 +619,7 @@ Result<std::optional<std::string>> FsOps::FindXattr(Filesystem& fs, const Inode&
   return std::optional<std::string>(std::move(value));
 }
 
-Status FsOps::ChangeXattrs(Filesystem& fs, Tx& tx, uint64_t ino, const Inode& inode,
+Status FsOps::ChangeXattrs(FsImpl& fs, Tx& tx, uint64_t ino, const Inode& inode,
                            std::span<const XattrChange> changes, timespec now) {
   if (FsOps::Pinned(inode)) return Error(EPERM);  // chattr +i or +a
   FsContext& ctx = FsOps::Ctx(fs);
@@ -659,7 +659,7 @@ Status FsOps::ChangeXattrs(Filesystem& fs, Tx& tx, uint64_t ino, const Inode& in
   return LegacyStore(fs, tx, ino, inode, *attrs, now);
 }
 
-Status Filesystem::SetXattr(uint64_t ino, std::string_view name, const void* value, size_t size,
+Status FsImpl::SetXattr(uint64_t ino, std::string_view name, const void* value, size_t size,
                             int flags, unsigned xattr_flags) {
   if (read_only_) return Error(EROFS);
   NVFS_TRY(CheckXattrName(name));
@@ -689,7 +689,7 @@ Status Filesystem::SetXattr(uint64_t ino, std::string_view name, const void* val
   });
 }
 
-Result<size_t> Filesystem::GetXattr(uint64_t ino, std::string_view name, void* value,
+Result<size_t> FsImpl::GetXattr(uint64_t ino, std::string_view name, void* value,
                                     size_t size) {
   NVFS_TRY(CheckXattrName(name));
   if (IsAclName(name)) return FsOps::GetAcl(*this, ino, name == format::kAclDefaultName, value, size);
@@ -711,7 +711,7 @@ Result<size_t> Filesystem::GetXattr(uint64_t ino, std::string_view name, void* v
 // ext4's answers: size 0 asks for the list's size; a buffer too small for
 // the whole list is ERANGE. A set never lets the list grow past
 // kXattrListMax, the kernel's own limit, so every list can be returned.
-Result<size_t> Filesystem::ListXattr(uint64_t ino, char* list, size_t size, const Cred& cred) {
+Result<size_t> FsImpl::ListXattr(uint64_t ino, char* list, size_t size, const Cred& cred) {
   Result<InodeRef> ref = FsOps::Get(*this, ino);
   if (!ref.ok()) return ref.take_error();
   std::shared_lock lock(ref.value()->lock);
@@ -731,7 +731,7 @@ Result<size_t> Filesystem::ListXattr(uint64_t ino, char* list, size_t size, cons
   return total;
 }
 
-Status Filesystem::RemoveXattr(uint64_t ino, std::string_view name) {
+Status FsImpl::RemoveXattr(uint64_t ino, std::string_view name) {
   if (read_only_) return Error(EROFS);
   NVFS_TRY(CheckXattrName(name));
   Result<InodeRef> ref = FsOps::Get(*this, ino);

@@ -1,5 +1,5 @@
 // The recording backend (recording_media.hpp gives the model).
-#include "media/recording_media.hpp"
+#include "testing/recording_media.hpp"
 
 #include <sys/mman.h>
 #include <unistd.h>

@@ -1,7 +1,9 @@
 // For tests only: a hook that replaces NameHash, so that a test can force
 // names onto chosen hash values (collisions that the keyed hash makes
-// impossible to find on purpose). Nothing outside tests/ includes this file;
-// the daemon, mkfs and fsck have no way to set it.
+// impossible to find on purpose). Part of the test library (nvfs_testing,
+// tests/meson.build), whose NameHash (name_hash_hook.cpp) takes the place of
+// the core's in the programs that link it; the daemon, mkfs and fsck have
+// neither the hook nor a way to set it.
 #pragma once
 
 #include <cstdint>
