@@ -260,6 +260,7 @@ TEST_CASE("an empty file and a file of one hole", "[extent_map]") {
 
 // Past max_runs the map stops: covered() ends where the first run it left
 // out begins, and the reads there go through the bmap (file.cpp).
+// Seen failing (issue 23) without Build's `if (runs.size() == max_runs) break;`.
 TEST_CASE("past the run limit a map covers only its first runs", "[extent_map]") {
   FsFixture fs;
   TestFile file(fs);
@@ -322,6 +323,7 @@ TEST_CASE("a map is tagged with its data_seq and keeps describing that version",
 // Through the filesystem: reads build a map once they have paid for it; a
 // write into a hole changes data_seq, after which the old map must not
 // serve a read (it would read the hole), and later reads rebuild it.
+// Seen failing (issue 23) without ReadSlow's `map->seq() == seq` (file.cpp).
 TEST_CASE("a stale map is not read through and the reads rebuild it", "[extent_map][stale]") {
   FsImage img;
   Filesystem& fs = img.fs();
@@ -379,7 +381,9 @@ ExtentMap* BuildWatched(const TestFile& file) {
 // A replaced map is retired the way file.cpp retires it (epoch::Retire with
 // ExtentMap::DestroyErased): freed once, and only after every guard that
 // began before the retire has ended; a guard that began after does not
-// hold it.
+// hold it. Seen failing (issue 23) without Destroy's operator delete (never
+// freed), and with the epoch's reclaim freeing whatever is retired
+// (src/util/epoch.cpp's partition keeping nothing: freed under the guard).
 TEST_CASE("a retired map is freed only after the older guards end", "[extent_map][reclaim]") {
   FsFixture fs;
   TestFile file(fs);
