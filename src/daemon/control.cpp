@@ -109,17 +109,10 @@ void Server::State::Run() {
 
 std::unique_ptr<Server> Server::Create(Filesystem& fs, dev_t mount_dev,
                                        const std::string& namespace_path, std::string* why) {
-  if (geteuid() != 0) {
-    *why = "the daemon is not root (only root may make sockets in /run/nvfs)";
-    return nullptr;
-  }
   auto s = std::make_unique<State>();
+  if (!daemon::RootAndNamespace(namespace_path, &s->namespace_stat, why)) return nullptr;
   s->fs = &fs;
   s->socket_path = SocketPath(mount_dev);
-  if (stat(namespace_path.c_str(), &s->namespace_stat) != 0) {
-    *why = namespace_path + ": " + std::strerror(errno);
-    return nullptr;
-  }
   // Root only; the peer's credentials say so again (Run).
   if (!s->socket.Listen(s->socket_path, 0600, 8, 0, why)) return nullptr;
   return std::unique_ptr<Server>(new Server(std::move(s)));

@@ -42,6 +42,19 @@ bool MakeSocketDir(std::string* why) {
 
 }  // namespace
 
+bool RootAndNamespace(const std::string& namespace_path, struct stat* namespace_stat,
+                      std::string* why) {
+  if (geteuid() != 0) {
+    *why = "the daemon is not root (only root may make sockets in /run/nvfs)";
+    return false;
+  }
+  if (stat(namespace_path.c_str(), namespace_stat) != 0) {
+    *why = namespace_path + ": " + std::strerror(errno);
+    return false;
+  }
+  return true;
+}
+
 bool SocketServer::Listen(const std::string& path, mode_t mode, int backlog, int type_flags,
                           std::string* why) {
   if (!MakeSocketDir(why)) return false;

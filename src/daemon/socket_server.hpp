@@ -6,6 +6,7 @@
 // checks its peer's credentials itself), is theirs.
 #pragma once
 
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include <functional>
@@ -13,6 +14,13 @@
 #include <thread>
 
 namespace nvfs::daemon {
+
+// What both servers check first: the daemon is root (only root may make
+// sockets in /run/nvfs), and the namespace at `namespace_path` is there;
+// its identity goes to *namespace_stat, which a client's proof is checked
+// against. False with one line in *why.
+bool RootAndNamespace(const std::string& namespace_path, struct stat* namespace_stat,
+                      std::string* why);
 
 class SocketServer {
  public:

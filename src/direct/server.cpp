@@ -325,20 +325,13 @@ void Server::State::Close(Connection& c) {
 
 std::unique_ptr<Server> Server::Create(Filesystem& fs, dev_t mount_dev,
                                        const std::string& namespace_path, std::string* why) {
-  if (geteuid() != 0) {
-    *why = "the daemon is not root (only root may make sockets in /run/nvfs)";
-    return nullptr;
-  }
   auto s = std::make_unique<State>();
+  if (!daemon::RootAndNamespace(namespace_path, &s->namespace_stat, why)) return nullptr;
   s->fs = &fs;
   s->mount_dev = mount_dev;
   s->namespace_path = namespace_path;
   s->namespace_size = fs.media().size();
   s->socket_path = SocketPath(mount_dev);
-  if (stat(namespace_path.c_str(), &s->namespace_stat) != 0) {
-    *why = namespace_path + ": " + std::strerror(errno);
-    return nullptr;
-  }
   // The table: a memfd sealed so that no one can write it after this but
   // through the mapping made here; clients get a read-only descriptor.
   s->table_bytes = size_t{kSlots} * sizeof(DirectSlot);
