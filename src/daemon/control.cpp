@@ -48,17 +48,9 @@ void Server::State::Handle(int conn) {
     std::snprintf(reply.message, sizeof reply.message, fmt, args...);
   };
   Request req{};
-  iovec iov{&req, sizeof req};
-  alignas(cmsghdr) char cbuf[CMSG_SPACE(sizeof(int))] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = cbuf;
-  msg.msg_controllen = sizeof cbuf;
-  const ssize_t n = recvmsg(conn, &msg, MSG_CMSG_CLOEXEC);
   int passed = -1;
   bool bad = false;  // ancillary data cut short (room for one descriptor only)
-  if (n >= 0) TakeDescriptors(&msg, &passed, &bad);
+  const ssize_t n = ReceiveWithFd<1>(conn, &req, sizeof req, 0, &passed, &bad);
   struct stat st {};
   if (n != static_cast<ssize_t>(sizeof req) || req.magic != kMagic || req.version != kVersion ||
       req.op != kOpGrow || bad) {

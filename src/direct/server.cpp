@@ -175,20 +175,14 @@ void Server::State::Accept() {
 
 void Server::State::Receive(Connection& c) {
   for (int n = 0; n < 16 && !c.done && c.tokens >= 1; ++n) {
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)];
-    iovec iov{reinterpret_cast<char*>(&c.request) + c.have, sizeof(Request) - c.have};
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof control;
-    const ssize_t got = recvmsg(c.fd, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    const ssize_t got =
+        ReceiveWithFd<4>(c.fd, reinterpret_cast<char*>(&c.request) + c.have,
+                         sizeof(Request) - c.have, MSG_DONTWAIT, &c.passed, &c.bad);
     if (got < 0 && (errno == EAGAIN || errno == EINTR)) return;
     if (got <= 0) {
       c.done = true;
       return;
     }
-    TakeDescriptors(&msg, &c.passed, &c.bad);
     c.have += static_cast<size_t>(got);
     if (c.have < sizeof(Request)) continue;
     c.tokens -= 1;

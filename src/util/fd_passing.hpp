@@ -61,4 +61,22 @@ inline void TakeDescriptors(msghdr* msg, int* fd, bool* bad) {
   if (msg->msg_flags & MSG_CTRUNC) *bad = true;
 }
 
+// One recvmsg of at most `size` bytes into `data` (`flags` besides
+// MSG_CMSG_CLOEXEC), with room for kMaxFds descriptors: what came with it
+// goes through TakeDescriptors (more than kMaxFds is MSG_CTRUNC, so *bad).
+// Returns as recvmsg.
+template <size_t kMaxFds>
+ssize_t ReceiveWithFd(int sock, void* data, size_t size, int flags, int* fd, bool* bad) {
+  iovec iov{data, size};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFds)] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  const ssize_t n = recvmsg(sock, &msg, flags | MSG_CMSG_CLOEXEC);
+  if (n >= 0) TakeDescriptors(&msg, fd, bad);
+  return n;
+}
+
 }  // namespace nvfs
