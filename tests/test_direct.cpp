@@ -1,7 +1,8 @@
 // Direct reads through a real mount (issue 20): the daemon's socket and its
 // hardening, spoken to byte by byte (no client library), and the slot table
 // it keeps current. The library's own cases through a mount are in
-// test_direct_lib.cpp.
+// test_direct_lib.cpp. Also the daemon's other socket, the control socket
+// (nvfs-resize of a mounted filesystem), spoken to the same way.
 #include <catch2/catch.hpp>
 #include <fcntl.h>
 #include <grp.h>
@@ -22,6 +23,7 @@
 
 #include "direct/protocol.hpp"
 #include "mount_fixture.hpp"
+#include "nvfs/control.hpp"
 #include "nvfs/format.hpp"
 
 using namespace nvfs;
@@ -462,4 +464,77 @@ TEST_CASE("direct: no proof, no session; refusals keep the mount serving", "[mou
   CHECK(std::string(buf, 5) == "hello");
   close(file);
   REQUIRE(m.Stop() == 0);
+}
+
+// The control socket (include/nvfs/control.hpp) shares the direct socket's
+// skeleton and descriptor passing (src/daemon/socket_server.cpp,
+// src/util/fd_passing.hpp): root's alone, and no grow without a descriptor
+// of the very namespace open for reading and writing.
+TEST_CASE("control: the socket is root's alone and grows only for the namespace opened read-write",
+          "[mount][control]") {
+  NVFS_REQUIRE_FUSE();
+  if (geteuid() != 0) NVFS_SKIP("the control socket needs a root daemon");
+  MountedFs m(64ull << 20);
+  m.Start();
+  struct stat mnt;
+  REQUIRE(stat(m.dir().c_str(), &mnt) == 0);
+  const std::string path = control::SocketPath(mnt.st_dev);
+  struct stat st;
+  REQUIRE(stat(path.c_str(), &st) == 0);
+  CHECK(S_ISSOCK(st.st_mode));
+  CHECK((st.st_mode & 0777) == 0600);
+  CHECK(st.st_uid == 0);
+
+  // One request, one reply, then the daemon closes the connection.
+  const auto ask = [&](const void* request, size_t size, const std::vector<int>& fds) {
+    const int sock = Connect(path);
+    REQUIRE(sock >= 0);
+    REQUIRE(SendRaw(sock, request, size, fds));
+    control::Reply reply{};
+    size_t got = 0;
+    while (got < sizeof reply) {
+      const ssize_t n = read(sock, reinterpret_cast<char*>(&reply) + got, sizeof reply - got);
+      if (n <= 0) break;
+      got += static_cast<size_t>(n);
+    }
+    close(sock);
+    REQUIRE(got == sizeof reply);
+    CHECK(reply.magic == control::kMagic);
+    return reply;
+  };
+  const uint64_t old_size = 64ull << 20, new_size = 128ull << 20;
+  const control::Request grow{control::kMagic, control::kVersion, control::kOpGrow, 0, new_size};
+  const int rw = open(m.image().c_str(), O_RDWR | O_CLOEXEC);
+  const int ro = open(m.image().c_str(), O_RDONLY | O_CLOEXEC);
+  const int other = open("/dev/null", O_RDWR | O_CLOEXEC);
+  REQUIRE(rw >= 0);
+  REQUIRE(ro >= 0);
+  REQUIRE(other >= 0);
+  CHECK(ask(&grow, sizeof grow, {}).error == EPERM);       // no proof
+  CHECK(ask(&grow, sizeof grow, {ro}).error == EPERM);     // not open for writing
+  CHECK(ask(&grow, sizeof grow, {other}).error == EPERM);  // not the namespace
+  CHECK(ask(&grow, sizeof grow - 8, {rw}).error == EPROTO);  // short
+  control::Request wrong = grow;
+  wrong.op = 9;
+  CHECK(ask(&wrong, sizeof wrong, {rw}).error == EPROTO);
+  wrong = grow;
+  wrong.magic = 0;
+  CHECK(ask(&wrong, sizeof wrong, {rw}).error == EPROTO);
+  // Two descriptors in one message: refused (EPROTO since the servers share
+  // one receive; EPERM, "no descriptor", before).
+  CHECK(ask(&grow, sizeof grow, {rw, rw}).error != 0);
+  REQUIRE(stat(m.image().c_str(), &st) == 0);
+  CHECK(static_cast<uint64_t>(st.st_size) == old_size);  // nothing grew
+
+  const control::Reply grown = ask(&grow, sizeof grow, {rw});
+  CHECK(grown.error == 0);
+  CHECK(grown.new_blocks > grown.old_blocks);
+  REQUIRE(stat(m.image().c_str(), &st) == 0);
+  CHECK(static_cast<uint64_t>(st.st_size) == new_size);
+  close(rw);
+  close(ro);
+  close(other);
+  REQUIRE(m.Stop() == 0);
+  CHECK(access(path.c_str(), F_OK) != 0);  // removed at unmount
+  CHECK(nvfs::test::FsckImage(m.image()).exit_code == 0);
 }

@@ -22,32 +22,18 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import statistics
-import subprocess
 import sys
 import time
 
-TOP = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BUILD = os.environ.get("NVFS_BUILD", os.path.join(TOP, "build"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+import benchreport  # noqa: E402  (what the benchmark scripts share)
+from benchreport import BUILD, TOP, drop_caches, mounted, run  # noqa: E402
+
 WORK = os.environ.get("BENCH_WORK", "/dev/shm/nvfs-bench")
 MNT = os.environ.get("BENCH_MNT", "/tmp/nvfs-bench")
 
 KIB, MIB = 1024, 1024 * 1024
-
-
-def run(cmd, check=True, capture=True, **kw):
-    res = subprocess.run(cmd, check=False, text=True,
-                         stdout=subprocess.PIPE if capture else None,
-                         stderr=subprocess.PIPE if capture else None, **kw)
-    if check and res.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed ({res.returncode}): {res.stderr.strip()}")
-    return res
-
-
-def mounted(path):
-    with open("/proc/mounts") as f:
-        return any(line.split()[1] == path for line in f)
 
 
 class Target:
@@ -131,12 +117,6 @@ WORKLOADS = [
 
 
 DURATION = {False: 1.0, True: 0.3}  # seconds per measurement
-
-
-def drop_caches():
-    os.sync()
-    with open("/proc/sys/vm/drop_caches", "w") as f:
-        f.write("3\n")
 
 
 def pread_once(target, wl, size, quick):
@@ -310,16 +290,16 @@ def check_targets(med, engine, fio_disagreement):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--size", type=int, default=256 * MIB, help="bytes of the data file")
-    ap.add_argument("--reps", type=int, default=3)
+    benchreport.add_reps(ap, 3)
     ap.add_argument("--quick", action="store_true", help="smaller runs (a smoke test)")
-    ap.add_argument("--targets", default="", help="comma-separated subset of target names")
+    benchreport.add_targets(ap)
     ap.add_argument("--workloads", default="", help="comma-separated subset of workload names")
-    ap.add_argument("--json-out", default=os.path.join(WORK, "results.json"))
+    benchreport.add_json_out(ap, os.path.join(WORK, "results.json"))
     ap.add_argument("--chart", default=os.path.join(TOP, "doc", "bench.png"))
-    ap.add_argument("--baseline", default="",
-                    help="a directory with another build's nvfs and mkfs.nvfs: every nvfs target "
-                         "also runs as base-<name> on it, alternating with this build's, and the "
-                         "table ends with this build's time per request over the baseline's")
+    benchreport.add_baseline(ap, "a directory with another build's nvfs and mkfs.nvfs: every nvfs "
+                             "target also runs as base-<name> on it, alternating with this build's, "
+                             "and the table ends with this build's time per request over the "
+                             "baseline's")
     ap.add_argument("--no-engine", action="store_true",
                     help="skip the in-process engine figures and the targets that need them")
     args = ap.parse_args()
@@ -332,27 +312,17 @@ def main():
     targets.append(Target("nvfs-map-none-uring", "nvfs", read_path="map", cache="none",
                           io_uring="on"))
     targets.append(Target("nvfs-direct", "nvfs", read_path="map", cache="none", direct=True))
-    if args.targets:
-        wanted = set(args.targets.split(","))
-        targets = [t for t in targets if t.name in wanted]
+    targets = benchreport.pick(targets, args.targets)
     if args.baseline:
         bindir = os.path.abspath(args.baseline)
         targets += [Target("base-" + t.name, "nvfs", bindir=bindir, **t.opts)
                     for t in list(targets) if t.kind == "nvfs"]
 
     # FUSE over io_uring needs the kernel's switch, which is global: on for
-    # this run, the old value back on every exit (finally below, and SIGTERM
-    # is made an exception so that finally runs).
-    knob = "/sys/module/fuse/parameters/enable_uring"
-    knob_old = None
-    if any(t.opts.get("io_uring") == "on" for t in targets):
-        if not os.path.exists(knob):
-            print(f"no {knob}: the io_uring target is left out", file=sys.stderr)
-            targets = [t for t in targets if t.opts.get("io_uring") != "on"]
-        else:
-            with open(knob) as f:
-                knob_old = f.read().strip()
-            signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
+    # this run, the old value back on every exit (finally below).
+    uring = benchreport.UringSwitch(targets, lambda t: t.opts.get("io_uring") == "on",
+                                    "the io_uring target is left out")
+    targets = uring.keep()
 
     os.makedirs(WORK, exist_ok=True)
     os.makedirs(MNT, exist_ok=True)
@@ -362,14 +332,9 @@ def main():
     # (target, workload) -> per repetition: nvfs-pread's ns/op and GB/s, fio's
     # GB/s, and "pair": nvfs-pread's GB/s over fio's measured right after it.
     results = {}
-    workloads = WORKLOADS
-    if args.workloads:
-        wanted = set(args.workloads.split(","))
-        workloads = [wl for wl in WORKLOADS if wl[0] in wanted]
+    workloads = benchreport.pick(WORKLOADS, args.workloads, lambda wl: wl[0])
     try:
-        if knob_old is not None:
-            with open(knob, "w") as f:
-                f.write("Y\n")
+        uring.on()
         for t in targets:
             print(f"setting up {t.name}", file=sys.stderr)
             t.setup(args.size, source)
@@ -390,14 +355,11 @@ def main():
     finally:
         for t in targets:
             t.teardown()
-        if knob_old is not None:
-            with open(knob, "w") as f:
-                f.write(knob_old + "\n")
+        uring.off()
         if os.path.exists(source):
             os.unlink(source)
 
-    med = {k: {m: (statistics.median(v) if v else None) for m, v in r.items()}
-           for k, r in results.items()}
+    med = benchreport.medians(results)
     with open(args.json_out, "w") as f:
         json.dump({f"{k[0]}|{k[1]}": {"median": med[k], "runs": r} for k, r in results.items()}, f,
                   indent=1)
@@ -412,7 +374,9 @@ def main():
 
     print(f"\n{args.reps} repetitions, medians; data file {args.size // MIB} MiB; "
           f"ratios are throughput against the reference in the same run")
-    hdr = f"{'workload':12} {'target':16} {'ns/op':>10} {'GB/s':>8} {'fio GB/s':>9} {'x tmpfs':>8} {'x fuse2fs':>9} {'x f2fs-dio':>10}"
+    widths = [-12, -16, 10, 8, 9, 8, 9, 10]
+    hdr = benchreport.fixed_row(["workload", "target", "ns/op", "GB/s", "fio GB/s", "x tmpfs",
+                                 "x fuse2fs", "x f2fs-dio"], widths)
     print(hdr)
     print("-" * len(hdr))
     for wl in workloads:
@@ -421,9 +385,10 @@ def main():
             if not m:
                 continue
             fio = f"{m['fio']:.3f}" if m.get("fio") else "-"
-            print(f"{wl[0]:12} {t.name:16} {m['ns']:10.0f} {m['gbps']:8.3f} {fio:>9} "
-                  f"{ratio(t.name, wl[0], 'tmpfs'):>8} {ratio(t.name, wl[0], 'fuse2fs'):>9} "
-                  f"{ratio(t.name, wl[0], 'fuse2fs-dio'):>10}")
+            print(benchreport.fixed_row(
+                [wl[0], t.name, f"{m['ns']:.0f}", f"{m['gbps']:.3f}", fio,
+                 ratio(t.name, wl[0], "tmpfs"), ratio(t.name, wl[0], "fuse2fs"),
+                 ratio(t.name, wl[0], "fuse2fs-dio")], widths))
         print()
 
     # Agreement of nvfs-pread with fio where both measure the same workload.

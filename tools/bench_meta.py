@@ -40,38 +40,19 @@ import json
 import os
 import random
 import shutil
-import signal
 import statistics
 import sys
 import tarfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench import mounted, run  # noqa: E402  (one copy of the helpers)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+import benchreport  # noqa: E402  (what the benchmark scripts share)
+from benchreport import BUILD, drop_caches, mounted, run, wait_released  # noqa: E402
 
-TOP = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BUILD = os.environ.get("NVFS_BUILD", os.path.join(TOP, "build"))
 WORK = os.environ.get("BENCH_WORK", "/dev/shm/nvfs-bench-meta")
 MNT = os.environ.get("BENCH_MNT", "/tmp/nvfs-bench-meta")
-KNOB = "/sys/module/fuse/parameters/enable_uring"
 TRACE = "/sys/kernel/tracing"
 IMAGE_SIZE = 1 << 30
-
-
-def drop_caches():
-    os.sync()
-    with open("/proc/sys/vm/drop_caches", "w") as f:
-        f.write("3\n")
-
-
-def wait_released(path, timeout=10):
-    # A FUSE daemon releases its image (and nvfs the namespace's lock) as it
-    # exits, after the unmount returned; the next mount needs both gone.
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if run(["fuser", "-s", path], check=False).returncode != 0:
-            return
-        time.sleep(0.02)
 
 
 class Target:
@@ -393,32 +374,22 @@ def main():
     ap.add_argument("--dirs", type=int, default=1000, help="directories in the untarred tree")
     ap.add_argument("-n", type=int, default=10000, help="creates, stats and unlinks")
     ap.add_argument("--appends", type=int, default=1000, help="4 KiB appends, each fsynced")
-    ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--targets", default="", help="comma-separated subset of target names")
-    ap.add_argument("--baseline", default="",
-                    help="a directory with an older build's nvfs and mkfs.nvfs: adds targets "
-                         "base-<cache>[-uring] beside nvfs-<cache>[-uring] (base-<cache> "
-                         "only, compared with both, if that daemon has no io_uring)")
+    benchreport.add_reps(ap, 5)
+    benchreport.add_targets(ap)
+    benchreport.add_baseline(ap, "a directory with an older build's nvfs and mkfs.nvfs: adds "
+                             "targets base-<cache>[-uring] beside nvfs-<cache>[-uring] "
+                             "(base-<cache> only, compared with both, if that daemon has no "
+                             "io_uring)")
     ap.add_argument("--count-requests", action="store_true",
                     help="one repetition counting FUSE requests per item (kernel tracepoint)")
-    ap.add_argument("--json-out", default=os.path.join(WORK, "meta-results.json"))
+    benchreport.add_json_out(ap, os.path.join(WORK, "meta-results.json"))
     ap.add_argument("--md-out", default=os.path.join(WORK, "meta-results.md"))
     args = ap.parse_args()
 
-    chosen = targets(args.baseline)
-    if args.targets:
-        names = args.targets.split(",")
-        chosen = [t for t in chosen if t.name in names]
-    knob_old = None
-    if any(t.uses_uring for t in chosen):
-        if not os.path.exists(KNOB):
-            print(f"no {KNOB}: the io_uring targets are left out", file=sys.stderr)
-            chosen = [t for t in chosen if not t.uses_uring]
-        else:
-            with open(KNOB) as f:
-                knob_old = f.read().strip()
-            signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
-            signal.signal(signal.SIGHUP, lambda *_: sys.exit(1))
+    chosen = benchreport.pick(targets(args.baseline), args.targets)
+    uring = benchreport.UringSwitch(chosen, lambda t: t.uses_uring,
+                                    "the io_uring targets are left out", hup=True)
+    chosen = uring.keep()
     os.makedirs(WORK, exist_ok=True)
     os.makedirs(MNT, exist_ok=True)
     tarball = os.path.join(WORK, f"tree-{args.files}-{args.dirs}.tar")
@@ -427,9 +398,7 @@ def main():
 
     times = {t.name: {w[0]: [] for w in WORKLOADS} for t in chosen}
     try:
-        if knob_old is not None:
-            with open(KNOB, "w") as f:
-                f.write("Y\n")
+        uring.on()
         if args.count_requests:
             count_requests(chosen, args, tarball)
             return
@@ -442,24 +411,21 @@ def main():
     finally:
         for t in chosen:
             t.destroy()
-        if knob_old is not None:
-            with open(KNOB, "w") as f:
-                f.write(knob_old + "\n")
+        uring.off()
 
-    med = {t: {w: statistics.median(v) for w, v in ws.items()} for t, ws in times.items()}
+    med = benchreport.medians(times)
     columns = [t.name for t in chosen]
     load = os.getloadavg()
     lines = [f"Metadata, medians of {args.reps} alternating repetitions (one run); tree of "
              f"{args.files} files in {args.dirs} directories; create/stat/unlink: {args.n} "
              f"files; {args.appends} appends. Load average at the end: "
-             f"{load[0]:.1f} {load[1]:.1f} {load[2]:.1f} (2 CPUs).", "",
-             "| workload | " + " | ".join(columns) + " |",
-             "|---|" + "---|" * len(columns)]
+             f"{load[0]:.1f} {load[1]:.1f} {load[2]:.1f} (2 CPUs).", ""]
+    rows = []
     for name, _, unit in WORKLOADS:
         items = per_item(name, args)
         per = " (per file)" if unit == "us" else ""
-        lines.append(f"| {name}{per} | " +
-                     " | ".join(show(med[c][name], unit, items) for c in columns) + " |")
+        rows.append([f"{name}{per}"] + [show(med[c][name], unit, items) for c in columns])
+    lines += benchreport.markdown_table(["workload"] + columns, rows)
     # The targets: every nvfs row >= 1.4x the baseline's (its time
     # over ours) and within 3x ext4 on the loop device.
     checks = []
@@ -475,16 +441,18 @@ def main():
             vs_ext4 = mine / med["ext4-loop"][name] if "ext4-loop" in med else None
             checks.append((c, name, speedup, vs_ext4))
     if checks:
-        lines += ["", "| target | workload | today's / this (>= 1.4) | this / ext4-loop (<= 3) |",
-                  "|---|---|---|---|"]
+        rows = []
         for c, name, speedup, vs_ext4 in checks:
             s = "-" if speedup is None else f"{speedup:.2f}{'' if speedup >= 1.4 else ' MISSED'}"
             e = "-" if vs_ext4 is None else f"{vs_ext4:.2f}{'' if vs_ext4 <= 3 else ' MISSED'}"
-            lines.append(f"| {c} | {name} | {s} | {e} |")
+            rows.append([c, name, s, e])
+        lines += [""] + benchreport.markdown_table(
+            ["target", "workload", "today's / this (>= 1.4)", "this / ext4-loop (<= 3)"], rows)
     if DAEMON_CPU:
         fuse = [c for c in columns if c in DAEMON_CPU]
         lines += ["", "Daemon CPU (user + system, all its threads; clock ticks of 10 ms), medians:",
-                  "", "| workload | " + " | ".join(fuse) + " |", "|---|" + "---|" * len(fuse)]
+                  ""]
+        rows = []
         for name, _, unit in WORKLOADS:
             items = per_item(name, args)
             cells = []
@@ -493,7 +461,8 @@ def main():
                 cells.append(f"{v * 1e6 / items:.1f} us" if unit == "us" or items > 1
                              else f"{v * 1e3:.0f} ms")
             per = " (per item)" if items > 1 else ""
-            lines.append(f"| {name}{per} | " + " | ".join(cells) + " |")
+            rows.append([f"{name}{per}"] + cells)
+        lines += benchreport.markdown_table(["workload"] + fuse, rows)
     text = "\n".join(lines)
     print("\n" + text)
     with open(args.md_out, "w") as f:

@@ -22,16 +22,13 @@ import argparse
 import json
 import os
 import shutil
-import statistics
-import subprocess
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench import mounted, run  # noqa: E402  (one copy of the helpers)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+import benchreport  # noqa: E402  (what the benchmark scripts share)
+from benchreport import BUILD, mounted, run, wait_released  # noqa: E402
 
-TOP = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BUILD = os.environ.get("NVFS_BUILD", os.path.join(TOP, "build"))
 WORK = os.environ.get("BENCH_WORK", "/dev/shm/nvfs-bench-walks")
 MNT = os.environ.get("BENCH_MNT", "/tmp/nvfs-bench-walks")
 
@@ -57,11 +54,7 @@ class Target:
         run(["fusermount3", "-u", self.dir])
         # The daemon releases the namespace's lock (and its mapping of the
         # image) as it exits; the next mount needs both gone.
-        deadline = time.time() + 10
-        while time.time() < deadline:
-            if run(["fuser", "-s", self.image], check=False).returncode != 0:
-                break
-            time.sleep(0.05)
+        wait_released(self.image, interval=0.05)
 
 
 def targets(baseline):
@@ -126,20 +119,16 @@ def main():
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--files", type=int, default=20000)
     ap.add_argument("--dirs", type=int, default=200)
-    ap.add_argument("--reps", type=int, default=5)
+    benchreport.add_reps(ap, 5)
     ap.add_argument("--idle", type=float, default=1.5,
                     help="seconds between the cold walk and each timed workload")
-    ap.add_argument("--targets", default="", help="comma-separated subset of target names")
-    ap.add_argument("--baseline", default="",
-                    help="a directory holding an older nvfs daemon: adds targets base-none "
-                         "and base-page (same image, same run)")
-    ap.add_argument("--json-out", default=os.path.join(WORK, "walks-results.json"))
+    benchreport.add_targets(ap)
+    benchreport.add_baseline(ap, "a directory holding an older nvfs daemon: adds targets "
+                             "base-none and base-page (same image, same run)")
+    benchreport.add_json_out(ap, os.path.join(WORK, "walks-results.json"))
     args = ap.parse_args()
 
-    chosen = targets(args.baseline)
-    if args.targets:
-        names = args.targets.split(",")
-        chosen = [t for t in chosen if t.name in names]
+    chosen = benchreport.pick(targets(args.baseline), args.targets)
     os.makedirs(WORK, exist_ok=True)
     os.makedirs(MNT, exist_ok=True)
     image = os.path.join(WORK, "meta.img")
@@ -178,13 +167,15 @@ def main():
             t.unmount()
         os.unlink(image)
 
-    med = {t: {w: statistics.median(v) for w, v in ws.items()} for t, ws in times.items()}
+    med = benchreport.medians(times)
     columns = [t.name for t in chosen]
     print(f"\nmetadata walks of {args.files} files in {args.dirs} directories, "
           f"median of {args.reps} (ms), {args.idle:g} s idle before each timed walk")
-    print(f"{'workload':28}" + "".join(f"{c:>14}" for c in columns))
+    widths = [-28] + [14] * len(columns)
+    print(benchreport.fixed_row(["workload"] + columns, widths, sep=""))
     for w in times[columns[0]]:
-        print(f"{w:28}" + "".join(f"{med[c][w] * 1000:14.1f}" for c in columns))
+        print(benchreport.fixed_row([w] + [f"{med[c][w] * 1000:.1f}" for c in columns], widths,
+                                    sep=""))
     for mode in ("none", "page"):
         new = f"nvfs-{mode}"
         for old, what in ((f"nvfs-{mode}-1s", "1 s timeouts"), (f"base-{mode}", "baseline")):

@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "nvfs/control.hpp"
+#include "util/fd_passing.hpp"
 
 namespace nvfs::control {
 
@@ -96,20 +97,9 @@ Result<Reply> AskGrow(dev_t mount_dev, int namespace_fd, uint64_t size) {
   }
   const timeval timeout{600, 0};  // a grow to a large size backs its metadata first
   (void)setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
-  Request req{kMagic, kVersion, kOpGrow, 0, size};
-  iovec iov{&req, sizeof req};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
-  cmsghdr* cm = CMSG_FIRSTHDR(&msg);
-  cm->cmsg_level = SOL_SOCKET;
-  cm->cmsg_type = SCM_RIGHTS;
-  cm->cmsg_len = CMSG_LEN(sizeof(int));
-  std::memcpy(CMSG_DATA(cm), &namespace_fd, sizeof(int));
-  if (sendmsg(sock, &msg, MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof req)) {
+  const Request req{kMagic, kVersion, kOpGrow, 0, size};
+  if (SendWithFd(sock, &req, sizeof req, namespace_fd, MSG_NOSIGNAL) !=
+      static_cast<ssize_t>(sizeof req)) {
     const int e = errno;
     return fail(e, path + ": cannot send the request: " + std::strerror(e));
   }

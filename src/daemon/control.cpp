@@ -3,19 +3,17 @@
 
 #include <fcntl.h>
 #include <poll.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <system_error>
-#include <thread>
 
+#include "daemon/socket_server.hpp"
 #include "nvfs/control.hpp"
+#include "util/fd_passing.hpp"
 
 namespace nvfs::control {
 
@@ -23,10 +21,7 @@ struct Server::State {
   Filesystem* fs = nullptr;
   std::string socket_path;
   struct stat namespace_stat {};
-  int listen_fd = -1;
-  int wake_fd = -1;
-  ino_t socket_ino = 0;
-  std::thread thread;
+  daemon::SocketServer socket;  // the listening socket, its thread
 
   void Run();
   void Handle(int conn);
@@ -53,24 +48,12 @@ void Server::State::Handle(int conn) {
     std::snprintf(reply.message, sizeof reply.message, fmt, args...);
   };
   Request req{};
-  iovec iov{&req, sizeof req};
-  alignas(cmsghdr) char cbuf[CMSG_SPACE(sizeof(int))] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = cbuf;
-  msg.msg_controllen = sizeof cbuf;
-  const ssize_t n = recvmsg(conn, &msg, MSG_CMSG_CLOEXEC);
   int passed = -1;
-  for (cmsghdr* cm = CMSG_FIRSTHDR(&msg); cm != nullptr; cm = CMSG_NXTHDR(&msg, cm)) {
-    if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS &&
-        cm->cmsg_len == CMSG_LEN(sizeof(int)) && passed < 0) {
-      std::memcpy(&passed, CMSG_DATA(cm), sizeof(int));
-    }
-  }
+  bool bad = false;  // ancillary data cut short (room for one descriptor only)
+  const ssize_t n = ReceiveWithFd<1>(conn, &req, sizeof req, 0, &passed, &bad);
   struct stat st {};
   if (n != static_cast<ssize_t>(sizeof req) || req.magic != kMagic || req.version != kVersion ||
-      req.op != kOpGrow || (msg.msg_flags & MSG_CTRUNC) != 0) {
+      req.op != kOpGrow || bad) {
     say(EPROTO, "malformed request");
   } else if (passed < 0 || fstat(passed, &st) != 0) {
     say(EPERM, "no descriptor of the namespace came with the request");
@@ -98,13 +81,13 @@ void Server::State::Handle(int conn) {
 
 void Server::State::Run() {
   for (;;) {
-    pollfd fds[2] = {{listen_fd, POLLIN, 0}, {wake_fd, POLLIN, 0}};
+    pollfd fds[2] = {{socket.listen_fd(), POLLIN, 0}, {socket.wake_fd(), POLLIN, 0}};
     if (poll(fds, 2, -1) < 0) {
       if (errno == EINTR) continue;
       return;
     }
     if (fds[1].revents != 0) return;
-    int conn = accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
+    int conn = accept4(socket.listen_fd(), nullptr, nullptr, SOCK_CLOEXEC);
     if (conn < 0) continue;
     ucred peer{};
     socklen_t len = sizeof peer;
@@ -118,61 +101,12 @@ void Server::State::Run() {
 
 std::unique_ptr<Server> Server::Create(Filesystem& fs, dev_t mount_dev,
                                        const std::string& namespace_path, std::string* why) {
-  if (geteuid() != 0) {
-    *why = "the daemon is not root (only root may make sockets in /run/nvfs)";
-    return nullptr;
-  }
   auto s = std::make_unique<State>();
+  if (!daemon::RootAndNamespace(namespace_path, &s->namespace_stat, why)) return nullptr;
   s->fs = &fs;
   s->socket_path = SocketPath(mount_dev);
-  if (stat(namespace_path.c_str(), &s->namespace_stat) != 0) {
-    *why = namespace_path + ": " + std::strerror(errno);
-    return nullptr;
-  }
-  if (mkdir("/run/nvfs", 0755) != 0 && errno != EEXIST) {
-    *why = std::string("cannot make /run/nvfs: ") + std::strerror(errno);
-    return nullptr;
-  }
-  struct stat dir;
-  if (lstat("/run/nvfs", &dir) != 0 || !S_ISDIR(dir.st_mode) || dir.st_uid != 0 ||
-      (dir.st_mode & (S_IWGRP | S_IWOTH))) {
-    *why = "/run/nvfs is not a directory writable by root alone";
-    return nullptr;
-  }
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  if (s->socket_path.size() >= sizeof addr.sun_path) {
-    *why = "socket path too long";
-    return nullptr;
-  }
-  std::memcpy(addr.sun_path, s->socket_path.c_str(), s->socket_path.size() + 1);
-  s->listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (s->listen_fd < 0) {
-    *why = std::string("socket: ") + std::strerror(errno);
-    return nullptr;
-  }
-  // A socket left there is a killed daemon's, of a mount gone since.
-  (void)unlink(s->socket_path.c_str());
-  // Made 0600 before it can be reached: the umask covers the bind.
-  const mode_t old_mask = umask(0177);
-  const int bound = bind(s->listen_fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  umask(old_mask);
-  struct stat st;
-  if (bound != 0 || chmod(s->socket_path.c_str(), 0600) != 0 || listen(s->listen_fd, 8) != 0 ||
-      stat(s->socket_path.c_str(), &st) != 0) {
-    *why = s->socket_path + ": " + std::strerror(errno);
-    CloseFd(s->listen_fd);
-    (void)unlink(s->socket_path.c_str());
-    return nullptr;
-  }
-  s->socket_ino = st.st_ino;
-  s->wake_fd = eventfd(0, EFD_CLOEXEC);
-  if (s->wake_fd < 0) {
-    *why = std::string("eventfd: ") + std::strerror(errno);
-    CloseFd(s->listen_fd);
-    (void)unlink(s->socket_path.c_str());
-    return nullptr;
-  }
+  // Root only; the peer's credentials say so again (Run).
+  if (!s->socket.Listen(s->socket_path, 0600, 8, 0, why)) return nullptr;
   return std::unique_ptr<Server>(new Server(std::move(s)));
 }
 
@@ -182,31 +116,10 @@ Server::~Server() { Stop(); }
 
 bool Server::Serve() {
   State* s = state_.get();
-  if (s->thread.joinable() || s->listen_fd < 0) return false;
-  try {
-    s->thread = std::thread([s] { s->Run(); });
-  } catch (const std::system_error&) {
-    return false;
-  }
-  return true;
+  return s->socket.Start([s] { s->Run(); });
 }
 
-void Server::Stop() {
-  State* s = state_.get();
-  if (s->thread.joinable()) {
-    const uint64_t one = 1;
-    (void)!write(s->wake_fd, &one, sizeof one);
-    s->thread.join();
-  }
-  if (s->listen_fd >= 0) {
-    struct stat st;
-    if (stat(s->socket_path.c_str(), &st) == 0 && st.st_ino == s->socket_ino) {
-      (void)unlink(s->socket_path.c_str());
-    }
-    CloseFd(s->listen_fd);
-  }
-  CloseFd(s->wake_fd);
-}
+void Server::Stop() { state_->socket.Stop(); }
 
 const std::string& Server::socket_path() const { return state_->socket_path; }
 

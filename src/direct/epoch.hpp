@@ -3,6 +3,21 @@
 // replaced under the readers' feet and freed only once no reader can still
 // hold it.
 //
+// Why not the core's epoch (include/nvfs/epoch.hpp, src/util/epoch.cpp):
+// the idea is the same, the constraints are not, and they would leave the
+// core's version no simpler if it took them. This one runs inside other
+// programs (LD_PRELOAD) and under a SIGBUS handler: retiring never
+// allocates (a fixed queue, the core's grows a std::vector), a record is
+// reached through an initial-exec thread_local that also carries the
+// library's entry depth and copy state for fault.cpp (the core's is a
+// plain thread_local pointer), a section that a siglongjmp never closes
+// must not stop reclamation for good (garbage is bounded: a retirer waits,
+// then leaks; the core's list just grows), and fork() is handled (the
+// preload lives on in a child; the daemon never forks with readers). The
+// core's nests guards and has grace periods for blocks of the mapping,
+// which the library has no use for.
+// Sharing one source would put all of that in both.
+//
 // The scheme is epoch based. A reader marks its thread's record with the
 // global epoch before it loads the pointer and clears the mark after its
 // last use (a read section); Retire() bumps the epoch and queues the object

@@ -29,7 +29,6 @@
 #include <sys/socket.h>
 #include <sys/sysmacros.h>
 #include <sys/types.h>
-#include <sys/uio.h>
 
 #include <climits>
 #include <cstdint>
@@ -38,6 +37,7 @@
 #include <string>
 
 #include "nvfs/direct_abi.hpp"
+#include "util/fd_passing.hpp"
 
 namespace nvfs::direct {
 
@@ -48,11 +48,17 @@ inline constexpr uint32_t kVersion = 1;
 // socket there, so a client that finds one trusts it is the mount's daemon.
 inline constexpr const char* kSocketDir = "/run/nvfs";
 
-// The socket of the FUSE mount whose st_dev is `dev`:
+// The socket of the FUSE mount whose st_dev is `dev`: DIR/direct-MAJOR:MINOR,
+// written into `buf` (cut short if it does not fit), DIR being `dir`
+// (libnvfs-direct's tests name another; the library allocates nothing here).
+inline void SocketPath(char* buf, size_t size, dev_t dev, const char* dir) {
+  std::snprintf(buf, size, "%s/direct-%u:%u", dir, major(dev), minor(dev));
+}
+
 // /run/nvfs/direct-MAJOR:MINOR.
 inline std::string SocketPath(dev_t dev) {
   char buf[96];
-  std::snprintf(buf, sizeof buf, "%s/direct-%u:%u", kSocketDir, major(dev), minor(dev));
+  SocketPath(buf, sizeof buf, dev, kSocketDir);
   return buf;
 }
 
@@ -111,25 +117,9 @@ struct MapReply {
   DirectRun runs[kMaxRuns];  // consecutive in the file from `start`
 };
 
-// One sendmsg of `size` bytes with descriptor `fd` attached (none if
-// fd < 0): what both sides send. Returns as sendmsg.
-inline ssize_t SendWithFd(int sock, const void* data, size_t size, int fd, int flags) {
-  iovec iov{const_cast<void*>(data), size};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  if (fd >= 0) {
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof control;
-    cmsghdr* c = CMSG_FIRSTHDR(&msg);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    std::memcpy(CMSG_DATA(c), &fd, sizeof fd);
-  }
-  return sendmsg(sock, &msg, flags);
-}
+// SendWithFd: one message with a descriptor (src/util/fd_passing.hpp), what
+// both sides send.
+using nvfs::SendWithFd;
 
 // Bounds the daemon keeps (server.cpp).
 inline constexpr unsigned kMaxConnections = 256;        // all clients

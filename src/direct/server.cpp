@@ -12,11 +12,9 @@
 
 #include <fcntl.h>
 #include <poll.h>
-#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -25,11 +23,12 @@
 #include <cstddef>
 #include <cstring>
 #include <map>
-#include <thread>
 #include <vector>
 
+#include "daemon/socket_server.hpp"
 #include "direct/protocol.hpp"
 #include "nvfs/format.hpp"
+#include "util/fd_passing.hpp"
 
 namespace nvfs::direct {
 
@@ -81,10 +80,7 @@ struct Server::State {
   size_t table_bytes = 0;
   int table_fd = -1;     // the memfd, sealed against writes but through `table`
   int table_ro_fd = -1;  // what clients get: the same, opened read-only
-  int listen_fd = -1;
-  ino_t socket_ino = 0;  // the socket file this server made
-  int wake_fd = -1;      // eventfd: Stop() ends the thread
-  std::thread thread;
+  daemon::SocketServer socket;  // the listening socket, its thread
   std::vector<Connection> connections;
   std::map<uid_t, unsigned> per_uid;
 
@@ -123,7 +119,7 @@ void Server::State::Run() {
   std::vector<pollfd> fds;
   std::vector<size_t> which;  // connection of each pollfd past the first two
   for (;;) {
-    fds.assign({{wake_fd, POLLIN, 0}, {listen_fd, POLLIN, 0}});
+    fds.assign({{socket.wake_fd(), POLLIN, 0}, {socket.listen_fd(), POLLIN, 0}});
     which.clear();
     int timeout = -1;
     const Clock::time_point now = Clock::now();
@@ -156,7 +152,7 @@ void Server::State::Run() {
 
 void Server::State::Accept() {
   for (int n = 0; n < 64; ++n) {  // a bounded batch; the rest at the next poll
-    const int fd = accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    const int fd = accept4(socket.listen_fd(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0) return;
     ucred cred{};
     socklen_t len = sizeof cred;
@@ -179,37 +175,14 @@ void Server::State::Accept() {
 
 void Server::State::Receive(Connection& c) {
   for (int n = 0; n < 16 && !c.done && c.tokens >= 1; ++n) {
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)];
-    iovec iov{reinterpret_cast<char*>(&c.request) + c.have, sizeof(Request) - c.have};
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof control;
-    const ssize_t got = recvmsg(c.fd, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    const ssize_t got =
+        ReceiveWithFd<4>(c.fd, reinterpret_cast<char*>(&c.request) + c.have,
+                         sizeof(Request) - c.have, MSG_DONTWAIT, &c.passed, &c.bad);
     if (got < 0 && (errno == EAGAIN || errno == EINTR)) return;
     if (got <= 0) {
       c.done = true;
       return;
     }
-    for (cmsghdr* cm = CMSG_FIRSTHDR(&msg); cm != nullptr; cm = CMSG_NXTHDR(&msg, cm)) {
-      if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS) {
-        c.bad = true;
-        continue;
-      }
-      const size_t count = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-      for (size_t i = 0; i < count; ++i) {
-        int fd;
-        std::memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof fd);
-        if (c.passed < 0 && !c.bad) {
-          c.passed = fd;
-        } else {
-          close(fd);
-          c.bad = true;
-        }
-      }
-    }
-    if (msg.msg_flags & MSG_CTRUNC) c.bad = true;
     c.have += static_cast<size_t>(got);
     if (c.have < sizeof(Request)) continue;
     c.tokens -= 1;
@@ -344,42 +317,15 @@ void Server::State::Close(Connection& c) {
   }
 }
 
-namespace {
-
-// The directory of the sockets: root's, writable by root alone, so that a
-// socket in it is a daemon's (clients check the same).
-bool MakeSocketDir(std::string* why) {
-  if (mkdir(kSocketDir, 0755) != 0 && errno != EEXIST) {
-    *why = std::string("cannot make ") + kSocketDir + ": " + std::strerror(errno);
-    return false;
-  }
-  struct stat st;
-  if (lstat(kSocketDir, &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != 0 ||
-      (st.st_mode & (S_IWGRP | S_IWOTH))) {
-    *why = std::string(kSocketDir) + " is not a directory writable by root alone";
-    return false;
-  }
-  return true;
-}
-
-}  // namespace
-
 std::unique_ptr<Server> Server::Create(Filesystem& fs, dev_t mount_dev,
                                        const std::string& namespace_path, std::string* why) {
-  if (geteuid() != 0) {
-    *why = "the daemon is not root (only root may make sockets in /run/nvfs)";
-    return nullptr;
-  }
   auto s = std::make_unique<State>();
+  if (!daemon::RootAndNamespace(namespace_path, &s->namespace_stat, why)) return nullptr;
   s->fs = &fs;
   s->mount_dev = mount_dev;
   s->namespace_path = namespace_path;
   s->namespace_size = fs.media().size();
   s->socket_path = SocketPath(mount_dev);
-  if (stat(namespace_path.c_str(), &s->namespace_stat) != 0) {
-    *why = namespace_path + ": " + std::strerror(errno);
-    return nullptr;
-  }
   // The table: a memfd sealed so that no one can write it after this but
   // through the mapping made here; clients get a read-only descriptor.
   s->table_bytes = size_t{kSlots} * sizeof(DirectSlot);
@@ -410,39 +356,8 @@ std::unique_ptr<Server> Server::Create(Filesystem& fs, dev_t mount_dev,
     return nullptr;
   }
 
-  if (!MakeSocketDir(why)) return nullptr;
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  if (s->socket_path.size() >= sizeof addr.sun_path) {
-    *why = "socket path too long";
-    return nullptr;
-  }
-  std::memcpy(addr.sun_path, s->socket_path.c_str(), s->socket_path.size() + 1);
-  s->listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  if (s->listen_fd < 0) {
-    *why = std::string("socket: ") + std::strerror(errno);
-    return nullptr;
-  }
-  // A socket left there is a killed daemon's, of a mount gone since: the
-  // device number is this mount's now.
-  (void)unlink(s->socket_path.c_str());
-  struct stat st;
-  if (bind(s->listen_fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
-      chmod(s->socket_path.c_str(), 0666) != 0 || listen(s->listen_fd, 128) != 0 ||
-      stat(s->socket_path.c_str(), &st) != 0) {
-    *why = s->socket_path + ": " + std::strerror(errno);
-    CloseFd(s->listen_fd);
-    (void)unlink(s->socket_path.c_str());
-    return nullptr;
-  }
-  s->socket_ino = st.st_ino;
-  s->wake_fd = eventfd(0, EFD_CLOEXEC);
-  if (s->wake_fd < 0) {
-    *why = std::string("eventfd: ") + std::strerror(errno);
-    CloseFd(s->listen_fd);
-    (void)unlink(s->socket_path.c_str());
-    return nullptr;
-  }
+  // Anyone may connect; what they may do is the protocol's (protocol.hpp).
+  if (!s->socket.Listen(s->socket_path, 0666, 128, SOCK_NONBLOCK, why)) return nullptr;
   fs.SetDirectTable(s->table, kSlots);
   return std::unique_ptr<Server>(new Server(std::move(s)));
 }
@@ -453,32 +368,15 @@ Server::~Server() { Stop(); }
 
 bool Server::Serve() {
   State* s = state_.get();
-  if (s->thread.joinable() || s->listen_fd < 0) return false;
-  try {
-    s->thread = std::thread([s] { s->Run(); });
-  } catch (const std::system_error&) {
-    return false;
-  }
-  return true;
+  return s->socket.Start([s] { s->Run(); });
 }
 
 void Server::Stop() {
   State* s = state_.get();
-  if (s->thread.joinable()) {
-    const uint64_t one = 1;
-    (void)!write(s->wake_fd, &one, sizeof one);
-    s->thread.join();
-  }
+  s->socket.Join();
   for (Connection& c : s->connections) s->Close(c);
   s->connections.clear();
-  if (s->listen_fd >= 0) {
-    struct stat st;
-    if (stat(s->socket_path.c_str(), &st) == 0 && st.st_ino == s->socket_ino) {
-      (void)unlink(s->socket_path.c_str());
-    }
-    CloseFd(s->listen_fd);
-  }
-  CloseFd(s->wake_fd);
+  s->socket.Stop();
 }
 
 const std::string& Server::socket_path() const { return state_->socket_path; }

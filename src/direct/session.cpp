@@ -160,7 +160,7 @@ int Session::ConnectLocked() {
   }
   const char* dir = SocketDir();
   char path[PATH_MAX];
-  std::snprintf(path, sizeof path, "%s/direct-%u:%u", dir, major(dev_), minor(dev_));
+  SocketPath(path, sizeof path, dev_, dir);
 
   // A mount that refused us lately is left alone unless its socket is new.
   struct stat sock_st {};

@@ -1,0 +1,62 @@
+// The skeleton the daemon's two sockets share, the direct-read socket
+// (src/direct/server.cpp) and the control socket (control.cpp): a unix
+// stream socket bound in /run/nvfs, an eventfd that tells the serving
+// thread to return, the thread, and at the end the socket file removed if
+// it is still the one bound here. What is served, and to whom (each
+// checks its peer's credentials itself), is theirs.
+#pragma once
+
+#include <sys/stat.h>
+#include <sys/types.h>
+
+#include <functional>
+#include <string>
+#include <thread>
+
+namespace nvfs::daemon {
+
+// What both servers check first: the daemon is root (only root may make
+// sockets in /run/nvfs), and the namespace at `namespace_path` is there;
+// its identity goes to *namespace_stat, which a client's proof is checked
+// against. False with one line in *why.
+bool RootAndNamespace(const std::string& namespace_path, struct stat* namespace_stat,
+                      std::string* why);
+
+class SocketServer {
+ public:
+  SocketServer() = default;
+  ~SocketServer() { Stop(); }
+  SocketServer(const SocketServer&) = delete;
+  SocketServer& operator=(const SocketServer&) = delete;
+
+  // Makes /run/nvfs if needed (it must be root's and writable by root
+  // alone: a socket in it is then a daemon's, and clients check the same),
+  // removes a socket left at `path` by a killed daemon, and binds `path`
+  // with `mode` (under a umask that allows no more, so it is never more
+  // open than that), listening with `backlog`. `type_flags` are added to
+  // SOCK_STREAM | SOCK_CLOEXEC (SOCK_NONBLOCK, say). False with one line in
+  // *why, nothing left behind.
+  bool Listen(const std::string& path, mode_t mode, int backlog, int type_flags,
+              std::string* why);
+
+  // Runs `run` on a thread of its own; `run` returns once wake_fd() polls
+  // readable. False if it cannot (or is running, or nothing listens).
+  bool Start(std::function<void()> run);
+  // Wakes the thread and waits for it to return. Idempotent.
+  void Join();
+  // Join(), then removes the socket file if it is still the one bound here
+  // and closes both descriptors. Idempotent.
+  void Stop();
+
+  int listen_fd() const { return listen_fd_; }
+  int wake_fd() const { return wake_fd_; }
+
+ private:
+  std::string path_;
+  int listen_fd_ = -1;
+  ino_t socket_ino_ = 0;  // the socket file bound here
+  int wake_fd_ = -1;      // eventfd: Join() ends the thread
+  std::thread thread_;
+};
+
+}  // namespace nvfs::daemon
