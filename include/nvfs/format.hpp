@@ -337,7 +337,7 @@ inline constexpr uint32_t kXattrListMax = 65536;
 // The namespace an attribute's name begins with. A name on the media is one
 // of the four prefixes followed by at least one byte; which names the
 // filesystem serves to callers is a rule of the filesystem, not of the
-// format (src/fs/xattr.cpp: of system.* only the two POSIX ACL names).
+// format (src/fs/xattr_policy.cpp: of system.* only the two POSIX ACL names).
 enum class XattrNamespace : uint8_t { kNone, kUser, kTrusted, kSecurity, kSystem };
 
 inline constexpr XattrNamespace XattrNamespaceOf(std::string_view name) {

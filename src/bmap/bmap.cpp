@@ -144,39 +144,35 @@ uint64_t Bmap::Lookup(const Inode& inode, uint64_t index, uint64_t max_run,
   return phys;
 }
 
-uint64_t Bmap::NextMapped(const Inode& inode, uint64_t index, uint64_t limit) const {
+// The walk behind NextMapped and NextHole: the first file block >= index
+// and < min(limit, max_blocks_) that is mapped (`mapped`; a corrupt pointer
+// counts as mapped) or a hole (a corrupt pointer does not), else where the
+// walk ended: index, or min(limit, max_blocks_) if that is further.
+uint64_t Bmap::NextOf(const Inode& inode, uint64_t index, uint64_t limit, bool mapped) const {
   const uint64_t end = std::min(limit, max_blocks_);
   uint64_t at = index;
   while (at < end) {
     const Span span = Resolve(inode, at);
-    if (span.kind == Span::kBad) return at;
+    if (span.kind == (mapped ? Span::kBad : Span::kNull)) return at;
     const uint64_t n = std::min(span.avail, end - at);
     if (span.kind == Span::kSlots) {
       for (uint64_t i = 0; i < n; ++i) {
-        if (span.slots[i] != 0) return at + i;
+        if ((span.slots[i] != 0) == mapped) return at + i;
       }
     }
     at += n;
   }
-  return limit;
+  return at;
+}
+
+uint64_t Bmap::NextMapped(const Inode& inode, uint64_t index, uint64_t limit) const {
+  const uint64_t at = NextOf(inode, index, limit, /*mapped=*/true);
+  return at < std::min(limit, max_blocks_) ? at : limit;
 }
 
 uint64_t Bmap::NextHole(const Inode& inode, uint64_t index, uint64_t limit) const {
-  const uint64_t end = std::min(limit, max_blocks_);
-  uint64_t at = index;
-  while (at < end) {
-    const Span span = Resolve(inode, at);
-    if (span.kind == Span::kNull) return at;
-    const uint64_t n = std::min(span.avail, end - at);
-    if (span.kind == Span::kSlots) {
-      for (uint64_t i = 0; i < n; ++i) {
-        if (span.slots[i] == 0) return at + i;
-      }
-    }
-    at += n;
-  }
   // Past max_blocks_ nothing can be mapped: that is a hole too.
-  return std::min(limit, std::max(at, index));
+  return std::min(limit, NextOf(inode, index, limit, /*mapped=*/false));
 }
 
 // ---------------------------------------------------------------------------

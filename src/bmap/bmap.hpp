@@ -104,6 +104,7 @@ class Bmap {
                           bool zero_new);
   Result<bool> PunchRange(Tx& tx, const format::Inode& inode, uint64_t first, uint64_t count);
   Span Resolve(const format::Inode& inode, uint64_t index) const;
+  uint64_t NextOf(const format::Inode& inode, uint64_t index, uint64_t limit, bool mapped) const;
   Status Walk(const format::Inode& inode, uint64_t index, Branch* branch) const;
   uint64_t FindGoal(const format::Inode& inode, uint64_t index, const Branch& branch) const;
   Result<Extent> FillHoles(Tx& tx, const format::Inode& inode, const Branch& branch,

@@ -18,7 +18,7 @@ void FsImpl::SetDirectTable(DirectSlot* table, uint32_t count) {
 }
 
 Result<Filesystem::DirectMapping> FsImpl::DirectMap(uint64_t ino, uint64_t offset,
-                                                        DirectRun* runs, size_t max_runs) {
+                                                    DirectRun* runs, size_t max_runs) {
   if (cache_->direct_table() == nullptr || max_runs == 0) return Error(EINVAL);
   Result<InodeRef> ref = FsOps::Get(*this, ino);
   if (!ref.ok()) return ref.take_error();

@@ -1,5 +1,5 @@
 // A DRAM picture of a regular file's block mapping, for the lock-free read
-// paths (file.cpp): the file as a sorted list of runs, each either a hole or
+// paths (read.cpp): the file as a sorted list of runs, each either a hole or
 // contiguous bytes in the mapping, plus a coarse index into that list. A
 // read finds the run holding any byte in a bounded number of steps and
 // copies it in one piece, instead of walking the bmap and comparing one
@@ -8,7 +8,7 @@
 // An ExtentMap is immutable and describes the file as of one value of its
 // inode's data_seq (CachedInode): any change of the mapping or the size
 // bumps that counter, which makes the map stale; readers compare, and
-// readers that found the map stale rebuild it (file.cpp says when). Nothing
+// readers that found the map stale rebuild it (read.cpp says when). Nothing
 // else ever changes it, so it needs no lock; a replaced map is freed through
 // epoch-based reclamation (include/nvfs/epoch.hpp) because readers hold no lock.
 #pragma once

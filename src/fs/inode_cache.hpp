@@ -46,7 +46,7 @@ struct CachedInode : public boost::intrusive::set_base_hook<> {
   std::atomic<DirectSlot*> direct{nullptr};
 
   // The file's extent map, valid while its seq() equals data_seq; built and
-  // replaced by readers only (file.cpp, ReadInto), freed through
+  // replaced by readers only (read.cpp, ReadInto), freed through
   // include/nvfs/epoch.hpp. Null until the reads have paid for a build.
   std::atomic<ExtentMap*> extents{nullptr};
   // Work readers did in the bmap (blocks compared, plus a constant per

@@ -1,4 +1,4 @@
-// Names: lookup, create, link, unlink, rename, readdir.
+// Names: lookup, create, link, unlink, rename (readdir and readlink: readdir.cpp).
 //
 // Every operation here that changes a directory holds tree_mu_ exclusively
 // and the exclusive locks of the inodes it changes until its transaction has
@@ -164,7 +164,7 @@ static Result<Attr> CreateEntry(FsImpl& fs, uint64_t parent, std::string_view na
 }
 
 Result<Attr> FsImpl::Mknod(uint64_t parent, std::string_view name, uint32_t mode,
-                               uint64_t rdev, const Cred& cred) {
+                           uint64_t rdev, const Cred& cred) {
   switch (mode & S_IFMT) {
     case 0: mode |= S_IFREG; break;
     case S_IFREG: case S_IFCHR: case S_IFBLK: case S_IFIFO: case S_IFSOCK: break;
@@ -178,7 +178,7 @@ Result<Attr> FsImpl::Mknod(uint64_t parent, std::string_view name, uint32_t mode
 }
 
 Result<Attr> FsImpl::Mkdir(uint64_t parent, std::string_view name, uint32_t mode,
-                               const Cred& cred) {
+                           const Cred& cred) {
   InodeRef ref;
   Result<Attr> attr =
       CreateEntry(*this, parent, name, {S_IFDIR | (mode & 07777), 0, {}}, cred, &ref);
@@ -187,7 +187,7 @@ Result<Attr> FsImpl::Mkdir(uint64_t parent, std::string_view name, uint32_t mode
 }
 
 Result<Attr> FsImpl::Symlink(uint64_t parent, std::string_view name,
-                                 std::string_view target, const Cred& cred) {
+                             std::string_view target, const Cred& cred) {
   if (target.empty()) return Error(ENOENT);
   if (target.size() > format::kSymlinkMax) return Error(ENAMETOOLONG);
   InodeRef ref;
@@ -198,7 +198,7 @@ Result<Attr> FsImpl::Symlink(uint64_t parent, std::string_view name,
 }
 
 Result<FileHandle> FsImpl::Create(uint64_t parent, std::string_view name, uint32_t mode,
-                                      int flags, const Cred& cred, Attr* attr) {
+                                  int flags, const Cred& cred, Attr* attr) {
   InodeRef ref;
   Result<Attr> created =
       CreateEntry(*this, parent, name, {S_IFREG | (mode & 07777), 0, {}}, cred, &ref);
@@ -213,7 +213,7 @@ Result<FileHandle> FsImpl::Create(uint64_t parent, std::string_view name, uint32
 // No directory changes, so no tree_mu_; the parent is only read (its group,
 // its set-group-ID bit) under its shared lock.
 Result<FileHandle> FsImpl::Tmpfile(uint64_t parent, uint32_t mode, int flags,
-                                       const Cred& cred, Attr* attr) {
+                                   const Cred& cred, Attr* attr) {
   if (read_only_) return Error(EROFS);
   Result<InodeRef> dir = FsOps::Get(*this, parent);
   if (!dir.ok()) return dir.take_error();
@@ -381,7 +381,7 @@ static Result<bool> IsWithin(FsImpl& fs, uint64_t ino, uint64_t ancestor) {
 // the same transaction (so no crash shows the rename without it, nor the
 // whiteout without the rename). Only CAP_MKNOD may ask (the kernel checks).
 Status FsImpl::Rename(uint64_t parent, std::string_view name, uint64_t new_parent,
-                          std::string_view new_name, unsigned flags, const Cred& cred) {
+                      std::string_view new_name, unsigned flags, const Cred& cred) {
   if (read_only_) return Error(EROFS);
   if (flags & ~(RENAME_NOREPLACE | RENAME_EXCHANGE | RENAME_WHITEOUT)) return Error(EINVAL);
   // As do_renameat2: EXCHANGE goes with neither of the others.
@@ -528,80 +528,6 @@ Status FsImpl::Rename(uint64_t parent, std::string_view name, uint64_t new_paren
     if (dst_lock.owns_lock()) (void)FsOps::FreeUnlinkedData(*this, dst.get());
   }
   return Status::Ok();
-}
-
-Result<std::string> FsImpl::Readlink(uint64_t ino) {
-  Result<InodeRef> ref = FsOps::Get(*this, ino);
-  if (!ref.ok()) return ref.take_error();
-  std::shared_lock lock(ref.value()->lock);
-  const Inode& inode = ref->media();
-  if (!S_ISLNK(inode.mode)) return Error(EINVAL);
-  if (!SymlinkSizeValid(inode.size)) return Error(EIO);
-  if (inode.size <= format::kInlineSymlinkMax) {
-    return std::string(inode.map.symlink, inode.size);
-  }
-  uint64_t run;
-  const uint64_t block = bmap_->Lookup(inode, 0, 1, &run);
-  if (block == Bmap::kCorrupt) return FsOps::BadMap(*this, ino);
-  if (block == 0) return Error(EIO);
-  // A data block: copied under a recovery point (a lost page fails the
-  // request, and stays lost for the next one; see ZeroMapped).
-  char target[format::kSymlinkMax];
-  const size_t len = inode.size;
-  if (!RunFaultGuarded([&] { std::memcpy(target, ctx_->Block(block), len); })) {
-    FsOps::ReportMediaError("readlink", ino);
-    return Error(EIO);
-  }
-  return std::string(target, len);
-}
-
-// Cookies: 0 starts with ".", 1 with "..", and c >= 2 resumes at entries of
-// key >= c - 2; the entry of key k is followed by cookie k + 3.
-Status FsImpl::ReadDir(uint64_t dir_ino, uint64_t cookie,
-                           const std::function<bool(const DirEntry&, uint64_t)>& fn) {
-  Result<InodeRef> dir = FsOps::Get(*this, dir_ino);
-  if (!dir.ok()) return dir.take_error();
-  uint64_t parent_ino;
-  {
-    std::shared_lock lock(dir.value()->lock);
-    if (!S_ISDIR(dir->media().mode)) return Error(ENOTDIR);
-    parent_ino = dir->media().parent;
-  }
-  if (cookie == 0) {
-    if (!fn({".", dir_ino, DT_DIR}, 1)) return Status::Ok();
-    cookie = 1;
-  }
-  if (cookie == 1) {
-    if (!fn({"..", parent_ino, DT_DIR}, 2)) return Status::Ok();
-    cookie = 2;
-  }
-  // Entries are copied out in batches under the shared lock, then handed to fn
-  // with no lock held (fn may call back into the filesystem).
-  struct Copied {
-    std::string name;
-    uint64_t ino;
-    uint32_t type;
-    uint64_t key;
-  };
-  std::vector<Copied> batch;
-  uint64_t from_key = cookie - 2;
-  for (;;) {
-    batch.clear();
-    {
-      std::shared_lock lock(dir.value()->lock);
-      Status st = dir_->ReadDir(dir->media(), from_key, [&](const DirEntryRef& e) {
-        batch.push_back({std::string(e.name), e.ino, e.file_type, e.key});
-        return batch.size() < 128;
-      });
-      if (!st.ok()) return st.code() == EUCLEAN ? Error(EIO) : st;
-    }
-    if (batch.empty()) return Status::Ok();
-    for (const Copied& e : batch) {
-      if (!fn({e.name, e.ino, e.type}, e.key + 3)) return Status::Ok();
-    }
-    if (batch.back().key >= format::kDirKeyMax) return Status::Ok();
-    from_key = batch.back().key + 1;
-  }
 }
 
 }  // namespace nvfs

@@ -388,29 +388,30 @@ void Tx::FillFresh(uint64_t offset, int byte, size_t len) {
   NoteDirty(offset, len);
 }
 
-bool Tx::LogAllocated(BitmapKind kind, uint64_t first, uint64_t count) {
-  const auto type = kind == BitmapKind::kBlocks ? JournalRecordType::kBitmapSet
-                                                : JournalRecordType::kInodeSet;
-  // A record's length is 32 bits: longer runs take several records.
+// One logical record per run of at most UINT32_MAX (a record's length is 32
+// bits: longer runs take several records), each noted in `noted` once it is
+// in the slot.
+bool Tx::LogRuns(JournalRecordType type, BitmapKind kind, uint64_t first, uint64_t count,
+                 std::vector<Allocation>* noted) {
   for (uint64_t done = 0; done < count;) {
     const uint32_t n = static_cast<uint32_t>(std::min<uint64_t>(count - done, UINT32_MAX));
     if (!AppendRecord(type, first + done, n, nullptr)) return false;
-    allocated_.push_back({kind, {first + done, n}});
+    noted->push_back({kind, {first + done, n}});
     done += n;
   }
   return true;
 }
 
+bool Tx::LogAllocated(BitmapKind kind, uint64_t first, uint64_t count) {
+  const auto type = kind == BitmapKind::kBlocks ? JournalRecordType::kBitmapSet
+                                                : JournalRecordType::kInodeSet;
+  return LogRuns(type, kind, first, count, &allocated_);
+}
+
 bool Tx::LogDeferredFree(BitmapKind kind, uint64_t first, uint64_t count) {
   const auto type = kind == BitmapKind::kBlocks ? JournalRecordType::kDeferredFree
                                                 : JournalRecordType::kInodeFree;
-  for (uint64_t done = 0; done < count;) {
-    const uint32_t n = static_cast<uint32_t>(std::min<uint64_t>(count - done, UINT32_MAX));
-    if (!AppendRecord(type, first + done, n, nullptr)) return false;
-    frees_.push_back({kind, {first + done, n}});
-    done += n;
-  }
-  return true;
+  return LogRuns(type, kind, first, count, &frees_);
 }
 
 bool Tx::Frees(BitmapKind kind, uint64_t first, uint64_t count) const {

@@ -128,6 +128,10 @@ class Tx {
   };
   std::vector<Allocation> allocated_;  // undone by Abort
   std::vector<Allocation> frees_;      // done after Commit
+  // The body of LogAllocated and LogDeferredFree: the records of `type`,
+  // noted in *noted.
+  bool LogRuns(format::JournalRecordType type, BitmapKind kind, uint64_t first, uint64_t count,
+               std::vector<Allocation>* noted);
 };
 
 class Journal {

@@ -1,6 +1,6 @@
 // Reads that race with writers by design, all in one place, so that a race
 // detector checks everything else (tools/tsan.sh):
-//  - a lock-free reader of file data (src/fs/file.cpp: ReadInto's fast
+//  - a lock-free reader of file data (src/fs/read.cpp: ReadInto's fast
 //    path, each lock-free attempt of ReadSlow; ExtentMap::Build's walk)
 //    loads the inode's size and mode, the bmap's pointers and the file's
 //    bytes from the mapping under the file's sequence counter

@@ -1,4 +1,4 @@
-// The data path: the three read paths, write, fallocate and lseek.
+// The read paths: read, read_iter and map (direct reads' runs).
 //
 // Reads take no lock: they copy under the inode's sequence counter and
 // retry if a writer changed the file's mapping meanwhile (ReadInto), so a
@@ -10,25 +10,20 @@
 // section 8). All three paths are one loop with a different sink; a
 // one-segment iovec list is a plain buffer, so read_iter costs what read
 // costs without a special case.
-//
-// Writes: data goes straight to the media with non-temporal stores
-// (Media::StoreFlush); blocks that were holes are allocated, and filled aside
-// (write before publish) before the transaction that links them, the new size
-// and the times commits. Overwrites in place are not atomic (as on every POSIX
-// filesystem); everything is durable when Write returns.
-#include <fcntl.h>
-#include <linux/falloc.h>
 #include <sys/stat.h>
-#include <unistd.h>
+#include <sys/uio.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
-#include <optional>
+#include <mutex>
+#include <shared_mutex>
 
 #include "fs/extent_map.hpp"
 #include "fs/fs_impl.hpp"
+#include "fs/iovec.hpp"
 #include "util/races.hpp"
 #include "nvfs/epoch.hpp"
 
@@ -112,12 +107,6 @@ struct RunSink {
     return done;
   }
 };
-
-size_t IovecTotal(const iovec* iov, int iovcnt) {
-  size_t total = 0;
-  for (int i = 0; i < iovcnt; ++i) total += iov[i].iov_len;
-  return total;
-}
 
 }  // namespace
 
@@ -359,326 +348,17 @@ Result<size_t> FsImpl::Read(FileHandle file, uint64_t offset, void* buf, size_t 
 }
 
 Result<size_t> FsImpl::ReadIter(FileHandle file, uint64_t offset, const iovec* iov,
-                                    int iovcnt) {
+                                int iovcnt) {
   if (iovcnt == 1) return Read(file, offset, iov[0].iov_base, iov[0].iov_len);
   return ReadSegments(*this, file, offset, iov, iovcnt);
 }
 
 Result<size_t> FsImpl::Map(FileHandle file, uint64_t offset, size_t len, ReadRun* runs,
-                               size_t max_runs, size_t* run_count, const MapGuard& /*held*/) {
+                           size_t max_runs, size_t* run_count, const MapGuard& /*held*/) {
   RunSink sink{runs, max_runs};
   const int64_t n = ReadInto</*kCallerGuarded=*/true>(*this, file->inode, offset, len, sink);
   *run_count = sink.count;
   return ToResult(n);
-}
-
-namespace {
-
-// Where Write takes its bytes from.
-struct Source {
-  const iovec* iov;
-  const iovec* end;
-  size_t used = 0;
-
-  // Stores the next n bytes at `offset` on the media, flushed, not drained.
-  void StoreTo(Media& media, uint64_t offset, size_t n) {
-    while (n > 0 && iov != end) {
-      const size_t k = std::min(n, iov->iov_len - used);
-      media.StoreFlush(offset, static_cast<const std::byte*>(iov->iov_base) + used, k);
-      offset += k;
-      n -= k;
-      used += k;
-      if (used == iov->iov_len) {
-        ++iov;
-        used = 0;
-      }
-    }
-  }
-};
-
-}  // namespace
-
-static Result<size_t> WriteCore(FsImpl& fs, FileHandle file, uint64_t offset, Source& src,
-                                size_t len, unsigned io_flags) {
-  if (fs.read_only()) return Error(EROFS);
-  if ((file->flags & O_ACCMODE) == O_RDONLY) return Error(EBADF);
-  CachedInode* ci = file->inode;
-  std::unique_lock lock(ci->lock);
-  // Lock-free readers (ReadInto) must retry only if this write changes the
-  // file's mapping or size; an overwrite in place does neither, and a reader
-  // racing with it may see some of its bytes, as on any filesystem. Begun at
-  // the first such change, and declared before the Tx so that an abort's
-  // undo happens under it too.
-  std::optional<MappingChange> change;
-  const auto changing = [&] {
-    if (!change) change.emplace(ci);
-  };
-  const Inode& inode = *ci->media;
-  if (S_ISDIR(inode.mode)) return Error(EISDIR);
-  if (!S_ISREG(inode.mode)) return Error(EINVAL);
-  if ((file->flags & O_APPEND) && !(io_flags & kAtOffset)) offset = inode.size;
-  // chattr's attributes, also through handles opened before they were set.
-  if (FsOps::Immutable(inode)) return Error(EPERM);
-  if (FsOps::AppendOnly(inode) && offset != inode.size) return Error(EPERM);
-  const Geometry& g = FsOps::Geo(fs);
-  const uint32_t shift = g.block_shift();
-  const uint64_t mask = g.block_size() - 1;
-  // A byte may land at max_size() - 1 at most: the size stays a
-  // non-negative off_t (2^63 - 1 bytes, not the 2^63 of max_blocks() blocks).
-  const uint64_t max_bytes = FsOps::BmapOf(fs).max_size();
-  if (len == 0) return size_t{0};
-  if (offset >= max_bytes) return Error(EFBIG);
-  len = static_cast<size_t>(std::min<uint64_t>(len, max_bytes - offset));
-  // Before any byte lands: an overwrite in place is visible at once.
-  NVFS_TRY(FsOps::KillPrivsFirst(fs, ci->ino, inode, io_flags & kKillSuidgid));
-
-  Media& media = fs.media();
-  Bmap& bmap = FsOps::BmapOf(fs);
-  std::unique_lock orphans(FsOps::OrphanMu(fs), std::defer_lock);  // before the Tx (fs_impl.hpp)
-  std::optional<Tx> tx;
-  tx.emplace(FsOps::Jnl(fs), "write");
-  // The new size, once data up to `end` is on the media.
-  const auto grow_to = [&](uint64_t end) {
-    if (end <= inode.size) return;
-    changing();
-    tx->Set(inode.size, end);
-  };
-  const timespec now = FsOps::Now();
-  // Past the end: the bytes between the old end and the write, inside the old
-  // last block, must read as zeros.
-  if (offset > inode.size) changing();
-  NVFS_TRY(FsOps::Resize(fs, ci->ino, std::max<uint64_t>(inode.size, offset), &*tx, orphans));
-
-  size_t done = 0;
-  Error failure;
-  bool failed = false;
-  while (done < len) {
-    const uint64_t pos = offset + done;
-    const uint64_t index = pos >> shift;
-    const uint64_t in_block = pos & mask;
-    const size_t remaining = len - done;
-    const uint64_t blocks = (in_block + remaining + mask) >> shift;
-    uint64_t run;
-    uint64_t phys = bmap.Lookup(inode, index, blocks, &run);
-    if (phys == Bmap::kCorrupt) {
-      failure = FsOps::BadMap(fs, ci->ino);
-      failed = true;
-      break;
-    }
-    if (phys == 0) {
-      // A hole: allocate. Blocks only partly written are zero-filled first.
-      const uint64_t full = (in_block == 0) ? (remaining >> shift) : 0;
-      const uint64_t want = full == 0 ? 1 : std::min(run, full);
-      changing();
-      Result<Extent> mapped = bmap.MapForWrite(*tx, inode, index, want, full == 0);
-      if (!mapped.ok()) {
-        failure = mapped.take_error();
-        failed = true;
-        break;
-      }
-      phys = mapped->first;
-      run = mapped->count;
-    }
-    const size_t n = static_cast<size_t>(std::min<uint64_t>((run << shift) - in_block, remaining));
-    // A media error in the data blocks (SIGBUS on the store) fails this
-    // run with EIO; the bytes before it are written as on any short write.
-    // Safe to abandon: StoreTo takes no lock and owns nothing; the inode
-    // lock and the Tx are ours, out here, and end through normal returns.
-    if (!RunFaultGuarded([&] { src.StoreTo(media, g.BlockOffset(phys) + in_block, n); })) {
-      FsOps::ReportMediaError("write", ci->ino);
-      failure = Error(EIO);
-      failed = true;
-      break;
-    }
-    done += n;
-    if (tx->room() < 8192 && done < len) {
-      // Long writes commit as they go: write() is not atomic, only durable.
-      grow_to(offset + done);
-      NVFS_TRY(tx->Commit());
-      tx.emplace(FsOps::Jnl(fs), "write");
-    }
-  }
-  if (done == 0 && failed) return failure;  // the Tx aborts: nothing happened
-  grow_to(offset + done);
-  FsOps::Touch(*tx, inode, true, true, now);
-  NVFS_TRY(tx->Commit());
-  return done;
-}
-
-Result<size_t> FsImpl::Write(FileHandle file, uint64_t offset, const void* buf, size_t len,
-                                 unsigned io_flags) {
-  iovec iov{const_cast<void*>(buf), len};
-  Source src{&iov, &iov + 1};
-  return WriteCore(*this, file, offset, src, len, io_flags);
-}
-
-Result<size_t> FsImpl::WriteIter(FileHandle file, uint64_t offset, const iovec* iov,
-                                     int iovcnt, unsigned io_flags) {
-  Source src{iov, iov + iovcnt};
-  return WriteCore(*this, file, offset, src, IovecTotal(iov, iovcnt), io_flags);
-}
-
-Status FsImpl::Fsync(FileHandle file) {
-  (void)file;  // every operation was durable when it returned
-  return Status::Ok();
-}
-
-// Zeroes the bytes of [from, to) that lie in mapped blocks, in place, as a
-// write of zeros would: flushed now, drained by the caller's commit; durable,
-// not atomic. Holes already read as zeros. REQUIRES: inode lock held
-// exclusively (and a MappingChange, so lock-free readers retry).
-static Status ZeroMapped(FsImpl& fs, uint64_t ino, const Inode& inode, uint64_t from,
-                         uint64_t to) {
-  const Geometry& g = FsOps::Geo(fs);
-  const uint32_t shift = g.block_shift();
-  const uint64_t mask = g.block_size() - 1;
-  Media& media = fs.media();
-  while (from < to) {
-    const uint64_t in_block = from & mask;
-    uint64_t run;
-    const uint64_t phys =
-        FsOps::BmapOf(fs).Lookup(inode, from >> shift, (in_block + (to - from) + mask) >> shift, &run);
-    if (phys == Bmap::kCorrupt) {
-      return FsOps::Ctx(fs).Damaged(
-          MakeError(EIO, "a block pointer names no data block; run fsck.nvfs"));
-    }
-    const uint64_t n = std::min((run << shift) - in_block, to - from);
-    // File data: a media error fails the request (a recovery point, as a
-    // write's copy), so a lost data page is never replaced by the handler
-    // and keeps failing every read of it.
-    if (phys != 0 && !RunFaultGuarded([&] {
-          media.Fill(g.BlockOffset(phys) + in_block, 0, n);
-          media.Flush(g.BlockOffset(phys) + in_block, n);
-        })) {
-      FsOps::ReportMediaError("zeroing", ino);
-      return Error(EIO);
-    }
-    from += n;
-  }
-  return Status::Ok();
-}
-
-Status FsImpl::Fallocate(FileHandle file, int mode, uint64_t offset, uint64_t len,
-                             unsigned io_flags) {
-  if (read_only_) return Error(EROFS);
-  if ((file->flags & O_ACCMODE) == O_RDONLY) return Error(EBADF);
-  if (len == 0) return Error(EINVAL);
-  const bool punch = mode & FALLOC_FL_PUNCH_HOLE;
-  const bool zero_range = mode & FALLOC_FL_ZERO_RANGE;
-  if (mode & ~(FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE)) {
-    return Error(EOPNOTSUPP);
-  }
-  if (punch && !(mode & FALLOC_FL_KEEP_SIZE)) return Error(EOPNOTSUPP);
-  if (punch && zero_range) return Error(EOPNOTSUPP);  // as vfs_fallocate
-  CachedInode* ci = file->inode;
-  std::unique_lock lock(ci->lock);
-  const MappingChange change(ci);
-  const Inode& inode = *ci->media;
-  if (S_ISDIR(inode.mode)) return Error(EISDIR);
-  if (!S_ISREG(inode.mode)) return Error(ENODEV);
-  // chattr's attributes (vfs_fallocate): nothing on an immutable file; on
-  // an append-only one only allocation that keeps the bytes.
-  if (FsOps::Immutable(inode)) return Error(EPERM);
-  if (FsOps::AppendOnly(inode) && (mode & ~FALLOC_FL_KEEP_SIZE)) return Error(EPERM);
-  const Geometry& g = *geometry_;
-  const uint32_t shift = g.block_shift();
-  const uint64_t bs = g.block_size();
-  const uint64_t max_bytes = bmap_->max_size();
-  if (offset >= max_bytes || len > max_bytes - offset) return Error(EFBIG);
-  const uint64_t end = offset + len;
-  // Before anything changes (zero range stores zeros in place).
-  NVFS_TRY(FsOps::KillPrivsFirst(*this, ci->ino, inode, io_flags & kKillSuidgid));
-  const timespec now = FsOps::Now();
-
-  if (punch) {
-    const uint64_t size = inode.size;
-    const uint64_t zero_end = std::min(end, size);
-    if (offset >= zero_end) return Status::Ok();
-    const uint64_t first_full = (offset + bs - 1) >> shift;
-    const uint64_t end_full = zero_end == size ? (zero_end + bs - 1) >> shift : zero_end >> shift;
-    std::optional<Tx> tx;
-    tx.emplace(*journal_, "punch");
-    // Partial blocks at the edges: zeroed in place (ZeroMapped). Logging them
-    // cost a record as large as the range, which with large blocks does not
-    // fit a journal slot, so such a punch failed with ENOSPC.
-    if (first_full >= end_full) {
-      NVFS_TRY(ZeroMapped(*this, ci->ino, inode, offset, zero_end));
-    } else {
-      NVFS_TRY(ZeroMapped(*this, ci->ino, inode, offset, first_full << shift));
-      if ((end_full << shift) < zero_end) {
-        NVFS_TRY(ZeroMapped(*this, ci->ino, inode, end_full << shift, zero_end));
-      }
-      for (;;) {
-        Result<bool> done = bmap_->Punch(*tx, inode, first_full, end_full - first_full);
-        if (!done.ok()) return done.take_error();
-        if (*done) break;
-        NVFS_TRY(tx->Commit());
-        tx.emplace(*journal_, "punch");
-      }
-    }
-    FsOps::Touch(*tx, inode, true, true, now);
-    return tx->Commit();
-  }
-
-  // Allocation: every hole in the range gets zeroed blocks. Blocks wholly
-  // past the end that the size change below exposes are zeroed by Resize,
-  // which zeroes every mapped byte it exposes; zeroing them here too would
-  // write them twice.
-  const bool extend = !(mode & FALLOC_FL_KEEP_SIZE) && end > inode.size;
-  std::unique_lock orphans(orphan_mu_, std::defer_lock);  // before the Tx (fs_impl.hpp)
-  std::optional<Tx> tx;
-  tx.emplace(*journal_, zero_range ? "zero range" : "fallocate");
-  // ZERO_RANGE: first the mapped bytes of the range inside the file are
-  // zeroed in place (ZeroMapped; drained by the commit below); mapped bytes
-  // past the end need nothing, as above.
-  if (zero_range) NVFS_TRY(ZeroMapped(*this, ci->ino, inode, offset, std::min(end, inode.size)));
-  uint64_t index = offset >> shift;
-  const uint64_t end_index = (end + bs - 1) >> shift;
-  while (index < end_index) {
-    uint64_t run;
-    const uint64_t phys = bmap_->Lookup(inode, index, end_index - index, &run);
-    if (phys == Bmap::kCorrupt) return FsOps::BadMap(*this, ci->ino);
-    if (phys == 0) {
-      const bool zero = !extend || (index << shift) < inode.size;
-      Result<Extent> mapped = bmap_->MapForWrite(*tx, inode, index, run, zero);
-      if (!mapped.ok()) return mapped.take_error();  // aborts this transaction's part
-      run = mapped->count;
-    }
-    index += run;
-    if (tx->room() < 8192 && index < end_index) {
-      NVFS_TRY(tx->Commit());
-      tx.emplace(*journal_, "fallocate");
-    }
-  }
-  if (extend) NVFS_TRY(FsOps::Resize(*this, ci->ino, end, &*tx, orphans));
-  FsOps::Touch(*tx, inode, false, true, now);
-  return tx->Commit();
-}
-
-Result<uint64_t> FsImpl::Lseek(FileHandle file, uint64_t offset, int whence) {
-  CachedInode* ci = file->inode;
-  std::shared_lock lock(ci->lock);
-  const Inode& inode = *ci->media;
-  const uint64_t size = inode.size;
-  switch (whence) {
-    case SEEK_SET: return offset;
-    case SEEK_END: return size + offset;
-    case SEEK_DATA:
-    case SEEK_HOLE: break;
-    default: return Error(EINVAL);
-  }
-  if (offset >= size) return Error(ENXIO);
-  if (!S_ISREG(inode.mode)) return whence == SEEK_DATA ? offset : size;
-  const uint32_t shift = geometry_->block_shift();
-  const uint64_t limit = (size + geometry_->block_size() - 1) >> shift;
-  const uint64_t index = offset >> shift;
-  if (whence == SEEK_DATA) {
-    const uint64_t found = bmap_->NextMapped(inode, index, limit);
-    if (found >= limit) return Error(ENXIO);
-    return std::max(offset, found << shift);
-  }
-  const uint64_t found = bmap_->NextHole(inode, index, limit);
-  return std::max(offset, std::min(size, found << shift));
 }
 
 }  // namespace nvfs

@@ -1,0 +1,178 @@
+// A file's space: fallocate (allocate, punch a hole, zero a range) and
+// lseek's SEEK_DATA and SEEK_HOLE.
+#include <fcntl.h>
+#include <linux/falloc.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <mutex>
+#include <optional>
+#include <shared_mutex>
+
+#include "fs/fs_impl.hpp"
+#include "util/races.hpp"
+
+namespace nvfs {
+
+using format::Inode;
+
+// Zeroes the bytes of [from, to) that lie in mapped blocks, in place, as a
+// write of zeros would: flushed now, drained by the caller's commit; durable,
+// not atomic. Holes already read as zeros. REQUIRES: inode lock held
+// exclusively (and a MappingChange, so lock-free readers retry).
+static Status ZeroMapped(FsImpl& fs, uint64_t ino, const Inode& inode, uint64_t from,
+                         uint64_t to) {
+  const Geometry& g = FsOps::Geo(fs);
+  const uint32_t shift = g.block_shift();
+  const uint64_t mask = g.block_size() - 1;
+  Media& media = fs.media();
+  while (from < to) {
+    const uint64_t in_block = from & mask;
+    uint64_t run;
+    const uint64_t phys =
+        FsOps::BmapOf(fs).Lookup(inode, from >> shift, (in_block + (to - from) + mask) >> shift, &run);
+    if (phys == Bmap::kCorrupt) {
+      return FsOps::Ctx(fs).Damaged(
+          MakeError(EIO, "a block pointer names no data block; run fsck.nvfs"));
+    }
+    const uint64_t n = std::min((run << shift) - in_block, to - from);
+    // File data: a media error fails the request (a recovery point, as a
+    // write's copy), so a lost data page is never replaced by the handler
+    // and keeps failing every read of it.
+    if (phys != 0 && !RunFaultGuarded([&] {
+          media.Fill(g.BlockOffset(phys) + in_block, 0, n);
+          media.Flush(g.BlockOffset(phys) + in_block, n);
+        })) {
+      FsOps::ReportMediaError("zeroing", ino);
+      return Error(EIO);
+    }
+    from += n;
+  }
+  return Status::Ok();
+}
+
+Status FsImpl::Fallocate(FileHandle file, int mode, uint64_t offset, uint64_t len,
+                         unsigned io_flags) {
+  if (read_only_) return Error(EROFS);
+  if ((file->flags & O_ACCMODE) == O_RDONLY) return Error(EBADF);
+  if (len == 0) return Error(EINVAL);
+  const bool punch = mode & FALLOC_FL_PUNCH_HOLE;
+  const bool zero_range = mode & FALLOC_FL_ZERO_RANGE;
+  if (mode & ~(FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE)) {
+    return Error(EOPNOTSUPP);
+  }
+  if (punch && !(mode & FALLOC_FL_KEEP_SIZE)) return Error(EOPNOTSUPP);
+  if (punch && zero_range) return Error(EOPNOTSUPP);  // as vfs_fallocate
+  CachedInode* ci = file->inode;
+  std::unique_lock lock(ci->lock);
+  const MappingChange change(ci);
+  const Inode& inode = *ci->media;
+  if (S_ISDIR(inode.mode)) return Error(EISDIR);
+  if (!S_ISREG(inode.mode)) return Error(ENODEV);
+  // chattr's attributes (vfs_fallocate): nothing on an immutable file; on
+  // an append-only one only allocation that keeps the bytes.
+  if (FsOps::Immutable(inode)) return Error(EPERM);
+  if (FsOps::AppendOnly(inode) && (mode & ~FALLOC_FL_KEEP_SIZE)) return Error(EPERM);
+  const Geometry& g = *geometry_;
+  const uint32_t shift = g.block_shift();
+  const uint64_t bs = g.block_size();
+  const uint64_t max_bytes = bmap_->max_size();
+  if (offset >= max_bytes || len > max_bytes - offset) return Error(EFBIG);
+  const uint64_t end = offset + len;
+  // Before anything changes (zero range stores zeros in place).
+  NVFS_TRY(FsOps::KillPrivsFirst(*this, ci->ino, inode, io_flags & kKillSuidgid));
+  const timespec now = FsOps::Now();
+
+  if (punch) {
+    const uint64_t size = inode.size;
+    const uint64_t zero_end = std::min(end, size);
+    if (offset >= zero_end) return Status::Ok();
+    const uint64_t first_full = (offset + bs - 1) >> shift;
+    const uint64_t end_full = zero_end == size ? (zero_end + bs - 1) >> shift : zero_end >> shift;
+    std::optional<Tx> tx;
+    tx.emplace(*journal_, "punch");
+    // Partial blocks at the edges: zeroed in place (ZeroMapped). Logging them
+    // cost a record as large as the range, which with large blocks does not
+    // fit a journal slot, so such a punch failed with ENOSPC.
+    if (first_full >= end_full) {
+      NVFS_TRY(ZeroMapped(*this, ci->ino, inode, offset, zero_end));
+    } else {
+      NVFS_TRY(ZeroMapped(*this, ci->ino, inode, offset, first_full << shift));
+      if ((end_full << shift) < zero_end) {
+        NVFS_TRY(ZeroMapped(*this, ci->ino, inode, end_full << shift, zero_end));
+      }
+      for (;;) {
+        Result<bool> done = bmap_->Punch(*tx, inode, first_full, end_full - first_full);
+        if (!done.ok()) return done.take_error();
+        if (*done) break;
+        NVFS_TRY(tx->Commit());
+        tx.emplace(*journal_, "punch");
+      }
+    }
+    FsOps::Touch(*tx, inode, true, true, now);
+    return tx->Commit();
+  }
+
+  // Allocation: every hole in the range gets zeroed blocks. Blocks wholly
+  // past the end that the size change below exposes are zeroed by Resize,
+  // which zeroes every mapped byte it exposes; zeroing them here too would
+  // write them twice.
+  const bool extend = !(mode & FALLOC_FL_KEEP_SIZE) && end > inode.size;
+  std::unique_lock orphans(orphan_mu_, std::defer_lock);  // before the Tx (fs_impl.hpp)
+  std::optional<Tx> tx;
+  tx.emplace(*journal_, zero_range ? "zero range" : "fallocate");
+  // ZERO_RANGE: first the mapped bytes of the range inside the file are
+  // zeroed in place (ZeroMapped; drained by the commit below); mapped bytes
+  // past the end need nothing, as above.
+  if (zero_range) NVFS_TRY(ZeroMapped(*this, ci->ino, inode, offset, std::min(end, inode.size)));
+  uint64_t index = offset >> shift;
+  const uint64_t end_index = (end + bs - 1) >> shift;
+  while (index < end_index) {
+    uint64_t run;
+    const uint64_t phys = bmap_->Lookup(inode, index, end_index - index, &run);
+    if (phys == Bmap::kCorrupt) return FsOps::BadMap(*this, ci->ino);
+    if (phys == 0) {
+      const bool zero = !extend || (index << shift) < inode.size;
+      Result<Extent> mapped = bmap_->MapForWrite(*tx, inode, index, run, zero);
+      if (!mapped.ok()) return mapped.take_error();  // aborts this transaction's part
+      run = mapped->count;
+    }
+    index += run;
+    if (tx->room() < 8192 && index < end_index) {
+      NVFS_TRY(tx->Commit());
+      tx.emplace(*journal_, "fallocate");
+    }
+  }
+  if (extend) NVFS_TRY(FsOps::Resize(*this, ci->ino, end, &*tx, orphans));
+  FsOps::Touch(*tx, inode, false, true, now);
+  return tx->Commit();
+}
+
+Result<uint64_t> FsImpl::Lseek(FileHandle file, uint64_t offset, int whence) {
+  CachedInode* ci = file->inode;
+  std::shared_lock lock(ci->lock);
+  const Inode& inode = *ci->media;
+  const uint64_t size = inode.size;
+  switch (whence) {
+    case SEEK_SET: return offset;
+    case SEEK_END: return size + offset;
+    case SEEK_DATA:
+    case SEEK_HOLE: break;
+    default: return Error(EINVAL);
+  }
+  if (offset >= size) return Error(ENXIO);
+  if (!S_ISREG(inode.mode)) return whence == SEEK_DATA ? offset : size;
+  const uint32_t shift = geometry_->block_shift();
+  const uint64_t limit = (size + geometry_->block_size() - 1) >> shift;
+  const uint64_t index = offset >> shift;
+  if (whence == SEEK_DATA) {
+    const uint64_t found = bmap_->NextMapped(inode, index, limit);
+    if (found >= limit) return Error(ENXIO);
+    return std::max(offset, found << shift);
+  }
+  const uint64_t found = bmap_->NextHole(inode, index, limit);
+  return std::max(offset, std::min(size, found << shift));
+}
+
+}  // namespace nvfs

@@ -1,0 +1,90 @@
+// Reclaim: freeing an unlinked inode and everything it holds once no one
+// uses it (Reclaim, ReclaimIdle), and the unpin that may start it where
+// nothing may throw (UnpinNoThrow).
+#include <sys/stat.h>
+
+#include <cinttypes>
+#include <cstdio>
+#include <mutex>
+#include <new>
+
+#include "fs/fs_impl.hpp"
+
+namespace nvfs {
+
+using format::Inode;
+
+Status FsOps::Reclaim(FsImpl& fs, uint64_t ino) {
+  // Turned read-only by damage: the inode stays on the orphan list.
+  if (fs.read_only()) return Error(EROFS);
+  const Inode& inode = InodeAt(fs, ino);
+  // Free the contents in as many transactions as needed; the inode stays on
+  // the orphan list until the last one, which frees the inode itself.
+  for (;;) {
+    std::unique_lock lock(fs.orphan_mu_, std::defer_lock);  // before the Tx (fs_impl.hpp)
+    Tx tx(*fs.journal_, "reclaim");
+    Result<bool> done = true;
+    if (S_ISDIR(inode.mode)) {
+      done = fs.dir_->FreeTree(tx, inode);
+    } else if (S_ISREG(inode.mode) ||
+               (S_ISLNK(inode.mode) && inode.size > format::kInlineSymlinkMax)) {
+      done = fs.bmap_->Truncate(tx, inode, 0);
+    }
+    if (!done.ok()) return done.take_error();
+    // Then the extended attributes, as many transactions as they take. A
+    // damaged block or run is not followed, and the inode is not freed
+    // either: it stays on the orphan list for fsck.nvfs.
+    if (*done && inode.xattr_block != 0) done = FreeXattrs(fs, tx, inode);
+    if (!done.ok()) return done.take_error();
+    if (!*done) {
+      NVFS_TRY(tx.Commit());
+      continue;
+    }
+    lock.lock();
+    NVFS_TRY(OrphanRemove(fs, tx, ino));
+    tx.Set(inode.mode, uint16_t{0});
+    NVFS_TRY(fs.alloc_->FreeInode(tx, ino));
+    return tx.Commit();
+  }
+}
+
+void FsOps::ReclaimIdle(FsImpl& fs, CachedInode* inode) {
+  // The entry goes on every path, a throw from Reclaim (an allocation
+  // failure) included: until it goes, `reclaiming` stays set and every pin
+  // of the number waits for it (InodeCache::Pin). Erased after the inode
+  // lock is dropped, as the lock lives in the entry.
+  struct EraseOnExit {
+    FsImpl& fs;
+    CachedInode* inode;
+    ~EraseOnExit() { fs.cache_->Erase(inode); }
+  } erase_on_exit{fs, inode};
+  std::unique_lock lock(inode->lock);
+  // No reader holds the inode any more, but a direct client may still
+  // hold its runs (a descriptor closed without detaching): its slot moves
+  // before the blocks are freed.
+  const MappingChange change(inode);
+  if (fs.reclaim_fault_) fs.reclaim_fault_(inode->ino);
+  // A failure here, an error or a throw, leaves the inode on the orphan
+  // list: the next mount finishes it.
+  (void)Reclaim(fs, inode->ino);
+}
+
+void FsOps::UnpinNoThrow(FsImpl& fs, CachedInode* inode) noexcept {
+  const uint64_t ino = inode->ino;
+  const char* what = nullptr;
+  try {
+    Unpin(fs, inode);
+  } catch (const std::bad_alloc&) {
+    what = "out of memory";
+  } catch (...) {
+    what = "unexpected exception";
+  }
+  if (what != nullptr) {
+    std::fprintf(stderr,
+                 "nvfs: reclaim of unlinked inode %" PRIu64 " failed (%s); it stays on the orphan "
+                 "list until its next use or the next mount\n",
+                 ino, what);
+  }
+}
+
+}  // namespace nvfs

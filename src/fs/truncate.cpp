@@ -1,0 +1,118 @@
+// Truncation: changing a regular file's size (Resize), freeing its blocks
+// past a point in as many transactions as it takes (FreeBlocksFrom), and
+// freeing the data of an unlinked file with no open left (FreeUnlinkedData).
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <mutex>
+
+#include "fs/fs_impl.hpp"
+#include "util/races.hpp"
+
+namespace nvfs {
+
+using format::Inode;
+
+Status FsOps::FreeBlocksFrom(FsImpl& fs, uint64_t ino, uint64_t from) {
+  const Inode& inode = InodeAt(fs, ino);
+  for (;;) {
+    std::unique_lock lock(fs.orphan_mu_, std::defer_lock);  // before the Tx (fs_impl.hpp)
+    Tx tx(*fs.journal_, "truncate-more");
+    Result<bool> done = fs.bmap_->Truncate(tx, inode, from);
+    if (!done.ok()) return done.take_error();
+    if (*done) {
+      // An unlinked inode (still open) was on the list before the truncation
+      // and stays there until reclaim frees it: taking it off here would
+      // leak it, and its blocks, if the machine crashed before the release.
+      if (inode.nlink != 0) {
+        lock.lock();
+        NVFS_TRY(OrphanRemove(fs, tx, ino));
+      }
+      return tx.Commit();
+    }
+    NVFS_TRY(tx.Commit());
+  }
+}
+
+Status FsOps::Resize(FsImpl& fs, uint64_t ino, uint64_t new_size, Tx* first_tx,
+                     std::unique_lock<std::mutex>& orphan_lock) {
+  const Inode& inode = InodeAt(fs, ino);
+  const Geometry& g = *fs.geometry_;
+  if (new_size > fs.bmap_->max_size()) return Error(EFBIG);
+  const uint64_t old_size = inode.size;
+  Tx& tx = *first_tx;
+  if (new_size >= old_size) {
+    // Every byte past the old end is undefined, in the old last block and in
+    // any block fallocate kept past the end: a write that extended the file
+    // stores its data there before the transaction publishing the new size,
+    // so a crash leaves them holding bytes the file never got. Zero what the
+    // new size exposes in every mapped block (fresh stores: unreachable until
+    // the size is published). Holes read as zeros already.
+    const uint32_t shift = g.block_shift();
+    const uint64_t mask = g.block_size() - 1;
+    uint64_t pos = old_size;
+    while (pos < new_size) {
+      const uint64_t index = pos >> shift;
+      uint64_t run;
+      const uint64_t phys =
+          fs.bmap_->Lookup(inode, index, ((new_size - 1) >> shift) - index + 1, &run);
+      if (phys == Bmap::kCorrupt) return BadMap(fs, ino);
+      const uint64_t run_end = std::min(new_size, (index + run) << shift);
+      // File data, under a recovery point (ZeroMapped says why).
+      if (phys != 0 && !RunFaultGuarded([&] {
+            tx.FillFresh(g.BlockOffset(phys) + (pos & mask), 0, run_end - pos);
+          })) {
+        ReportMediaError("zeroing", ino);
+        return Error(EIO);
+      }
+      pos = run_end;
+    }
+    if (new_size != old_size) tx.Set(inode.size, new_size);
+    return Status::Ok();
+  }
+  tx.Set(inode.size, new_size);
+  const uint64_t from = (new_size + g.block_size() - 1) >> g.block_shift();
+  Result<bool> done = fs.bmap_->Truncate(tx, inode, from);
+  if (!done.ok()) return done.take_error();
+  if (*done) return Status::Ok();
+  // Too much for one transaction: the rest happens in further ones, and the
+  // orphan list makes a crash in between finish the job at mount. The bytes
+  // past the new size are invisible from this first commit on.
+  orphan_lock.lock();
+  OrphanAdd(fs, tx, ino);
+  NVFS_TRY(tx.Commit());
+  orphan_lock.unlock();
+  return FreeBlocksFrom(fs, ino, from);
+}
+
+// Order: L `size` = 0 and the bmap truncate from block 0 (D every block),
+// one transaction while the slot has room, then further ones for the rest
+// (FreeBlocksFrom). The inode is on the orphan list from the commit that
+// dropped its last link, before this, and stays there: a crash at any
+// point leaves an unlinked orphan with fewer blocks, which mount reclaims.
+// The size goes first so that no state shows a size past freed blocks; a
+// file reopened afterwards (through /proc/self/fd of an O_PATH descriptor)
+// reads as the empty file it now is.
+Status FsOps::FreeUnlinkedData(FsImpl& fs, CachedInode* cached) {
+  const Inode& inode = *cached->media;
+  if (fs.read_only() || !S_ISREG(inode.mode) || inode.nlink != 0 || cached->linkable ||
+      !(inode.flags & format::kInodeFlagOrphan)) {
+    return Status::Ok();
+  }
+  if (inode.size == 0 && inode.blocks == 0) return Status::Ok();
+  // Under the inode lock held exclusively no open is added (Open), so a
+  // count of 0 stays 0 until the lock is dropped.
+  if (fs.cache_->Opens(cached) != 0) return Status::Ok();
+  const MappingChange change(cached);  // before the Tx: an abort's undo is under it
+  {
+    Tx tx(*fs.journal_, "free-unlinked");
+    if (inode.size != 0) tx.Set(inode.size, uint64_t{0});
+    Result<bool> done = fs.bmap_->Truncate(tx, inode, 0);
+    if (!done.ok()) return done.take_error();
+    NVFS_TRY(tx.Commit());
+    if (*done) return Status::Ok();
+  }
+  return FreeBlocksFrom(fs, cached->ino, 0);
+}
+
+}  // namespace nvfs
