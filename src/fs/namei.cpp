@@ -43,6 +43,27 @@ Status CheckParent(const Inode& dir) {
   return Status::Ok();
 }
 
+// Two inodes an operation holding tree_mu_ changes, pinned, then locked
+// exclusively in the order given (tree_mu_ makes it the only writer, so
+// any order is safe); the second lock only if it is another inode. Members
+// go in reverse: the locks before the pins.
+struct LockedPair {
+  InodeRef first, second;
+  std::unique_lock<std::shared_mutex> first_lock, second_lock;
+};
+
+Result<LockedPair> PinAndLock(FsImpl& fs, uint64_t first, uint64_t second) {
+  Result<InodeRef> a = FsOps::Get(fs, first);
+  if (!a.ok()) return a.take_error();
+  Result<InodeRef> b = FsOps::Get(fs, second);
+  if (!b.ok()) return b.take_error();
+  LockedPair pair{std::move(*a), std::move(*b), {}, {}};
+  pair.first_lock = std::unique_lock(pair.first->lock);
+  pair.second_lock = std::unique_lock(pair.second->lock, std::defer_lock);
+  if (second != first) pair.second_lock.lock();
+  return pair;
+}
+
 }  // namespace
 
 Result<Attr> FsImpl::Lookup(uint64_t parent, std::string_view name) {
@@ -259,20 +280,16 @@ Result<Attr> FsImpl::Link(uint64_t ino, uint64_t new_parent, std::string_view ne
   if (IsDotOrDotDot(new_name)) return Error(EEXIST);
   NVFS_TRY(CheckName(new_name));
   std::unique_lock tree(tree_mu_);
-  Result<InodeRef> dir = FsOps::Get(*this, new_parent);
-  if (!dir.ok()) return dir.take_error();
-  Result<InodeRef> target = FsOps::Get(*this, ino);
-  if (!target.ok()) return target.take_error();
-  std::unique_lock dir_lock(dir.value()->lock);
-  std::unique_lock target_lock(target.value()->lock, std::defer_lock);
-  if (ino != new_parent) target_lock.lock();
-  const Inode& d = dir->media();
-  const Inode& inode = target->media();
+  Result<LockedPair> pair = PinAndLock(*this, new_parent, ino);
+  if (!pair.ok()) return pair.take_error();
+  InodeRef& target = pair->second;
+  const Inode& d = pair->first.media();
+  const Inode& inode = target.media();
   NVFS_TRY(CheckParent(d));
   if (S_ISDIR(inode.mode)) return Error(EPERM);
   if (FsOps::Immutable(d) || FsOps::Pinned(inode)) return Error(EPERM);
   // Of the unlinked, only a file made by Tmpfile gets a name again.
-  const bool first_name = inode.nlink == 0 && target.value()->linkable;
+  const bool first_name = inode.nlink == 0 && target->linkable;
   if (inode.nlink == 0 && !first_name) return Error(ENOENT);
   if (inode.nlink >= kLinkMax) return Error(EMLINK);
   Result<DirEntryRef> existing = dir_->Lookup(d, new_name);
@@ -290,8 +307,8 @@ Result<Attr> FsImpl::Link(uint64_t ino, uint64_t new_parent, std::string_view ne
   FsOps::Touch(tx, inode, false, true, now);
   FsOps::Touch(tx, d, true, true, now);
   NVFS_TRY(tx.Commit());
-  if (first_name) target.value()->linkable = false;
-  cache_->AddLookups(target->get(), 1);
+  if (first_name) target->linkable = false;
+  cache_->AddLookups(target.get(), 1);
   return FsOps::MakeAttr(*this, ino, inode);
 }
 
@@ -395,16 +412,12 @@ Status FsImpl::Rename(uint64_t parent, std::string_view name, uint64_t new_paren
   NVFS_TRY(CheckName(new_name));
 
   std::unique_lock tree(tree_mu_);
-  Result<InodeRef> src_dir = FsOps::Get(*this, parent);
-  if (!src_dir.ok()) return src_dir.take_error();
-  Result<InodeRef> dst_dir = FsOps::Get(*this, new_parent);
-  if (!dst_dir.ok()) return dst_dir.take_error();
-  // tree_mu_ makes this the only writer: inode locks may be taken in any order.
-  std::unique_lock src_dir_lock(src_dir.value()->lock);
-  std::unique_lock dst_dir_lock(dst_dir.value()->lock, std::defer_lock);
-  if (new_parent != parent) dst_dir_lock.lock();
-  const Inode& sd = src_dir->media();
-  const Inode& dd = dst_dir->media();
+  Result<LockedPair> dirs = PinAndLock(*this, parent, new_parent);
+  if (!dirs.ok()) return dirs.take_error();
+  std::unique_lock<std::shared_mutex>& src_dir_lock = dirs->first_lock;
+  std::unique_lock<std::shared_mutex>& dst_dir_lock = dirs->second_lock;
+  const Inode& sd = dirs->first.media();
+  const Inode& dd = dirs->second.media();
   if (!S_ISDIR(sd.mode) || !S_ISDIR(dd.mode)) return Error(ENOTDIR);
   if (dd.nlink == 0) return Error(ENOENT);
 
