@@ -105,7 +105,7 @@ TEST_CASE("mount: O_APPEND", "[mount]") {
     ++records[all[i]];
   }
   for (int t = 0; t < kThreads; ++t) CHECK(records['A' + t] == kRecords);
-  CHECK(m.Stop() == 0);
+  StopAndCheck(m);
 }
 
 TEST_CASE("mount: sparse files, SEEK_DATA and SEEK_HOLE", "[mount]") {
@@ -172,7 +172,7 @@ TEST_CASE("mount: sparse files, SEEK_DATA and SEEK_HOLE", "[mount]") {
   REQUIRE(pread(fd.get(), hole.data(), 100, 4096) == 10);
   CHECK(hole.substr(0, 10) == std::string(10, '\0'));
   fd.Close();
-  CHECK(m.Stop() == 0);
+  StopAndCheck(m);
 }
 
 TEST_CASE("mount: a file past 4 GiB", "[mount]") {

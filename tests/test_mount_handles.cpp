@@ -68,7 +68,7 @@ TEST_CASE("mount: file handles survive a remount (NFS export)", "[mount]") {
   for (int i = 0; i < 20; ++i) WriteFile(m.path("new" + std::to_string(i)), "new");
   CHECK(Err(open_handle(gone, O_RDONLY)) == ESTALE);
   mount_fd.Close();
-  CHECK(m.Stop() == 0);
+  StopAndCheck(m);
 }
 
 // The cases NFS servers (ganesha's FSAL_VFS, the kernel's nfsd) meet after

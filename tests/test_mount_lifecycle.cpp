@@ -93,7 +93,7 @@ TEST_CASE("mount: persistence across unmount and mount", "[mount]") {
   CHECK(m.Stop() == 0);
   m.Start("cache=page,read_path=iter");
   CHECK(DescribeTree(m.dir()) == before);
-  CHECK(m.Stop() == 0);
+  StopAndCheck(m);
 }
 
 TEST_CASE("mount: single-threaded (-s) and debug (-d) sessions", "[mount]") {
@@ -332,7 +332,7 @@ TEST_CASE("mount: mount -t fuse.nvfs and an fstab line", "[mount]") {
   CheckFsckClean(m.image());
   m.Start();
   CHECK(ReadAll(m.path("hello")) == "via-mount-t\n");
-  CHECK(m.Stop() == 0);
+  StopAndCheck(m);
 }
 
 // fstests runs fsck after every test and mounts again at once: umount(2)

@@ -206,7 +206,7 @@ TEST_CASE("mount: read-ahead of a cache=page mount", "[mount]") {
   // Without the page cache the option changes nothing.
   m.Start();
   CHECK(ReadAheadKb(m.dir()) != 1024);
-  CHECK(m.Stop() == 0);
+  StopAndCheck(m);
 }
 
 // fstests generic/451: buffered reads racing asynchronous direct writes of

@@ -109,7 +109,7 @@ TEST_CASE("mount: errno table for misuse", "[mount]") {
   }
   // An unknown xattr namespace.
   CHECK(Err(setxattr(f.c_str(), "bogus.name", "v", 1, 0)) == EOPNOTSUPP);
-  CHECK(m.Stop() == 0);
+  StopAndCheck(m);
 }
 
 TEST_CASE("mount: hard links and link counts", "[mount]") {
@@ -160,7 +160,7 @@ TEST_CASE("mount: hard links and link counts", "[mount]") {
   CHECK(Stat(m.dir()).st_nlink == root_links + 1);
   REQUIRE(rmdir(m.path("q").c_str()) == 0);
   CHECK(Stat(m.dir()).st_nlink == root_links);
-  CHECK(m.Stop() == 0);
+  StopAndCheck(m);
 }
 
 TEST_CASE("mount: symlinks", "[mount]") {
@@ -209,7 +209,7 @@ TEST_CASE("mount: symlinks", "[mount]") {
   n = readlink(m.path("long4095").c_str(), buf, sizeof buf);
   CHECK(n == 4095);
   CHECK(ReadAll(m.path("sd/f")) == "inside");
-  CHECK(m.Stop() == 0);
+  StopAndCheck(m);
 }
 
 TEST_CASE("mount: rename in every form", "[mount]") {
@@ -386,7 +386,7 @@ TEST_CASE("mount: a 10,000-entry directory lists completely", "[mount]") {
   }
   CHECK(ListDir(d) == std::set<std::string>{".", ".."});
   CHECK(Eventually([&] { return StatFs(m.dir()).f_ffree == inodes_free + expected.size() - 2; }));
-  CHECK(m.Stop() == 0);
+  StopAndCheck(m);
 }
 
 }  // namespace

@@ -126,7 +126,7 @@ TEST_CASE("mount: permissions with default_permissions and a second uid", "[moun
   CHECK(ReadAll(m.path("public")) == "public data");
   CHECK(ReadAll(m.path("given")) == "mine");
   CHECK(PathExists(m.path("shared/rootfile")));
-  CHECK(m.Stop() == 0);
+  StopAndCheck(m);
 }
 
 // The namespace is the boundary (doc/integrity.md): a user the mount refuses
@@ -168,7 +168,7 @@ TEST_CASE("mount: a 0600 file's bytes cannot be read by another user through the
        "refused; 100 could not change uid: got " << outcome);
   CHECK(outcome == 0);
   CHECK((Stat(m.image()).st_mode & 07777) == 0600);
-  CHECK(m.Stop() == 0);
+  StopAndCheck(m);
 }
 
 // The daemon says, in one line, what an image every user can read exposes
@@ -379,7 +379,7 @@ TEST_CASE("mount: exec after a write that cleared set-user-ID runs without it", 
   // No stat in between: only the daemon's word makes the kernel look again.
   CHECK(euid_of_exec() == "65534\n");
   CHECK((Stat(id).st_mode & 07777) == 0777);
-  CHECK(m.Stop() == 0);
+  StopAndCheck(m);
 }
 
 }  // namespace

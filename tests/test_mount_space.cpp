@@ -46,7 +46,7 @@ TEST_CASE("mount: statfs numbers follow use", "[mount]") {
     const struct statvfs s2 = StatFs(m.dir());
     return s2.f_bfree + 8 >= s0.f_bfree && s2.f_ffree == s0.f_ffree;
   }));
-  CHECK(m.Stop() == 0);
+  StopAndCheck(m);
 }
 
 // fstests generic/103 (issue 14.2): an allocation of what statfs says is

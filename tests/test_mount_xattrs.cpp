@@ -84,7 +84,7 @@ TEST_CASE("mount: extended attributes", "[mount]") {
   CHECK(std::string(buf, 8) == "replaced");
   REQUIRE(getxattr(f.c_str(), "user.big", buf, sizeof buf) == 3000);
   CHECK(std::string(buf, 3000) == big);
-  CHECK(m.Stop() == 0);
+  StopAndCheck(m);
 }
 
 // Issue 11, item 2. Before, any caller who could reach a file (root, or any
@@ -238,7 +238,7 @@ TEST_CASE("mount: system. xattrs refused and trusted. xattrs listed only to root
   CHECK(getxattr(f.c_str(), "trusted.x", buf, sizeof buf) == 1);
   CHECK(listxattr(rootfile.c_str(), nullptr, 0) == 0);
   CHECK(Stat(rootfile).st_blocks == 0);
-  CHECK(m.Stop() == 0);
+  StopAndCheck(m);
 }
 
 // Issue 14, item 5 (fstests generic/020 on FUSE): 64 KiB values and a
