@@ -65,25 +65,29 @@ std::vector<Workload> GrowWorkloads() {
     return more;
   };
   std::vector<Workload> w;
-  // Inside group 0 (4 KiB blocks: 128 MiB groups): the backup block moves
-  // and the blocks past the old end join the group.
-  w.push_back(G("grow-in-group", ImageSpec{8 * kMiB, 0, 4096, 4 * kMiB},
-                then(GrowTo(12 * kMiB), WritePast("/d1/past", 2 * kMiB))));
-  // Group 0 fills up and a new group 1 is added.
-  w.push_back(G("grow-new-group", ImageSpec{8 * kMiB, 0, 4096, 128 * kMiB},
-                then(GrowTo(136 * kMiB), WritePast("/d1/past", 1 * kMiB))));
-  // 4 KiB journal slots: the grow's records (a 2 KiB backup copy among them)
-  // fit one slot; twice in a row, the second from the geometry the first left.
-  w.push_back(G("grow-small-slots-twice", ImageSpec{8 * kMiB, 4096, 4096, 2 * kMiB},
-                {GrowTo(9 * kMiB), GrowTo(10 * kMiB)}));
-  // Mounted (Filesystem::Grow): the same transaction while an unlinked file
-  // is held open, then writes into the new space on the same mount.
-  w.push_back(G("grow-mounted-in-group", ImageSpec{8 * kMiB, 0, 4096, 4 * kMiB},
-                then(GrowMountedTo(12 * kMiB), WritePast("/d1/past", 2 * kMiB))));
-  w.push_back(G("grow-mounted-new-group", ImageSpec{8 * kMiB, 0, 4096, 128 * kMiB},
-                then(GrowMountedTo(136 * kMiB), WritePast("/d1/past", 1 * kMiB))));
-  w.push_back(G("grow-mounted-twice", ImageSpec{8 * kMiB, 4096, 4096, 2 * kMiB},
-                {GrowMountedTo(9 * kMiB), GrowMountedTo(10 * kMiB)}));
+  // Each grow both ways: offline (GrowTo), then mounted (GrowMountedTo,
+  // Filesystem::Grow: the same transaction while an unlinked file is held
+  // open, then writes into the new space on the same mount).
+  struct Way {
+    std::string prefix;  // of the workloads' names
+    Step (*grow)(uint64_t);
+    std::string twice;  // the name of the one that grows twice
+  };
+  for (const Way& way : {Way{"grow-", GrowTo, "grow-small-slots-twice"},
+                         Way{"grow-mounted-", GrowMountedTo, "grow-mounted-twice"}}) {
+    // Inside group 0 (4 KiB blocks: 128 MiB groups): the backup block moves
+    // and the blocks past the old end join the group.
+    w.push_back(G(way.prefix + "in-group", ImageSpec{8 * kMiB, 0, 4096, 4 * kMiB},
+                  then(way.grow(12 * kMiB), WritePast("/d1/past", 2 * kMiB))));
+    // Group 0 fills up and a new group 1 is added.
+    w.push_back(G(way.prefix + "new-group", ImageSpec{8 * kMiB, 0, 4096, 128 * kMiB},
+                  then(way.grow(136 * kMiB), WritePast("/d1/past", 1 * kMiB))));
+    // 4 KiB journal slots: the grow's records (a 2 KiB backup copy among
+    // them) fit one slot; twice in a row, the second from the geometry the
+    // first left.
+    w.push_back(G(way.twice, ImageSpec{8 * kMiB, 4096, 4096, 2 * kMiB},
+                  {way.grow(9 * kMiB), way.grow(10 * kMiB)}));
+  }
   // 64 KiB blocks.
   w.push_back(G("grow-bs64k", ImageSpec{16 * kMiB, 0, 65536, 4 * kMiB}, {GrowTo(20 * kMiB)}));
   return w;

@@ -9,6 +9,7 @@
 
 #include "crash_harness.hpp"
 #include "nvfs/mkfs.hpp"
+#include "test_util.hpp"
 
 namespace nvfs::test {
 
@@ -54,16 +55,6 @@ void Must(const Status& st, const std::string& what) {
   if (!st.ok()) SetupError(what, st.error());
 }
 
-std::string Pattern(size_t len, uint32_t seed) {
-  std::string out(len, '\0');
-  uint32_t x = seed * 2654435761u + 1;
-  for (size_t i = 0; i < len; ++i) {
-    x = x * 1103515245u + 12345u;
-    out[i] = static_cast<char>('a' + (x >> 16) % 26);
-  }
-  return out;
-}
-
 void WriteFile(Filesystem& fs, uint64_t dir, const std::string& name, uint32_t mode,
                const std::string& data, const Cred& cred, uint64_t offset = 0) {
   Attr attr;
@@ -88,21 +79,21 @@ void PopulateStandard(Filesystem& fs) {
   const Cred root{0, 0};
   const uint64_t d1 = MakeDir(fs, 1, "d1", 0755, user);
   const uint64_t d2 = MakeDir(fs, 1, "d2", 0700, root);
-  WriteFile(fs, d1, "f1", 0644, Pattern(10000, 1), user);
+  WriteFile(fs, d1, "f1", 0644, LetterPattern(10000, 1), user);
   WriteFile(fs, d1, "f2", 0600, "", user);
   MakeDir(fs, d1, "sub", 0755, user);
   const uint64_t full = MakeDir(fs, d1, "full", 0755, user);
-  WriteFile(fs, full, "x", 0644, Pattern(100, 2), user);
-  WriteFile(fs, d2, "g1", 0644, Pattern(3 * 4096 + 100, 3), root);
+  WriteFile(fs, full, "x", 0644, LetterPattern(100, 2), user);
+  WriteFile(fs, d2, "g1", 0644, LetterPattern(3 * 4096 + 100, 3), root);
   MakeDir(fs, d2, "empty", 0755, root);
-  WriteFile(fs, d2, "keep-open", 0644, Pattern(5000, 4), root);
-  WriteFile(fs, 1, "big", 0644, Pattern(60 * 4096, 5), root);
-  WriteFile(fs, 1, "sparse", 0644, Pattern(4096, 6), root, 20 * 4096);
+  WriteFile(fs, d2, "keep-open", 0644, LetterPattern(5000, 4), root);
+  WriteFile(fs, 1, "big", 0644, LetterPattern(60 * 4096, 5), root);
+  WriteFile(fs, 1, "sparse", 0644, LetterPattern(4096, 6), root, 20 * 4096);
   {
     const uint64_t f1 = Must(ResolvePath(fs, "/d1/f1"), "resolve f1");
     const Attr attr = Must(fs.Link(f1, d2, "hl"), "link hl");
     fs.Forget(attr.ino, 1);
-    const std::string big_value = Pattern(300, 7);
+    const std::string big_value = LetterPattern(300, 7);
     Must(fs.SetXattr(f1, "user.color", "blue", 4, 0), "setxattr");
     Must(fs.SetXattr(f1, "user.big", big_value.data(), big_value.size(), 0), "setxattr");
     Must(fs.SetXattr(d1, "user.dir", "1", 1, 0), "setxattr");

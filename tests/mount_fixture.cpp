@@ -154,6 +154,18 @@ FsckResult FsckImage(const std::string& image) {
   return {r.exit_code, r.out};
 }
 
+FsckResult CheckFsckClean(const std::string& image) {
+  const FsckResult fsck = FsckImage(image);
+  INFO("fsck.nvfs -n " << image << ": " << fsck.output);
+  CHECK(fsck.exit_code == 0);
+  return fsck;
+}
+
+FsckResult StopAndCheck(MountedFs& m) {
+  CHECK(m.Stop() == 0);
+  return CheckFsckClean(m.image());
+}
+
 bool WaitImageFree(const std::string& image, double seconds) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
   for (;;) {

@@ -114,6 +114,14 @@ struct FsckResult {
 };
 FsckResult FsckImage(const std::string& image);
 
+// fsck.nvfs -n must find `image` clean: CHECKs the exit status (0), with
+// the output as the message; returns the result for more checks of it.
+FsckResult CheckFsckClean(const std::string& image);
+
+// The end of a mount case: unmounts, CHECKs that the daemon exited 0, then
+// CheckFsckClean on the image (whose result it returns).
+FsckResult StopAndCheck(MountedFs& m);
+
 // Waits until no process holds the image's lock (the daemon has exited and
 // released the namespace), up to `seconds`. True if it is free.
 bool WaitImageFree(const std::string& image, double seconds);

@@ -56,40 +56,36 @@ uint64_t MakeDirectory(FsFixture& fs) {
 
 const Inode& InodeOf(FsFixture& fs, uint64_t ino) { return fs.ctx().InodeAt(ino); }
 
-// Each operation in its own transaction, committed on success and aborted on
-// failure, as the core does. Returns 0 or the errno.
-int Insert(FsFixture& fs, uint64_t dir, std::string_view name, uint64_t ino,
-           uint8_t type = DT_REG) {
+// Each operation in its own transaction (named `what`), committed on
+// success and aborted on failure, as the core does. Returns 0 or the errno.
+template <class Op>
+int InOwnTx(FsFixture& fs, const char* what, Op&& op) {
   Directory d(fs.ctx());
-  Tx tx(fs.journal(), "insert");
-  Status status = d.Insert(tx, InodeOf(fs, dir), name, ino, type);
+  Tx tx(fs.journal(), what);
+  Status status = op(d, tx);
   if (!status.ok()) {
     tx.Abort();
     return status.code();
   }
   return tx.Commit().code();
+}
+
+int Insert(FsFixture& fs, uint64_t dir, std::string_view name, uint64_t ino,
+           uint8_t type = DT_REG) {
+  return InOwnTx(fs, "insert", [&](Directory& d, Tx& tx) {
+    return d.Insert(tx, InodeOf(fs, dir), name, ino, type);
+  });
 }
 
 int Remove(FsFixture& fs, uint64_t dir, std::string_view name) {
-  Directory d(fs.ctx());
-  Tx tx(fs.journal(), "remove");
-  Status status = d.Remove(tx, InodeOf(fs, dir), name);
-  if (!status.ok()) {
-    tx.Abort();
-    return status.code();
-  }
-  return tx.Commit().code();
+  return InOwnTx(fs, "remove",
+                 [&](Directory& d, Tx& tx) { return d.Remove(tx, InodeOf(fs, dir), name); });
 }
 
 int Replace(FsFixture& fs, uint64_t dir, std::string_view name, uint64_t ino, uint8_t type) {
-  Directory d(fs.ctx());
-  Tx tx(fs.journal(), "replace");
-  Status status = d.Replace(tx, InodeOf(fs, dir), name, ino, type);
-  if (!status.ok()) {
-    tx.Abort();
-    return status.code();
-  }
-  return tx.Commit().code();
+  return InOwnTx(fs, "replace", [&](Directory& d, Tx& tx) {
+    return d.Replace(tx, InodeOf(fs, dir), name, ino, type);
+  });
 }
 
 // The inode number `name` maps to, 0 if absent; fails the test on any other error.

@@ -265,10 +265,7 @@ TEST_CASE("nfs: create, write, read back, rename and hard links through ganesha"
   CHECK(Read3(c, h_handle, 0, 4).data == "FROM");  // the owner still reads
 
   CHECK(ex.ganesha->Stop() == 0);
-  CHECK(ex.mount.Stop() == 0);
-  const FsckResult fsck = FsckImage(ex.mount.image());
-  INFO(fsck.output);
-  CHECK(fsck.exit_code == 0);
+  StopAndCheck(ex.mount);
 }
 
 TEST_CASE("nfs: a directory of 10,000 names is listed completely", "[nfs]") {
@@ -453,10 +450,7 @@ TEST_CASE("nfs: handles survive a ganesha restart and an nvfs remount; a removed
   check_handles("the number's reuse and another remount");
 
   CHECK(ex.ganesha->Stop() == 0);
-  CHECK(ex.mount.Stop() == 0);
-  const FsckResult fsck = FsckImage(ex.mount.image());
-  INFO(fsck.output);
-  CHECK(fsck.exit_code == 0);
+  StopAndCheck(ex.mount);
 }
 
 }  // namespace nvfs::test

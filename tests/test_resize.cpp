@@ -27,6 +27,7 @@ namespace {
 
 using test::DigestFile;
 using test::FileSize;
+using test::LetterPattern;
 using test::MakeFile;
 using test::Run;
 using test::RunResult;
@@ -36,16 +37,6 @@ constexpr uint64_t kMiB = 1024 * 1024;
 const Cred kRoot{0, 0};
 
 RunResult Resize(const std::vector<std::string>& args) { return Run("NVFS_RESIZE", args); }
-
-std::string Pattern(size_t len, uint32_t seed) {
-  std::string out(len, '\0');
-  uint32_t x = seed * 2654435761u + 1;
-  for (size_t i = 0; i < len; ++i) {
-    x = x * 1103515245u + 12345u;
-    out[i] = static_cast<char>('a' + (x >> 16) % 26);
-  }
-  return out;
-}
 
 void Format(const std::string& path, uint64_t fs_size, uint64_t file_size,
             uint32_t block_size = 4096) {
@@ -111,7 +102,7 @@ TEST_CASE("a grown filesystem keeps its files, checks clean and fills its new gr
     const uint64_t old_size = 20 * kMiB;
     const uint64_t new_size = block_size == 4096 ? 300 * kMiB : 1200 * kMiB;
     Format(image.path(), old_size, old_size, block_size);
-    const std::string a = Pattern(3 * kMiB + 123, 1), b = Pattern(5000, 2);
+    const std::string a = LetterPattern(3 * kMiB + 123, 1), b = LetterPattern(5000, 2);
     {
       auto fs = MountOk(image.path());
       WriteFile(*fs, "a", a);
@@ -154,7 +145,7 @@ TEST_CASE("a grown filesystem keeps its files, checks clean and fills its new gr
       CHECK(ReadFileAll(*fs, "a") == a);
       CHECK(ReadFileAll(*fs, "b") == b);
       // Past the old end: a file larger than the whole old filesystem.
-      const std::string c = Pattern(old_size + 7 * kMiB, 3);
+      const std::string c = LetterPattern(old_size + 7 * kMiB, 3);
       WriteFile(*fs, "c", c);
       CHECK(ReadFileAll(*fs, "c") == c);
       REQUIRE(fs->Unmount().ok());
@@ -174,7 +165,7 @@ TEST_CASE("a grow takes the size of a file already extended, block by block", "[
   uint64_t blocks = 0;
   {
     auto fs = MountOk(image.path());
-    WriteFile(*fs, "x", Pattern(100000, 4));
+    WriteFile(*fs, "x", LetterPattern(100000, 4));
     blocks = fs->GetStatFs()->blocks;
     REQUIRE(fs->Unmount().ok());
   }
@@ -193,7 +184,7 @@ TEST_CASE("a grow takes the size of a file already extended, block by block", "[
     CheckClean(image.path());
     auto fs = MountOk(image.path());
     CHECK(fs->GetStatFs()->blocks == blocks + extra);
-    CHECK(ReadFileAll(*fs, "x") == Pattern(100000, 4));
+    CHECK(ReadFileAll(*fs, "x") == LetterPattern(100000, 4));
     REQUIRE(fs->Unmount().ok());
     blocks += extra;
   }
@@ -305,7 +296,7 @@ TEST_CASE("Filesystem::Grow: a mounted filesystem grows 8x in steps while thread
     threads.emplace_back([&, t] {
       for (uint32_t i = 0; !stop.load(); ++i) {
         const std::string name = "t" + std::to_string(t) + "-" + std::to_string(i % 64);
-        const std::string data = Pattern(256 * 1024 + i, t * 1000 + i);
+        const std::string data = LetterPattern(256 * 1024 + i, t * 1000 + i);
         (void)fs.Unlink(format::kRootIno, name);
         Attr attr;
         auto file = fs.Create(format::kRootIno, name, 0644, O_RDWR, kRoot, &attr);
@@ -349,8 +340,8 @@ TEST_CASE("Filesystem::Grow: a mounted filesystem grows 8x in steps while thread
   // The mapping never moved.
   CHECK(reinterpret_cast<const char*>(fs.media().base()) == base_before);
   // A file larger than the filesystem once was.
-  WriteFile(fs, "large", Pattern(100 * kMiB, 9));
-  CHECK(ReadFileAll(fs, "large") == Pattern(100 * kMiB, 9));
+  WriteFile(fs, "large", LetterPattern(100 * kMiB, 9));
+  CHECK(ReadFileAll(fs, "large") == LetterPattern(100 * kMiB, 9));
   // Past the reservation: refused, nothing changed.
   auto too_far = fs.Grow(2ull << 30);
   CHECK_FALSE(too_far.ok());

@@ -155,6 +155,16 @@ std::vector<std::string> Lines(const std::string& text) {
   return lines;
 }
 
+std::string LetterPattern(size_t len, uint32_t seed) {
+  std::string out(len, '\0');
+  uint32_t x = seed * 2654435761u + 1;
+  for (size_t i = 0; i < len; ++i) {
+    x = x * 1103515245u + 12345u;
+    out[i] = static_cast<char>('a' + (x >> 16) % 26);
+  }
+  return out;
+}
+
 int RunInChild(const std::function<int()>& body, unsigned timeout_seconds) {
   std::fflush(nullptr);
   const pid_t pid = fork();

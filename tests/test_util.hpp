@@ -61,6 +61,11 @@ RunResult RunShell(const std::string& command);
 // Non-empty lines of `text`.
 std::vector<std::string> Lines(const std::string& text);
 
+// `len` lowercase letters from a generator seeded with `seed`: file data
+// that reads as text where a check prints it. The same seed gives the same
+// letters in every build (the crash suite's standard image depends on it).
+std::string LetterPattern(size_t len, uint32_t seed);
+
 // Runs `body` in a forked child, killed by SIGALRM after `timeout_seconds`.
 // Returns its exit status (0..255), or 1000 + the signal that ended it.
 int RunInChild(const std::function<int()>& body, unsigned timeout_seconds = 10);
