@@ -58,22 +58,11 @@ uint64_t RootKeyAgreement(const std::byte* base, const Geometry& g, const NameHa
     format::DirLeafHeader header;
     std::memcpy(&header, block, sizeof header);
     if (header.magic != format::kDirLeafMagic) continue;
-    for (uint64_t offset = sizeof header; offset + sizeof(format::DirEntry) <= g.block_size();) {
-      format::DirEntry record;
-      std::memcpy(&record, block + offset, sizeof record);
-      if (CheckDirRecordLength(record.rec_len, static_cast<uint32_t>(g.block_size() - offset)) !=
-          DirRecordFault::kNone) {
-        break;
-      }
-      if (record.ino != 0 && record.name_len != 0 &&
-          record.name_len <= record.rec_len - sizeof record) {
-        const std::string_view name(reinterpret_cast<const char*>(block + offset + sizeof record),
-                                    record.name_len);
-        agree += (record.key >> format::kDirSeqBits) == DirHash(NameHash(key, name));
-        if (++seen >= kAgreementEntries) break;
-      }
-      offset += record.rec_len;
-    }
+    WalkDirLeaf({block, g.block_size()}, [&](uint32_t, const format::DirEntry& record) {
+      if (record.ino == 0 || !DirNameLengthValid(record)) return true;
+      agree += (record.key >> format::kDirSeqBits) == DirHash(NameHash(key, DirRecordName(record)));
+      return ++seen < kAgreementEntries;
+    });
     if (header.next != 0) todo.push_back(header.next);
   }
   return agree;

@@ -18,11 +18,9 @@
 namespace nvfs::fsck {
 
 using format::DirEntry;
-using format::DirLeafHeader;
 
 namespace {
 
-constexpr uint32_t kLeafHeader = sizeof(DirLeafHeader);
 constexpr uint32_t kRecordHeader = sizeof(DirEntry);
 
 // A name as it may be printed: at most 64 bytes, unprintable bytes as '?'.
@@ -48,38 +46,42 @@ uint8_t DirTypeOf(uint8_t kind, uint32_t mode) {
 }  // namespace
 
 void Checker::DirWalker::ScanLeaf(uint64_t block, uint32_t prefix_bits, uint64_t prefix) {
+  if (c_.halted_) return;
   const std::byte* leaf = c_.Block(block);
   const uint64_t leaf_at = block << c_.block_shift_;
   const uint32_t bs = c_.block_size_;
-  uint32_t offset = kLeafHeader;
+  uint32_t offset = 0;  // where the walk stopped
   uint32_t prev = 0;
-  while (offset < bs && !c_.halted_) {
-    const uint32_t remaining = bs - offset;
-    DirEntry record{};
-    if (remaining >= kRecordHeader) std::memcpy(&record, leaf + offset, sizeof record);
-    const uint32_t rec_len = record.rec_len;
-    if (CheckDirRecordLength(rec_len, remaining) != DirRecordFault::kNone) {
-      if (c_.Problem(Repair::kDecision, "directory %" PRIu64 ": leaf %" PRIu64 ": record at "
-                     "offset %u has a bad length (%u); the rest of the leaf is lost",
-                     dir_.ino, block, offset, rec_len)) {
-        if (remaining >= kRecordHeader) {
-          DirEntry free_record{};
-          free_record.rec_len = remaining;
-          c_.Write(leaf_at + offset, &free_record, sizeof free_record);
-        } else {
-          // Too short for a record: the previous one takes it.
-          DirEntry before;
-          std::memcpy(&before, leaf + prev, sizeof before);
-          const uint32_t grown = before.rec_len + remaining;
-          c_.Write(leaf_at + prev + offsetof(DirEntry, rec_len), &grown, sizeof grown);
-        }
-        c_.Fixed();
-      }
-      return;
+  const DirRecordFault fault = WalkDirLeaf(
+      {leaf, bs},
+      [&](uint32_t at, const DirEntry& in_leaf) {
+        DirEntry record;
+        std::memcpy(&record, &in_leaf, sizeof record);
+        if (record.ino != 0) CheckRecord(leaf_at + at, leaf + at, record, prefix_bits, prefix);
+        prev = at;
+        return !c_.halted_;
+      },
+      &offset);
+  if (fault == DirRecordFault::kNone) return;
+  const uint32_t remaining = bs - offset;
+  DirEntry record{};
+  if (remaining >= kRecordHeader) std::memcpy(&record, leaf + offset, sizeof record);
+  const uint32_t rec_len = record.rec_len;
+  if (c_.Problem(Repair::kDecision, "directory %" PRIu64 ": leaf %" PRIu64 ": record at "
+                 "offset %u has a bad length (%u); the rest of the leaf is lost",
+                 dir_.ino, block, offset, rec_len)) {
+    if (remaining >= kRecordHeader) {
+      DirEntry free_record{};
+      free_record.rec_len = remaining;
+      c_.Write(leaf_at + offset, &free_record, sizeof free_record);
+    } else {
+      // Too short for a record: the previous one takes it.
+      DirEntry before;
+      std::memcpy(&before, leaf + prev, sizeof before);
+      const uint32_t grown = before.rec_len + remaining;
+      c_.Write(leaf_at + prev + offsetof(DirEntry, rec_len), &grown, sizeof grown);
     }
-    if (record.ino != 0) CheckRecord(leaf_at + offset, leaf + offset, record, prefix_bits, prefix);
-    prev = offset;
-    offset += rec_len;
+    c_.Fixed();
   }
 }
 
