@@ -16,6 +16,7 @@
 #include "fsck/checker.hpp"
 #include "nvfs/bitmap.hpp"
 #include "nvfs/cli.hpp"
+#include "nvfs/fresh_inode.hpp"
 #include "nvfs/validate.hpp"
 
 namespace nvfs::fsck {
@@ -65,12 +66,10 @@ void Checker::CheckInodes() {
         clock_gettime(CLOCK_REALTIME, &ts);
         return ts;
       }();
-      Inode root{};
-      root.mode = S_IFDIR | 0755;
-      root.nlink = 2;
-      root.atime_sec = root.mtime_sec = root.ctime_sec = root.btime_sec = now.tv_sec;
-      root.generation = static_cast<uint32_t>(RandomU64());
-      root.parent = format::kRootIno;
+      // Whole seconds, as fsck has always written them.
+      const Inode root = FreshInode(S_IFDIR | 0755, 0, 0, format::kRootIno,
+                                    timespec{.tv_sec = now.tv_sec, .tv_nsec = 0},
+                                    static_cast<uint32_t>(RandomU64()));
       Write(InodeOffset(format::kRootIno), &root, sizeof root);
       Fixed();
     }

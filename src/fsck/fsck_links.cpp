@@ -17,6 +17,7 @@
 #include "journal/journal.hpp"
 #include "nvfs/bitmap.hpp"
 #include "nvfs/cli.hpp"
+#include "nvfs/fresh_inode.hpp"
 
 namespace nvfs::fsck {
 
@@ -226,12 +227,10 @@ void Checker::Reconnect() {
       Say("cannot create /lost+found: %s", ino.error().Describe().c_str());
       return;
     }
-    Inode lf{};
-    lf.mode = S_IFDIR | 0700;
-    lf.nlink = 2;
-    lf.atime_sec = lf.mtime_sec = lf.ctime_sec = lf.btime_sec = now.tv_sec;
-    lf.generation = static_cast<uint32_t>(RandomU64());
-    lf.parent = format::kRootIno;
+    // Whole seconds, as fsck has always written them.
+    const Inode lf = FreshInode(S_IFDIR | 0700, 0, 0, format::kRootIno,
+                                timespec{.tv_sec = now.tv_sec, .tv_nsec = 0},
+                                static_cast<uint32_t>(RandomU64()));
     tx.StoreFresh(InodeOffset(*ino), &lf, sizeof lf);
     const Inode& root = InodeAt(format::kRootIno);
     Status inserted = directory.Insert(tx, root, "lost+found", *ino, DT_DIR);
