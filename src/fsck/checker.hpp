@@ -186,6 +186,8 @@ class Checker {
                               .load(std::memory_order_relaxed);
     return (word >> (block_no % 64)) & 1;
   }
+  // Whether the block's bit is set in the on-media block bitmap (fsck_maps.cpp).
+  bool BitmapMarks(uint64_t block_no) const;
 
   // --- Inodes ---------------------------------------------------------------
   uint8_t State(uint64_t ino) const {
@@ -213,6 +215,9 @@ class Checker {
   void CheckCounters();
   void WriteDynamic();
   void Progress(uint64_t done);
+  // Pass 1's starting state: only the metadata blocks claimed, every inode
+  // free, no link counted. REQUIRES: not in a pass on several threads.
+  void StartPass1();
 
   // Journal (fsck_journal.cpp).
   bool CheckJournalHeaders();

@@ -94,14 +94,7 @@ void Checker::CheckInodes() {
     } else {
       // Start again on one thread, which reports and repairs in order.
       trouble_.store(false);
-      std::fill(claimed_.begin(), claimed_.end(), 0);
-      for (uint32_t group = 0; group < groups; ++group) {
-        const uint64_t first = g.GroupFirstBlock(group);
-        for (uint64_t b = 0; b < g.GroupMetaBlocks(group); ++b) Claim(first + b);
-      }
-      Claim(g.BackupBlock());
-      std::fill(state_.begin(), state_.end(), kFree);
-      std::fill(links_.begin(), links_.end(), 0);
+      StartPass1();
       if (root_made_) state_[format::kRootIno] = kDirectory;
     }
   }
@@ -139,7 +132,7 @@ bool Checker::ReviveInode(uint64_t ino) {
   const uint32_t ipg = geometry_.inodes_per_group();
   const std::byte* bitmap = Block(geometry_.InodeBitmapBlock(static_cast<uint32_t>(ino / ipg)));
   const uint64_t index = ino % ipg;
-  if ((std::to_integer<unsigned>(bitmap[index / 8]) >> (index % 8)) & 1) return false;
+  if (TestBit(bitmap, index)) return false;
   const Inode& inode = InodeAt(ino);
   const bool directory = KindOfMode(inode.mode) == kDirectory;
   if (!WellFormedUnmarked(inode, directory)) return false;

@@ -9,6 +9,7 @@
 #include <functional>
 
 #include "fsck/checker.hpp"
+#include "nvfs/bitmap.hpp"
 #include "nvfs/validate.hpp"
 
 namespace nvfs::fsck {
@@ -97,11 +98,7 @@ uint64_t Checker::CheckPointerBlock(uint64_t ino, uint64_t slot_at, uint64_t blo
       for (uint64_t i = 0; i < ptrs && children_free; ++i) {
         const uint64_t ptr = slots[i];
         if (ptr == 0) continue;
-        const uint32_t group = static_cast<uint32_t>(ptr / geometry_.blocks_per_group());
-        const uint64_t bit = ptr % geometry_.blocks_per_group();
-        const std::byte* bitmap = Block(geometry_.BlockBitmapBlock(group));
-        children_free = !Claimed(ptr) &&
-                        ((std::to_integer<unsigned>(bitmap[bit / 8]) >> (bit % 8)) & 1) != 0;
+        children_free = !Claimed(ptr) && BitmapMarks(ptr);
       }
       if (children_free) first_slot = FirstDataSlot(block_no, &owner);
     }
@@ -287,6 +284,11 @@ bool Checker::ContinuesRun(uint64_t slot_at, uint64_t ptr) const {
   return (before != 0 && before + 1 == ptr) || (after != 0 && ptr + 1 == after);
 }
 
+bool Checker::BitmapMarks(uint64_t block_no) const {
+  const uint32_t group = static_cast<uint32_t>(block_no / geometry_.blocks_per_group());
+  return TestBit(Block(geometry_.BlockBitmapBlock(group)), block_no % geometry_.blocks_per_group());
+}
+
 // A free block for a copy: neither claimed nor set in the on-media bitmap
 // (a block set there may belong to an inode pass 1 did not see), else one
 // only unclaimed; 0 if there is none.
@@ -296,12 +298,7 @@ uint64_t Checker::FreeBlockForCopy(bool bitmap_free_only) {
     for (uint64_t n = 0; n < g.block_count(); ++n) {
       const uint64_t b = (copy_cursor_ + n) % g.block_count();
       if (b == 0 || Claimed(b) || !g.IsDataBlock(b)) continue;
-      if (round == 0) {
-        const uint32_t group = static_cast<uint32_t>(b / g.blocks_per_group());
-        const uint64_t bit = b % g.blocks_per_group();
-        const std::byte* bitmap = Block(g.BlockBitmapBlock(group));
-        if ((std::to_integer<unsigned>(bitmap[bit / 8]) >> (bit % 8)) & 1) continue;
-      }
+      if (round == 0 && BitmapMarks(b)) continue;
       copy_cursor_ = b + 1;
       return b;
     }
