@@ -890,22 +890,11 @@ TEST_CASE("FreshInode: a directory has two links and its parent, a file one and 
           "[inode]") {
   const timespec now{.tv_sec = 1700000000, .tv_nsec = 123456789};
   const format::Inode dir = FreshInode(S_IFDIR | 0750, 1000, 100, 42, now, 77);
-  CHECK(dir.mode == (S_IFDIR | 0750));
   CHECK(dir.nlink == 2);
-  CHECK(dir.uid == 1000);
-  CHECK(dir.gid == 100);
   CHECK(dir.parent == 42);
-  CHECK(dir.generation == 77);
-  for (int64_t sec : {dir.atime_sec, dir.mtime_sec, dir.ctime_sec, dir.btime_sec}) {
-    CHECK(sec == now.tv_sec);
-  }
-  for (uint32_t nsec : {dir.atime_nsec, dir.mtime_nsec, dir.ctime_nsec, dir.btime_nsec}) {
-    CHECK(nsec == now.tv_nsec);
-  }
-
-  // Everything a maker does not choose is zero.
+  // Every byte: what the maker chose, the rest zero.
   format::Inode expected{};
-  expected.mode = dir.mode;
+  expected.mode = S_IFDIR | 0750;
   expected.nlink = 2;
   expected.uid = 1000;
   expected.gid = 100;
