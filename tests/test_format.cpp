@@ -3,6 +3,7 @@
 // parsers and directory leaves. Sizes and offsets are pinned by static_assert
 // in format.hpp; everything here needs running code.
 #include <dirent.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <array>
@@ -19,6 +20,7 @@
 #include "nvfs/crc32c.hpp"
 #include "nvfs/dir_block.hpp"
 #include "nvfs/format.hpp"
+#include "nvfs/fresh_inode.hpp"
 #include "nvfs/geometry.hpp"
 #include "nvfs/name_hash.hpp"
 #include "nvfs/superblock.hpp"
@@ -878,6 +880,41 @@ TEST_CASE("DirLeafBuilder fills a block exactly", "[dir_block]") {
   REQUIRE(records.size() == 15);
   CHECK(records.back().entry.rec_len == 144);
   CHECK_FALSE(leaf.Add(51, 51, DT_REG, "b"));
+}
+
+// ---------------------------------------------------------------------------
+// Fresh inodes (the core's create, mkfs, fsck's new root and lost+found)
+// ---------------------------------------------------------------------------
+
+TEST_CASE("FreshInode: a directory has two links and its parent, a file one and none",
+          "[inode]") {
+  const timespec now{.tv_sec = 1700000000, .tv_nsec = 123456789};
+  const format::Inode dir = FreshInode(S_IFDIR | 0750, 1000, 100, 42, now, 77);
+  CHECK(dir.nlink == 2);
+  CHECK(dir.parent == 42);
+  // Every byte: what the maker chose, the rest zero.
+  format::Inode expected{};
+  expected.mode = S_IFDIR | 0750;
+  expected.nlink = 2;
+  expected.uid = 1000;
+  expected.gid = 100;
+  expected.parent = 42;
+  expected.generation = 77;
+  expected.atime_sec = expected.mtime_sec = expected.ctime_sec = expected.btime_sec = now.tv_sec;
+  expected.atime_nsec = expected.mtime_nsec = expected.ctime_nsec = expected.btime_nsec =
+      static_cast<uint32_t>(now.tv_nsec);
+  CHECK(std::memcmp(&dir, &expected, sizeof dir) == 0);
+
+  for (uint32_t type : {uint32_t{S_IFREG}, uint32_t{S_IFLNK}, uint32_t{S_IFCHR}, uint32_t{S_IFIFO},
+                        uint32_t{S_IFSOCK}}) {
+    const format::Inode other = FreshInode(type | 0644, 1, 2, 42, now, 5);
+    CHECK(other.mode == (type | 0644));
+    CHECK(other.nlink == 1);
+    CHECK(other.parent == 0);
+    CHECK(other.rdev == 0);
+    CHECK(other.size == 0);
+    CHECK(other.blocks == 0);
+  }
 }
 
 }  // namespace

@@ -238,6 +238,24 @@ TEST_CASE("fsck: a damaged backup superblock is rewritten from the primary", "[f
   }
 }
 
+// Two valid copies that differ in the directory hash key: the one the root's
+// entries were hashed with is kept (RootKeyAgreement walks the root's
+// leaves with WalkDirLeaf).
+TEST_CASE("fsck: a primary superblock with a hash key the root's entries do not agree with is "
+          "restored from the backup", "[fsck][super]") {
+  TempPath image("key-differs");
+  MakeNvfsImage(image.path());
+  const Geometry g = GeometryOf(image.path());
+  format::SuperStatic sb = ReadStatic(image.path(), 0);
+  sb.dir_hash_key[0] ^= 1;
+  sb.checksum = SuperStaticChecksum(sb);
+  WriteStatic(image.path(), 0, sb);
+  RequireFoundThenRepaired(image.path(), "holds a directory hash key the root directory's "
+                           "entries do not agree with");
+  CHECK(ReadAt(image.path(), 0, format::kSuperHalfSize) ==
+        ReadAt(image.path(), g.BackupSuperOffset(), format::kSuperHalfSize));
+}
+
 TEST_CASE("fsck: a damaged dynamic superblock is rebuilt", "[fsck][super]") {
   TempPath image("dynamic");
   MakeNvfsImage(image.path());

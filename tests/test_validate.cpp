@@ -2,6 +2,7 @@
 // operations (nvfs/bitmap.hpp): each fault it names, on objects built here.
 // The core's and fsck's reactions to the same faults are tested in
 // test_dir, test_fs, test_contain and test_fsck.
+#include <dirent.h>
 #include <sys/stat.h>
 
 #include <cstring>
@@ -13,6 +14,7 @@
 #include <catch2/catch.hpp>
 
 #include "nvfs/bitmap.hpp"
+#include "nvfs/dir_block.hpp"
 #include "nvfs/format.hpp"
 #include "nvfs/geometry.hpp"
 #include "nvfs/name_hash.hpp"
@@ -410,6 +412,92 @@ TEST_CASE("directory node pointers, leaf headers, records and entries") {
       CHECK(CheckDirEntry(r, invalid.data(), 0, 0) == DirEntryFault::kNone);
       CHECK(CheckDirEntry(r, invalid.data(), 0, 0, &key) == DirEntryFault::kName);
     }
+  }
+}
+
+// The walk the core (Tree::ScanLeaf), fsck (pass 2, the root-key agreement)
+// and the mount's cross-check all make over a leaf's records.
+TEST_CASE("directory leaf walk: every record in order, and the fault and offset that end it") {
+  constexpr uint32_t kBlock = 4096;
+  std::vector<std::byte> block(kBlock);
+  DirLeafBuilder builder(block, 0, 0);
+  const std::vector<std::string> names = {"a", "bb", "a-name-of-twenty-one"};
+  for (size_t i = 0; i < names.size(); ++i) {
+    REQUIRE(builder.Add(10 + i, DirKey(i, 0), DT_REG, names[i]));
+  }
+  const std::span<const std::byte> leaf(block);
+  struct Seen {
+    uint32_t offset;
+    uint64_t ino;
+    std::string name;
+  };
+  const auto walk = [&](size_t stop_after, uint32_t* stop) {
+    std::vector<Seen> seen;
+    const DirRecordFault fault = WalkDirLeaf(
+        leaf,
+        [&](uint32_t offset, const DirEntry& record) {
+          CHECK(reinterpret_cast<const std::byte*>(&record) == block.data() + offset);
+          seen.push_back({offset, record.ino,
+                          record.ino != 0 && DirNameLengthValid(record)
+                              ? std::string(DirRecordName(record))
+                              : std::string()});
+          return seen.size() < stop_after;
+        },
+        stop);
+    return std::make_pair(fault, seen);
+  };
+  // The records of the leaf, each at its offset.
+  std::vector<uint32_t> offsets;
+  uint32_t at = sizeof(DirLeafHeader);
+  for (const std::string& name : names) {
+    offsets.push_back(at);
+    at += format::DirRecordLength(static_cast<uint32_t>(name.size()));
+  }
+  const auto rec_len_at = [&](uint32_t offset) {
+    return block.data() + offset + offsetof(DirEntry, rec_len);
+  };
+
+  SECTION("a whole leaf: each record once, ending exactly at the block's end") {
+    uint32_t stop = 0;
+    const auto [fault, seen] = walk(100, &stop);
+    CHECK(fault == DirRecordFault::kNone);
+    CHECK(stop == kBlock);
+    REQUIRE(seen.size() == names.size() + 1);
+    for (size_t i = 0; i < names.size(); ++i) {
+      CHECK(seen[i].offset == offsets[i]);
+      CHECK(seen[i].ino == 10 + i);
+      CHECK(seen[i].name == names[i]);
+    }
+    CHECK(seen.back().offset == at);  // the free tail
+    CHECK(seen.back().ino == 0);
+  }
+
+  SECTION("fn stops the walk at the record it returned false for") {
+    uint32_t stop = 0;
+    const auto [fault, seen] = walk(2, &stop);
+    CHECK(fault == DirRecordFault::kNone);
+    CHECK(seen.size() == 2);
+    CHECK(stop == offsets[1]);
+  }
+
+  SECTION("a bad length ends the walk there, the records before it seen") {
+    const uint32_t bad = 20;  // not a multiple of 8
+    std::memcpy(rec_len_at(offsets[1]), &bad, sizeof bad);
+    uint32_t stop = 0;
+    const auto [fault, seen] = walk(100, &stop);
+    CHECK(fault == DirRecordFault::kBadLength);
+    CHECK(stop == offsets[1]);
+    CHECK(seen.size() == 1);
+  }
+
+  SECTION("a remainder too short for a record ends the walk past the block") {
+    const uint32_t shorter = kBlock - at - 8;  // the free tail, 8 bytes short
+    std::memcpy(rec_len_at(at), &shorter, sizeof shorter);
+    uint32_t stop = 0;
+    const auto [fault, seen] = walk(100, &stop);
+    CHECK(fault == DirRecordFault::kPastBlock);
+    CHECK(stop == kBlock - 8);
+    CHECK(seen.size() == names.size() + 1);
   }
 }
 

@@ -350,6 +350,45 @@ inline DirRecordFault CheckDirRecordLength(uint32_t rec_len, uint32_t remaining)
   return DirRecordFault::kNone;
 }
 
+// Walks the records of a directory leaf (`leaf`: the whole block, its header
+// first) in order, checking each record's length (CheckDirRecordLength)
+// before it calls fn(offset, record) -> bool with it, `record` being a view
+// into `leaf`. Stops when fn returns false (returning kNone), or at the first
+// record whose length is bad, returning that fault; with `stop`, *stop
+// receives the offset of the record it stopped at. kNone after the last
+// record: the records chain exactly to the end of the block. What a record
+// holds (DirNameLengthValid, CheckDirEntry) is the caller's to check.
+template <class Fn>
+DirRecordFault WalkDirLeaf(std::span<const std::byte> leaf, Fn&& fn, uint32_t* stop = nullptr) {
+  const uint32_t size = static_cast<uint32_t>(leaf.size());
+  uint32_t offset = sizeof(format::DirLeafHeader);
+  DirRecordFault fault = DirRecordFault::kNone;
+  while (offset < size) {
+    const uint32_t remaining = size - offset;
+    const auto* record = remaining >= sizeof(format::DirEntry)
+                             ? reinterpret_cast<const format::DirEntry*>(leaf.data() + offset)
+                             : nullptr;
+    const uint32_t rec_len = record != nullptr ? uint32_t{record->rec_len} : 0;
+    fault = CheckDirRecordLength(rec_len, remaining);
+    if (fault != DirRecordFault::kNone || !fn(offset, *record)) break;
+    offset += rec_len;
+  }
+  if (stop != nullptr) *stop = offset;
+  return fault;
+}
+
+// A live record's name length: at least one byte, and inside the record.
+// REQUIRES: CheckDirRecordLength passed.
+inline bool DirNameLengthValid(const format::DirEntry& record) {
+  return record.name_len != 0 && record.name_len <= record.rec_len - sizeof(format::DirEntry);
+}
+
+// The name of a record met by WalkDirLeaf: record.name_len bytes after its
+// header. REQUIRES: DirNameLengthValid(record).
+inline std::string_view DirRecordName(const format::DirEntry& record) {
+  return {reinterpret_cast<const char*>(&record) + sizeof(format::DirEntry), record.name_len};
+}
+
 enum class DirEntryFault : uint8_t {
   kNone,
   kNameLength,  // 0, or past the record

@@ -128,9 +128,7 @@ class Tree {
   const DirEntry& Record(uint64_t block, uint32_t offset) const {
     return *reinterpret_cast<const DirEntry*>(ctx_.Block(block) + offset);
   }
-  std::string_view Name(const DirEntry& record) const {
-    return {reinterpret_cast<const char*>(&record) + kRecordHeader, record.name_len};
-  }
+  std::string_view Name(const DirEntry& record) const { return DirRecordName(record); }
 
   Status CheckPointer(uint64_t ptr) const {
     if (CheckDirNodePointer(ptr, ctx_.geometry) != DirNodeFault::kNone) {
@@ -208,28 +206,30 @@ class Tree {
     });
   }
 
-  // Walks the records of the checked leaf `block`, checking each before
-  // calling fn(offset, record); stops when fn returns false.
+  // Walks the records of the checked leaf `block` (WalkDirLeaf), checking
+  // each live one too before calling fn(offset, record); stops when fn
+  // returns false.
   template <class Fn>
   Status ScanLeaf(uint64_t block, Fn&& fn) const {
     const DirLeafHeader& leaf = Leaf(block);
     const uint32_t prefix_bits = leaf.prefix_bits;
     const uint64_t prefix = leaf.prefix;
-    uint32_t offset = kLeafHeader;
-    while (offset < block_size_) {
-      if (block_size_ - offset < kRecordHeader) return Corrupt(block, "record past the block");
-      const DirEntry& record = Record(block, offset);
-      const uint32_t rec_len = record.rec_len;
-      if (CheckDirRecordLength(rec_len, block_size_ - offset) != DirRecordFault::kNone) {
-        return Corrupt(block, "bad record length");
-      }
-      if (record.ino != 0 &&
-          CheckDirEntry(record, Name(record).data(), prefix_bits, prefix) != DirEntryFault::kNone) {
-        return Corrupt(block, "bad entry");
-      }
-      if (!fn(offset, record)) break;
-      offset += rec_len;
+    bool bad_entry = false;
+    const DirRecordFault fault = WalkDirLeaf(
+        {ctx_.Block(block), block_size_}, [&](uint32_t offset, const DirEntry& record) {
+          if (record.ino != 0 && CheckDirEntry(record, Name(record).data(), prefix_bits,
+                                               prefix) != DirEntryFault::kNone) {
+            bad_entry = true;
+            return false;
+          }
+          return static_cast<bool>(fn(offset, record));
+        });
+    switch (fault) {
+      case DirRecordFault::kNone: break;
+      case DirRecordFault::kPastBlock: return Corrupt(block, "record past the block");
+      case DirRecordFault::kBadLength: return Corrupt(block, "bad record length");
     }
+    if (bad_entry) return Corrupt(block, "bad entry");
     return Status::Ok();
   }
 

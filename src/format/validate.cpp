@@ -29,9 +29,7 @@ uint64_t FileMapLayout::max_size() const {
 DirEntryFault CheckDirEntry(const format::DirEntry& record, const char* name,
                             uint32_t prefix_bits, uint64_t prefix, const NameHashKey* hash_key) {
   const uint32_t len = record.name_len;
-  if (len == 0 || len > record.rec_len - sizeof(format::DirEntry)) {
-    return DirEntryFault::kNameLength;
-  }
+  if (!DirNameLengthValid(record)) return DirEntryFault::kNameLength;
   if (hash_key != nullptr &&
       (std::memchr(name, '/', len) != nullptr || std::memchr(name, 0, len) != nullptr ||
        (len == 1 && name[0] == '.') || (len == 2 && name[0] == '.' && name[1] == '.'))) {

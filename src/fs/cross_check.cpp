@@ -171,27 +171,21 @@ class CrossChecker {
   // Run). A broken
   // rec_len chain ends the leaf (the directory code refuses it when read).
   void ScanEntries(uint64_t dir, uint64_t block_no) {
-    const std::byte* leaf = ctx_.Block(block_no);
-    const uint32_t bs = g_.block_size();
-    uint32_t offset = sizeof(format::DirLeafHeader);
-    while (offset < bs) {
-      format::DirEntry record;
-      if (bs - offset < sizeof record) return;
-      std::memcpy(&record, leaf + offset, sizeof record);
-      if (CheckDirRecordLength(record.rec_len, bs - offset) != DirRecordFault::kNone) return;
-      offset += record.rec_len;
+    const auto entry = [&](uint32_t, const format::DirEntry& record) {
       const uint64_t ino = record.ino;
-      if (ino == 0 || ino >= g_.inode_count()) continue;
+      if (ino == 0 || ino >= g_.inode_count()) return true;
       const uint32_t ipg = g_.inodes_per_group();
       const std::byte* bitmap = ctx_.Block(g_.InodeBitmapBlock(static_cast<uint32_t>(ino / ipg)));
-      if (TestBit(bitmap, ino % ipg)) continue;
+      if (TestBit(bitmap, ino % ipg)) return true;
       Report(MakeError(EUCLEAN, "inode %" PRIu64 " is named by directory %" PRIu64 " but free "
                        "in the inode bitmap; run fsck.nvfs", ino, dir));
       // Once per inode: a second entry finds it reserved.
-      if (!alloc_.Reserve(BitmapKind::kInodes, ino)) continue;
+      if (!alloc_.Reserve(BitmapKind::kInodes, ino)) return true;
       const Inode& inode = *reinterpret_cast<const Inode*>(ctx_.base() + g_.InodeOffset(ino));
       if (inode.mode != 0) revived_.push_back(ino);
-    }
+      return true;
+    };
+    WalkDirLeaf({ctx_.Block(block_no), g_.block_size()}, entry);
   }
 
   // Marks a block named by `ino`; false if it is not to be followed (no

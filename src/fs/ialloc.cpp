@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include "fs/fs_impl.hpp"
+#include "nvfs/fresh_inode.hpp"
 
 namespace nvfs {
 
@@ -22,21 +23,13 @@ Result<uint64_t> FsOps::NewInode(FsImpl& fs, Tx& tx, const Inode& parent_inode,
                                  const Cred& cred, timespec now) {
   Result<uint64_t> ino = fs.alloc_->AllocateInode(tx, parent, S_ISDIR(mode));
   if (!ino.ok()) return ino;
-  Inode inode{};
-  inode.mode = static_cast<uint16_t>(mode);
-  inode.nlink = S_ISDIR(mode) ? 2 : 1;
-  inode.uid = cred.uid;
-  inode.gid = cred.gid;
+  Inode inode = FreshInode(mode, cred.uid, cred.gid, parent, now,
+                           static_cast<uint32_t>(NextGeneration(fs)));
   // BSD group semantics under a set-group-ID directory.
   if (parent_inode.mode & S_ISGID) {
     inode.gid = parent_inode.gid;
     if (S_ISDIR(mode)) inode.mode = static_cast<uint16_t>(inode.mode | S_ISGID);
   }
-  inode.atime_sec = inode.mtime_sec = inode.ctime_sec = inode.btime_sec = now.tv_sec;
-  inode.atime_nsec = inode.mtime_nsec = inode.ctime_nsec = inode.btime_nsec =
-      static_cast<uint32_t>(now.tv_nsec);
-  inode.generation = static_cast<uint32_t>(NextGeneration(fs));
-  inode.parent = S_ISDIR(mode) ? parent : 0;
   inode.rdev = (S_ISCHR(mode) || S_ISBLK(mode)) ? rdev : 0;
   tx.StoreFresh(fs.geometry_->InodeOffset(*ino), &inode, sizeof inode);
   return ino;

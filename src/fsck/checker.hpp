@@ -5,10 +5,17 @@
 //                     descriptors, free counters, the report
 //   fsck_journal.cpp  journal slot headers; recovery (-p, -y) or, for -n, a
 //                     DRAM overlay showing the image as recovery would leave it
-//   fsck_inodes.cpp   pass 1: every allocated inode (mode, flags, file maps,
-//                     xattr blocks, symlinks); the orphan list
-//   fsck_dirs.cpp     pass 2: every directory tree and entry; pass 3: every
-//                     directory reachable from the root exactly once
+//   fsck_inodes.cpp   pass 1: every allocated inode (mode, flags, size,
+//                     symlinks), and inodes revived by an entry
+//   fsck_maps.cpp     pass 1: file maps; after pass 2, copies of shared blocks
+//   fsck_xattrs.cpp   pass 1: xattr blocks and ACLs; after pass 2, bad ACLs
+//                     dropped from one-block xattrs
+//   fsck_orphans.cpp  the orphan list
+//   fsck_dirs.cpp     pass 2 over every directory; pass 3: every directory
+//                     reachable from the root exactly once
+//   fsck_dir_tree.cpp, fsck_dir_entries.cpp
+//                     pass 2 in one directory (dir_walker.hpp): its tree;
+//                     its records and entries
 //   fsck_links.cpp    pass 4: link counts and unattached inodes; pass 5:
 //                     bitmaps against reachability; reconnection to lost+found
 //
@@ -179,6 +186,8 @@ class Checker {
                               .load(std::memory_order_relaxed);
     return (word >> (block_no % 64)) & 1;
   }
+  // Whether the block's bit is set in the on-media block bitmap (fsck_maps.cpp).
+  bool BitmapMarks(uint64_t block_no) const;
 
   // --- Inodes ---------------------------------------------------------------
   uint8_t State(uint64_t ino) const {
@@ -206,6 +215,9 @@ class Checker {
   void CheckCounters();
   void WriteDynamic();
   void Progress(uint64_t done);
+  // Pass 1's starting state: only the metadata blocks claimed, every inode
+  // free, no link counted. REQUIRES: not in a pass on several threads.
+  void StartPass1();
 
   // Journal (fsck_journal.cpp).
   bool CheckJournalHeaders();
@@ -230,32 +242,38 @@ class Checker {
   void CheckInode(uint64_t ino, const format::Inode& inode);
   void BuildDirList();
   bool ClearInode(uint64_t ino, const char* why);
+  bool ValidSymlink(uint64_t ino, const format::Inode& inode, bool in_block);
+
+  // File maps (fsck_maps.cpp).
   uint64_t CheckFileMap(uint64_t ino, const format::Inode& inode, uint64_t* mapped_end);
   uint64_t CheckPointerBlock(uint64_t ino, uint64_t slot_at, uint64_t block_no, uint32_t height,
                              uint64_t base, uint64_t* mapped_end);
   bool CheckDataPointer(uint64_t ino, uint64_t slot_at, uint64_t block_no, uint64_t index);
   void BadPointer(uint64_t ino, uint64_t slot_at, uint64_t block_no, const char* what,
                   uint64_t index);
-  uint64_t CheckXattrBlock(uint64_t ino, const format::Inode& inode);
-  bool ValidSymlink(uint64_t ino, const format::Inode& inode, bool in_block);
-  void CheckOrphans();
-  void LeaveOrphanList(uint64_t ino);
   // After pass 2: each data pointer that named a block another inode (or
   // the same one) had claimed gets a copy of the block (doc/integrity.md,
   // section 9), or, with no free block, is cleared.
   void CloneShared();
+  // bitmap_free_only: during pass 1, when claims are not all known yet.
+  uint64_t FreeBlockForCopy(bool bitmap_free_only = false);
+  bool ContinuesRun(uint64_t slot_at, uint64_t ptr) const;
+  uint64_t FirstDataSlot(uint64_t block_no, uint64_t* owner) const;
+
+  // Extended attributes (fsck_xattrs.cpp).
+  uint64_t CheckXattrBlock(uint64_t ino, const format::Inode& inode);
   // After pass 2: each xattr block holding a POSIX ACL value the core
   // would refuse to read (DecodeAcl; pass 1 notes the blocks) is copied
   // without it to a free block, published by one store of the inode's
   // pointer (the old block is then leaked, and freed by pass 5); with no
   // free block it is rewritten in place.
   void DropBadAcls();
-  // bitmap_free_only: during pass 1, when claims are not all known yet.
-  uint64_t FreeBlockForCopy(bool bitmap_free_only = false);
-  bool ContinuesRun(uint64_t slot_at, uint64_t ptr) const;
-  uint64_t FirstDataSlot(uint64_t block_no, uint64_t* owner) const;
 
-  // Passes 2 and 3 (fsck_dirs.cpp).
+  // The orphan list (fsck_orphans.cpp).
+  void CheckOrphans();
+  void LeaveOrphanList(uint64_t ino);
+
+  // Passes 2 and 3 (fsck_dirs.cpp; one directory's walk: dir_walker.hpp).
   void CheckDirectories();
   void CheckConnectivity();
 

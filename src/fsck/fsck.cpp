@@ -58,25 +58,21 @@ uint64_t RootKeyAgreement(const std::byte* base, const Geometry& g, const NameHa
     format::DirLeafHeader header;
     std::memcpy(&header, block, sizeof header);
     if (header.magic != format::kDirLeafMagic) continue;
-    for (uint64_t offset = sizeof header; offset + sizeof(format::DirEntry) <= g.block_size();) {
-      format::DirEntry record;
-      std::memcpy(&record, block + offset, sizeof record);
-      if (CheckDirRecordLength(record.rec_len, static_cast<uint32_t>(g.block_size() - offset)) !=
-          DirRecordFault::kNone) {
-        break;
-      }
-      if (record.ino != 0 && record.name_len != 0 &&
-          record.name_len <= record.rec_len - sizeof record) {
-        const std::string_view name(reinterpret_cast<const char*>(block + offset + sizeof record),
-                                    record.name_len);
-        agree += (record.key >> format::kDirSeqBits) == DirHash(NameHash(key, name));
-        if (++seen >= kAgreementEntries) break;
-      }
-      offset += record.rec_len;
-    }
+    WalkDirLeaf({block, g.block_size()}, [&](uint32_t, const format::DirEntry& record) {
+      if (record.ino == 0 || !DirNameLengthValid(record)) return true;
+      agree += (record.key >> format::kDirSeqBits) == DirHash(NameHash(key, DirRecordName(record)));
+      return ++seen < kAgreementEntries;
+    });
     if (header.next != 0) todo.push_back(header.next);
   }
   return agree;
+}
+
+// A message of Say, Problem or Unrepairable: at most 511 bytes.
+std::string FormatV(const char* fmt, va_list ap) {
+  char buf[512];
+  std::vsnprintf(buf, sizeof buf, fmt, ap);
+  return buf;
 }
 
 }  // namespace
@@ -91,13 +87,25 @@ Checker::Checker(Media& media, RepairMode mode,
 
 Checker::~Checker() = default;
 
+// Metadata blocks count as claimed from the start, so a pointer to them is
+// caught like a pointer to a block in use.
+void Checker::StartPass1() {
+  claimed_.assign((geometry_.block_count() + 63) / 64, 0);
+  for (uint32_t group = 0; group < geometry_.group_count(); ++group) {
+    const uint64_t first = geometry_.GroupFirstBlock(group);
+    for (uint64_t b = 0; b < geometry_.GroupMetaBlocks(group); ++b) Claim(first + b);
+  }
+  Claim(geometry_.BackupBlock());
+  state_.assign(geometry_.inode_count(), kFree);
+  links_.assign(geometry_.inode_count(), 0);
+}
+
 void Checker::Say(const char* fmt, ...) {
-  char buf[512];
   va_list ap;
   va_start(ap, fmt);
-  std::vsnprintf(buf, sizeof buf, fmt, ap);
+  const std::string line = FormatV(fmt, ap);
   va_end(ap);
-  if (say_) say_(buf);
+  if (say_) say_(line);
 }
 
 bool Checker::Problem(Repair repair, const char* fmt, ...) {
@@ -107,10 +115,9 @@ bool Checker::Problem(Repair repair, const char* fmt, ...) {
     trouble_.store(true, std::memory_order_relaxed);
     return false;
   }
-  char buf[512];
   va_list ap;
   va_start(ap, fmt);
-  std::vsnprintf(buf, sizeof buf, fmt, ap);
+  const std::string line = FormatV(fmt, ap);
   va_end(ap);
   ++report_.problems;
   const char* outcome = ": fixing";
@@ -123,7 +130,7 @@ bool Checker::Problem(Repair repair, const char* fmt, ...) {
     fix = false;
     halted_ = true;
   }
-  if (say_) say_(std::string(buf) + outcome);
+  if (say_) say_(line + outcome);
   if (fix) MoveMountCount();
   return fix;
 }
@@ -145,13 +152,12 @@ void Checker::MoveMountCount() {
 }
 
 void Checker::Unrepairable(const char* fmt, ...) {
-  char buf[512];
   va_list ap;
   va_start(ap, fmt);
-  std::vsnprintf(buf, sizeof buf, fmt, ap);
+  const std::string line = FormatV(fmt, ap);
   va_end(ap);
   ++report_.problems;
-  if (say_) say_(std::string(buf) + ": not fixed (cannot be repaired)");
+  if (say_) say_(line + ": not fixed (cannot be repaired)");
 }
 
 void Checker::Write(uint64_t offset, const void* src, size_t len) {
@@ -284,16 +290,7 @@ FsckReport Checker::Run() {
   }
   if (!halted_) {
     CheckDynamic();
-    // Metadata blocks count as claimed from the start, so a pointer to them
-    // is caught like a pointer to a block in use.
-    claimed_.assign((geometry_.block_count() + 63) / 64, 0);
-    for (uint32_t group = 0; group < geometry_.group_count(); ++group) {
-      const uint64_t first = geometry_.GroupFirstBlock(group);
-      for (uint64_t b = 0; b < geometry_.GroupMetaBlocks(group); ++b) Claim(first + b);
-    }
-    Claim(geometry_.BackupBlock());
-    state_.assign(geometry_.inode_count(), kFree);
-    links_.assign(geometry_.inode_count(), 0);
+    StartPass1();
   }
   const std::pair<const char*, void (Checker::*)()> passes[] = {
       {"inodes", &Checker::CheckInodes},

@@ -17,6 +17,7 @@
 #include "journal/journal.hpp"
 #include "nvfs/bitmap.hpp"
 #include "nvfs/cli.hpp"
+#include "nvfs/fresh_inode.hpp"
 
 namespace nvfs::fsck {
 
@@ -132,6 +133,25 @@ void Checker::CheckBitmaps() {
   const Geometry& g = geometry_;
   const size_t words = g.blocks_per_group() / 64;
   std::vector<uint64_t> want(words), have(words);
+  // Reports and rewrites bitmap block `bitmap_block` (of the units from
+  // `first` on) when it is not `want`: `extra` says what a bit set that
+  // should be clear means, `missing` the reverse.
+  const auto fix = [&](uint32_t group, const char* kind, uint64_t bitmap_block, uint64_t first,
+                       const char* extra, const char* missing) {
+    std::memcpy(have.data(), Block(bitmap_block), words * 8);
+    if (have == want) return;
+    uint64_t extra_bits = 0, missing_bits = 0;
+    for (size_t w = 0; w < words; ++w) {
+      extra_bits += static_cast<uint64_t>(std::popcount(have[w] & ~want[w]));
+      missing_bits += static_cast<uint64_t>(std::popcount(want[w] & ~have[w]));
+    }
+    if (Problem(Repair::kSafe, "group %u: %s bitmap: %" PRIu64 " %s, %" PRIu64 " %s:%s", group,
+                kind, extra_bits, extra, missing_bits, missing,
+                Differences(have.data(), want.data(), words, first).c_str())) {
+      Write(g.BlockOffset(bitmap_block), want.data(), words * 8);
+      Fixed();
+    }
+  };
   group_free_blocks_.assign(g.group_count(), 0);
   group_free_inodes_.assign(g.group_count(), 0);
   for (uint32_t group = 0; group < g.group_count(); ++group) {
@@ -145,21 +165,8 @@ void Checker::CheckBitmaps() {
       want[w] = claimed_[first / 64 + w];
       if (blocks - w * 64 < 64) want[w] |= ~uint64_t{0} << (blocks - w * 64);
     }
-    const uint64_t bitmap_block = g.BlockBitmapBlock(group);
-    std::memcpy(have.data(), Block(bitmap_block), words * 8);
-    if (have != want) {
-      uint64_t leaked = 0, unmarked = 0;
-      for (size_t w = 0; w < words; ++w) {
-        leaked += static_cast<uint64_t>(std::popcount(have[w] & ~want[w]));
-        unmarked += static_cast<uint64_t>(std::popcount(want[w] & ~have[w]));
-      }
-      if (Problem(Repair::kSafe, "group %u: block bitmap: %" PRIu64 " blocks in use but not "
-                  "referenced (leaked), %" PRIu64 " referenced but free:%s", group, leaked,
-                  unmarked, Differences(have.data(), want.data(), words, first).c_str())) {
-        Write(g.BlockOffset(bitmap_block), want.data(), words * 8);
-        Fixed();
-      }
-    }
+    fix(group, "block", g.BlockBitmapBlock(group), first,
+        "blocks in use but not referenced (leaked)", "referenced but free");
     group_free_blocks_[group] = static_cast<uint32_t>(blocks - CountSetWordBits(want.data(), blocks));
 
     const uint32_t ipg = g.inodes_per_group();
@@ -171,21 +178,8 @@ void Checker::CheckBitmaps() {
         want[i / 64] &= ~(uint64_t{1} << (i % 64));
       }
     }
-    const uint64_t ibitmap_block = g.InodeBitmapBlock(group);
-    std::memcpy(have.data(), Block(ibitmap_block), words * 8);
-    if (have != want) {
-      uint64_t unused = 0, unmarked = 0;
-      for (size_t w = 0; w < words; ++w) {
-        unused += static_cast<uint64_t>(std::popcount(have[w] & ~want[w]));
-        unmarked += static_cast<uint64_t>(std::popcount(want[w] & ~have[w]));
-      }
-      if (Problem(Repair::kSafe, "group %u: inode bitmap: %" PRIu64 " inodes allocated but not "
-                  "in use, %" PRIu64 " in use but free:%s", group, unused, unmarked,
-                  Differences(have.data(), want.data(), words, first_ino).c_str())) {
-        Write(g.BlockOffset(ibitmap_block), want.data(), words * 8);
-        Fixed();
-      }
-    }
+    fix(group, "inode", g.InodeBitmapBlock(group), first_ino,
+        "inodes allocated but not in use", "in use but free");
     group_free_inodes_[group] = static_cast<uint32_t>(ipg - CountSetWordBits(want.data(), ipg));
   }
 }
@@ -226,12 +220,10 @@ void Checker::Reconnect() {
       Say("cannot create /lost+found: %s", ino.error().Describe().c_str());
       return;
     }
-    Inode lf{};
-    lf.mode = S_IFDIR | 0700;
-    lf.nlink = 2;
-    lf.atime_sec = lf.mtime_sec = lf.ctime_sec = lf.btime_sec = now.tv_sec;
-    lf.generation = static_cast<uint32_t>(RandomU64());
-    lf.parent = format::kRootIno;
+    // Whole seconds, as fsck has always written them.
+    const Inode lf = FreshInode(S_IFDIR | 0700, 0, 0, format::kRootIno,
+                                timespec{.tv_sec = now.tv_sec, .tv_nsec = 0},
+                                static_cast<uint32_t>(RandomU64()));
     tx.StoreFresh(InodeOffset(*ino), &lf, sizeof lf);
     const Inode& root = InodeAt(format::kRootIno);
     Status inserted = directory.Insert(tx, root, "lost+found", *ino, DT_DIR);

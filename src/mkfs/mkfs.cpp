@@ -12,6 +12,7 @@
 
 #include "nvfs/bitmap.hpp"
 #include "nvfs/dir_block.hpp"
+#include "nvfs/fresh_inode.hpp"
 #include "nvfs/name_hash.hpp"
 #include "nvfs/superblock.hpp"
 #include "nvfs/validate.hpp"
@@ -68,16 +69,11 @@ void BuildInodeBitmap(const Geometry& g, uint32_t group, std::vector<std::byte>&
 Inode MakeDirInode(uint16_t perm, uint32_t nlink, const MkfsPlan& plan, int64_t now,
                    uint32_t generation, uint64_t leaf_block, uint64_t entries,
                    uint32_t block_size) {
-  Inode inode{};
-  inode.mode = static_cast<uint16_t>(S_IFDIR | perm);
+  Inode inode = FreshInode(S_IFDIR | perm, plan.root_uid, plan.root_gid, format::kRootIno,
+                           timespec{.tv_sec = now, .tv_nsec = 0}, generation);
   inode.nlink = nlink;
-  inode.uid = plan.root_uid;
-  inode.gid = plan.root_gid;
   inode.size = block_size;
   inode.blocks = 1;
-  inode.atime_sec = inode.mtime_sec = inode.ctime_sec = inode.btime_sec = now;
-  inode.generation = generation;
-  inode.parent = format::kRootIno;
   inode.map.dir.root = leaf_block;  // a leaf: the index bit is clear
   inode.map.dir.entries = entries;
   return inode;
