@@ -3,7 +3,7 @@
 // runs of holes and of contiguous blocks, one run across pointer blocks;
 // the coarse index; the run limit and a corrupt pointer, past which the map
 // covers nothing; a map's data_seq tag and, through the filesystem's read
-// path (src/fs/file.cpp), that a stale map is not used and is rebuilt; and
+// path (src/fs/read.cpp), that a stale map is not used and is rebuilt; and
 // reclamation: a retired map is freed only after the epoch guards older than
 // it have ended (seen by a hook in operator delete below).
 #include <catch2/catch.hpp>
@@ -259,7 +259,7 @@ TEST_CASE("an empty file and a file of one hole", "[extent_map]") {
 }
 
 // Past max_runs the map stops: covered() ends where the first run it left
-// out begins, and the reads there go through the bmap (file.cpp).
+// out begins, and the reads there go through the bmap (read.cpp).
 // Seen failing (issue 23) without Build's `if (runs.size() == max_runs) break;`.
 TEST_CASE("past the run limit a map covers only its first runs", "[extent_map]") {
   FsFixture fs;
@@ -323,7 +323,7 @@ TEST_CASE("a map is tagged with its data_seq and keeps describing that version",
 // Through the filesystem: reads build a map once they have paid for it; a
 // write into a hole changes data_seq, after which the old map must not
 // serve a read (it would read the hole), and later reads rebuild it.
-// Seen failing (issue 23) without ReadSlow's `map->seq() == seq` (file.cpp).
+// Seen failing (issue 23) without ReadSlow's `map->seq() == seq` (read.cpp).
 TEST_CASE("a stale map is not read through and the reads rebuild it", "[extent_map][stale]") {
   FsImage img;
   Filesystem& fs = img.fs();
@@ -378,7 +378,7 @@ ExtentMap* BuildWatched(const TestFile& file) {
   return map;
 }
 
-// A replaced map is retired the way file.cpp retires it (epoch::Retire with
+// A replaced map is retired the way read.cpp retires it (epoch::Retire with
 // ExtentMap::DestroyErased): freed once, and only after every guard that
 // began before the retire has ended; a guard that began after does not
 // hold it. Seen failing (issue 23) without Destroy's operator delete (never

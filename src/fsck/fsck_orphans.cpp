@@ -13,7 +13,7 @@ using format::Inode;
 // The orphan list (inodes unlinked while open, or regular files whose
 // truncation was cut short): a chain from the dynamic superblock through
 // inodes that carry the orphan flag, each once — what mount's orphan pass
-// accepts (src/fs/super.cpp). A bad link cuts the list there; flagged inodes
+// accepts (src/fs/orphan.cpp). A bad link cuts the list there; flagged inodes
 // left off it are put back on, so the next mount finishes them, or, when they
 // cannot be orphans (linked, and not regular files), lose the flag.
 void Checker::CheckOrphans() {
