@@ -43,6 +43,21 @@ Status CheckParent(const Inode& dir) {
   return Status::Ok();
 }
 
+// The directory an operation holding tree_mu_ changes: pinned, then locked
+// exclusively (the lock goes first: members go in reverse).
+struct LockedDir {
+  InodeRef ref;
+  std::unique_lock<std::shared_mutex> lock;
+};
+
+Result<LockedDir> PinAndLockDir(FsImpl& fs, uint64_t ino) {
+  Result<InodeRef> ref = FsOps::Get(fs, ino);
+  if (!ref.ok()) return ref.take_error();
+  LockedDir dir{std::move(*ref), {}};
+  dir.lock = std::unique_lock(dir.ref->lock);
+  return dir;
+}
+
 // Two inodes an operation holding tree_mu_ changes, pinned, then locked
 // exclusively in the order given (tree_mu_ makes it the only writer, so
 // any order is safe); the second lock only if it is another inode. Members
@@ -136,10 +151,9 @@ static Result<Attr> CreateEntry(FsImpl& fs, uint64_t parent, std::string_view na
   if (IsDotOrDotDot(name)) return Error(EEXIST);
   NVFS_TRY(CheckName(name));
   std::unique_lock tree(FsOps::TreeMu(fs));
-  Result<InodeRef> dir = FsOps::Get(fs, parent);
+  Result<LockedDir> dir = PinAndLockDir(fs, parent);
   if (!dir.ok()) return dir.take_error();
-  std::unique_lock dir_lock(dir.value()->lock);
-  const Inode& d = dir->media();
+  const Inode& d = dir->ref.media();
   NVFS_TRY(CheckParent(d));
   if (FsOps::Immutable(d)) return Error(EPERM);
   Result<DirEntryRef> existing = FsOps::DirOf(fs).Lookup(d, name);
@@ -324,10 +338,9 @@ static Status RemoveEntry(FsImpl& fs, uint64_t parent, std::string_view name, bo
   if (name == "..") return Error(rmdir ? ENOTEMPTY : EISDIR);
   NVFS_TRY(CheckName(name));
   std::unique_lock tree(FsOps::TreeMu(fs));
-  Result<InodeRef> dir = FsOps::Get(fs, parent);
+  Result<LockedDir> dir = PinAndLockDir(fs, parent);
   if (!dir.ok()) return dir.take_error();
-  std::unique_lock dir_lock(dir.value()->lock);
-  const Inode& d = dir->media();
+  const Inode& d = dir->ref.media();
   if (!S_ISDIR(d.mode)) return Error(ENOTDIR);
   Result<DirEntryRef> entry = FsOps::DirOf(fs).Lookup(d, name);
   if (!entry.ok()) return entry.error().code == ENOENT ? Error(ENOENT) : Error(EIO);
@@ -364,7 +377,7 @@ static Status RemoveEntry(FsImpl& fs, uint64_t parent, std::string_view name, bo
     // The name is gone: nothing else here needs the directory locks. A
     // failure leaves the blocks to reclaim; the unlink stands.
     if (orphan_lock.owns_lock()) orphan_lock.unlock();
-    dir_lock.unlock();
+    dir->lock.unlock();
     tree.unlock();
     (void)FsOps::FreeUnlinkedData(fs, child.value().get());
   }
