@@ -459,9 +459,7 @@ Status Tx::Commit() {
   media.Drain();
   if (!frees_.empty()) {
     SetState(JournalState::kCommitted);
-    for (const Allocation& f : frees_) {
-      journal_.sink_->ClearOnMedia(f.kind, f.extent.first, f.extent.count);
-    }
+    ClearOnMedia(frees_);
     media.Drain();
   }
   SetState(JournalState::kIdle);
@@ -470,6 +468,10 @@ Status Tx::Commit() {
   }
   Finish();
   return Status::Ok();
+}
+
+void Tx::ClearOnMedia(const std::vector<Allocation>& runs) {
+  for (const Allocation& a : runs) journal_.sink_->ClearOnMedia(a.kind, a.extent.first, a.extent.count);
 }
 
 void Tx::Abort() {
@@ -485,9 +487,7 @@ void Tx::Abort() {
       media.Flush(it->header.target, it->header.length);
     }
   }
-  for (const Allocation& a : allocated_) {
-    journal_.sink_->ClearOnMedia(a.kind, a.extent.first, a.extent.count);
-  }
+  ClearOnMedia(allocated_);
   media.Drain();
   SetState(JournalState::kIdle);
   for (const Allocation& a : allocated_) {

@@ -132,6 +132,9 @@ class Tx {
   // noted in *noted.
   bool LogRuns(format::JournalRecordType type, BitmapKind kind, uint64_t first, uint64_t count,
                std::vector<Allocation>* noted);
+  // Clears the bits of `runs` on the media (Commit: the frees; Abort: the
+  // allocations), unfenced.
+  void ClearOnMedia(const std::vector<Allocation>& runs);
 };
 
 class Journal {
