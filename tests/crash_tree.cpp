@@ -83,6 +83,20 @@ Status ReadContent(Filesystem& fs, uint64_t ino, const std::string& path, TreeNo
   return Status::Ok();
 }
 
+// The node of inode `ino` as GetAttr shows it (its rdev, parent, content,
+// xattrs and flags are the caller's to fill).
+TreeNode NodeOf(uint64_t ino, const Attr& attr) {
+  TreeNode node;
+  node.ino = ino;
+  node.mode = attr.mode;
+  node.uid = attr.uid;
+  node.gid = attr.gid;
+  node.nlink = attr.nlink;
+  node.size = attr.size;
+  node.blocks = attr.blocks;
+  return node;
+}
+
 Status Walk(Filesystem& fs, uint64_t dir, const std::string& path, uint64_t parent, Tree* tree,
             std::set<uint64_t>* dirs_seen) {
   if (!dirs_seen->insert(dir).second) {
@@ -99,14 +113,7 @@ Status Walk(Filesystem& fs, uint64_t dir, const std::string& path, uint64_t pare
     const std::string child = (path == "/" ? "/" : path + "/") + e.name;
     Result<Attr> attr = fs.GetAttr(e.ino);
     if (!attr.ok()) return PathError(child, "getattr", attr.error());
-    TreeNode node;
-    node.ino = e.ino;
-    node.mode = attr->mode;
-    node.uid = attr->uid;
-    node.gid = attr->gid;
-    node.nlink = attr->nlink;
-    node.size = attr->size;
-    node.blocks = attr->blocks;
+    TreeNode node = NodeOf(e.ino, *attr);
     node.rdev = attr->rdev;
     if (S_ISREG(node.mode) || S_ISDIR(node.mode)) {
       Result<uint32_t> flags = fs.GetInodeFlags(e.ino);
@@ -138,14 +145,7 @@ Result<Tree> SnapshotTree(Filesystem& fs) {
   Tree tree;
   Result<Attr> root = fs.GetAttr(format::kRootIno);
   if (!root.ok()) return PathError("/", "getattr", root.error());
-  TreeNode node;
-  node.ino = format::kRootIno;
-  node.mode = root->mode;
-  node.uid = root->uid;
-  node.gid = root->gid;
-  node.nlink = root->nlink;
-  node.size = root->size;
-  node.blocks = root->blocks;
+  TreeNode node = NodeOf(format::kRootIno, *root);
   node.parent = format::kRootIno;
   NVFS_TRY(ReadXattrs(fs, format::kRootIno, "/", &node));
   tree["/"] = node;
