@@ -86,15 +86,8 @@ Status ReadContent(Filesystem& fs, uint64_t ino, const std::string& path, TreeNo
 // The node of inode `ino` as GetAttr shows it (its rdev, parent, content,
 // xattrs and flags are the caller's to fill).
 TreeNode NodeOf(uint64_t ino, const Attr& attr) {
-  TreeNode node;
-  node.ino = ino;
-  node.mode = attr.mode;
-  node.uid = attr.uid;
-  node.gid = attr.gid;
-  node.nlink = attr.nlink;
-  node.size = attr.size;
-  node.blocks = attr.blocks;
-  return node;
+  return TreeNode{.ino = ino, .mode = attr.mode, .uid = attr.uid, .gid = attr.gid,
+                  .nlink = attr.nlink, .size = attr.size, .blocks = attr.blocks};
 }
 
 Status Walk(Filesystem& fs, uint64_t dir, const std::string& path, uint64_t parent, Tree* tree,
