@@ -733,6 +733,14 @@ ThreadOp Op(std::string name, std::function<int(StepContext&)> run, std::string 
   return ThreadOp{std::move(name), std::move(run), std::move(releases)};
 }
 
+// "release <handle>": closes the handle a setup kept open.
+ThreadOp ReleaseOp(const std::string& handle) {
+  return Op("release " + handle, [handle](StepContext& c) {
+    c.fs().Release(c.Handle(handle));
+    return 0;
+  }, handle);
+}
+
 int CreateOp(StepContext& c, const std::string& dir, const std::string& name) {
   Attr attr;
   Result<FileHandle> file = c.fs().Create(c.Known(dir), name, 0644, O_RDWR, kUser, &attr);
@@ -854,10 +862,7 @@ std::vector<ConcurrentWorkload> ConcurrentWorkloads() {
                },
                {{Op("unlink d2/g1", [](auto& c) { return c.fs().Unlink(c.Known("d2"), "g1").code(); })},
                 {Op("write 4K at 16K", [](auto& c) { return WriteOp(c, "g1", 16384, 4096, 7); }),
-                 Op("release g1", [](auto& c) {
-                   c.fs().Release(c.Handle("g1"));
-                   return 0;
-                 }, "g1")}}});
+                 ReleaseOp("g1")}}});
 
   // Extended attributes and ACLs changed while chmod rewrites the mode (and
   // the access ACL's mask).
@@ -922,15 +927,9 @@ std::vector<ConcurrentWorkload> ConcurrentWorkloads() {
                  ops::OpenKeep(c, "big", "/big");
                },
                {{Op("unlink d2/g1", [](auto& c) { return c.fs().Unlink(c.Known("d2"), "g1").code(); })},
-                {Op("release keep-open", [](auto& c) {
-                   c.fs().Release(c.Handle("keep-open"));
-                   return 0;
-                 }, "keep-open")},
+                {ReleaseOp("keep-open")},
                 {Op("unlink /big", [](auto& c) { return c.fs().Unlink(c.Known("root"), "big").code(); }),
-                 Op("release big", [](auto& c) {
-                   c.fs().Release(c.Handle("big"));
-                   return 0;
-                 }, "big")}}});
+                 ReleaseOp("big")}}});
 
   // Three directories changed at once, with names moving between them:
   // transactions of different directories overlap.

@@ -2,6 +2,10 @@
 // the modules below the filesystem core (journal, allocator, bmap, dir).
 #pragma once
 
+#include <sys/stat.h>
+
+#include <catch2/catch.hpp>
+#include <cstddef>
 #include <memory>
 #include <optional>
 #include <string>
@@ -93,5 +97,19 @@ class FsFixture {
   std::optional<FsContext> ctx_;
   Journal::RecoveryStats last_recovery_;
 };
+
+// A new, empty regular file (mode 0644, nothing mapped), made in its own
+// transaction: the inode the bmap and xattr tests work on.
+inline uint64_t CreateFile(FsFixture& fs) {
+  Tx tx(fs.journal(), "create");
+  auto ino = fs.alloc().AllocateInode(tx, 1, false);
+  REQUIRE(ino.ok());
+  const uint64_t at = fs.geometry().InodeOffset(*ino);
+  tx.FillFresh(at, 0, sizeof(format::Inode));
+  const uint16_t mode = S_IFREG | 0644;
+  tx.StoreFresh(at + offsetof(format::Inode, mode), &mode, sizeof mode);
+  REQUIRE(tx.Commit().ok());
+  return *ino;
+}
 
 }  // namespace nvfs::test

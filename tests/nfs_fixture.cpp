@@ -312,10 +312,12 @@ nfs_fh3 Fh3(const NfsHandle& h) {
   return fh;
 }
 
-// Runs `start(rpc, cb, pending)`, waits, and returns the pending state, or
-// null if the call never completed (then left allocated, see Pending).
-template <class Out, class Start, class Copy>
-std::unique_ptr<Pending<Out>> Call(NfsClient& client, Start start, Copy copy) {
+// Sends `args` with `send` (one of libnfs's rpc_nfs3_*_async), waits, and
+// returns what `copy` made of the reply; an empty Out if the call failed or
+// never completed (its state then left allocated, see Pending).
+template <class Out, class Args, class Copy>
+Out Call(NfsClient& client, int (*send)(rpc_context*, rpc_cb, Args*, void*), Args* args,
+         Copy copy) {
   rpc_context* rpc = nfs_get_rpc_context(client.get());
   auto pending = std::make_unique<Pending<Out>>();
   struct Thunk {
@@ -328,15 +330,16 @@ std::unique_ptr<Pending<Out>> Call(NfsClient& client, Start start, Copy copy) {
     }
   };
   auto* ctx = new std::pair<Pending<Out>*, Copy>(pending.get(), copy);
-  if (start(rpc, &Thunk::Done, ctx) != 0) {
+  if (send(rpc, &Thunk::Done, args, ctx) != 0) {
     delete ctx;
-    return nullptr;
+    return Out{};
   }
   if (!WaitDone(rpc, pending->done)) {
     pending.release();  // the callback may still write to it
-    return nullptr;
+    return Out{};
   }
-  return pending;
+  if (pending->rpc_status != RPC_STATUS_SUCCESS) return Out{};
+  return pending->out;
 }
 
 }  // namespace
@@ -354,14 +357,7 @@ NfsAttr Getattr3(NfsClient& client, const NfsHandle& handle) {
     out.nlink = a.nlink;
     out.type = a.type;
   };
-  auto p = Call<NfsAttr>(
-      client,
-      [&](rpc_context* rpc, rpc_cb cb, void* ctx) {
-        return rpc_nfs3_getattr_async(rpc, cb, &args, ctx);
-      },
-      copy);
-  if (p == nullptr || p->rpc_status != RPC_STATUS_SUCCESS) return NfsAttr{};
-  return p->out;
+  return Call<NfsAttr>(client, rpc_nfs3_getattr_async, &args, copy);
 }
 
 NfsRead Read3(NfsClient& client, const NfsHandle& handle, uint64_t offset, uint32_t count) {
@@ -376,14 +372,7 @@ NfsRead Read3(NfsClient& client, const NfsHandle& handle, uint64_t offset, uint3
     const READ3resok& ok = res->READ3res_u.resok;
     out.data.assign(ok.data.data_val, ok.data.data_len);
   };
-  auto p = Call<NfsRead>(
-      client,
-      [&](rpc_context* rpc, rpc_cb cb, void* ctx) {
-        return rpc_nfs3_read_async(rpc, cb, &args, ctx);
-      },
-      copy);
-  if (p == nullptr || p->rpc_status != RPC_STATUS_SUCCESS) return NfsRead{};
-  return p->out;
+  return Call<NfsRead>(client, rpc_nfs3_read_async, &args, copy);
 }
 
 NfsLookup Lookup3(NfsClient& client, const NfsHandle& dir, const std::string& name) {
@@ -397,14 +386,7 @@ NfsLookup Lookup3(NfsClient& client, const NfsHandle& dir, const std::string& na
     const nfs_fh3& fh = res->LOOKUP3res_u.resok.object;
     out.handle.assign(fh.data.data_val, fh.data.data_val + fh.data.data_len);
   };
-  auto p = Call<NfsLookup>(
-      client,
-      [&](rpc_context* rpc, rpc_cb cb, void* ctx) {
-        return rpc_nfs3_lookup_async(rpc, cb, &args, ctx);
-      },
-      copy);
-  if (p == nullptr || p->rpc_status != RPC_STATUS_SUCCESS) return NfsLookup{};
-  return p->out;
+  return Call<NfsLookup>(client, rpc_nfs3_lookup_async, &args, copy);
 }
 
 }  // namespace nvfs::test

@@ -66,6 +66,20 @@ uint64_t MustMkdir(Filesystem& fs, uint64_t parent, const std::string& name, uin
   return a->ino;
 }
 
+// Sets the xattr `name` of `ino` to `value`, which must succeed.
+void MustSetXattr(Filesystem& fs, uint64_t ino, const std::string& name, const std::string& value) {
+  REQUIRE(fs.SetXattr(ino, name, value.data(), value.size(), 0).ok());
+}
+
+// A directory (mode 0755) whose default ACL is `def`, for the new entries
+// below it to inherit.
+uint64_t MustMkdirInheriting(Filesystem& fs, uint64_t parent, const std::string& name,
+                             const std::string& def) {
+  const uint64_t d = MustMkdir(fs, parent, name, 0755);
+  MustSetXattr(fs, d, kDefault, def);
+  return d;
+}
+
 FsckReport RunFsck(const std::string& path, RepairMode mode, std::vector<std::string>* said) {
   MediaOptions options;
   options.read_only = mode == RepairMode::kNone;
@@ -73,6 +87,18 @@ FsckReport RunFsck(const std::string& path, RepairMode mode, std::vector<std::st
   REQUIRE(media.ok());
   return CheckNamespace(
       **media, mode, [&](const std::string& line) { said->push_back(line); }, {}, 1);
+}
+
+// fsck -y, after which fsck -n must find nothing: -y's report, its lines
+// in *said (cleared first).
+FsckReport RepairThenClean(const std::string& path, std::vector<std::string>* said) {
+  said->clear();
+  const FsckReport repaired = RunFsck(path, RepairMode::kYes, said);
+  std::vector<std::string> after;
+  const FsckReport report = RunFsck(path, RepairMode::kNone, &after);
+  INFO((after.empty() ? std::string() : after[0]));
+  CHECK(report.problems == 0);
+  return repaired;
 }
 
 // Every copy of the xattr name `from` in the image becomes `to` (the same
@@ -146,7 +172,7 @@ TEST_CASE("acl: an access ACL sets the mode, and one the mode says is not stored
   // u::rwx u:2000:rw- g::r-- m::r-x o::---
   const std::string acl =
       Value({E(kUO, 7), E(kU, 6, 2000), E(kGO, 4), E(kM, 5), E(kO, 0)});
-  REQUIRE(fs.SetXattr(f, kAccess, acl.data(), acl.size(), 0).ok());
+  MustSetXattr(fs, f, kAccess, acl);
   CHECK(ModeOf(fs, f) == 0750);  // the group bits are the mask's
   const timespec after = fs.GetAttr(f)->ctime;
   CHECK((after.tv_sec > ctime.tv_sec ||
@@ -161,14 +187,14 @@ TEST_CASE("acl: an access ACL sets the mode, and one the mode says is not stored
 
   // An ACL of base entries only is the mode: no attribute left.
   const std::string plain = Value({E(kUO, 6), E(kGO, 0), E(kO, 4)});
-  REQUIRE(fs.SetXattr(f, kAccess, plain.data(), plain.size(), 0).ok());
+  MustSetXattr(fs, f, kAccess, plain);
   CHECK(ModeOf(fs, f) == 0604);
   CHECK(Get(fs, f, kAccess) == "errno " + std::to_string(ENODATA));
   CHECK(*fs.ListXattr(f, nullptr, 0, kCred) == 0);
   CHECK(fs.GetAttr(f)->blocks == 0);
 
   // Removal leaves the mode as it is.
-  REQUIRE(fs.SetXattr(f, kAccess, acl.data(), acl.size(), 0).ok());
+  MustSetXattr(fs, f, kAccess, acl);
   REQUIRE(fs.RemoveXattr(f, kAccess).ok());
   CHECK(ModeOf(fs, f) == 0750);
   CHECK(fs.RemoveXattr(f, kAccess).code() == ENODATA);
@@ -176,7 +202,7 @@ TEST_CASE("acl: an access ACL sets the mode, and one the mode says is not stored
   // The ids of base entries are not kept; what is read is the kernel's form.
   const std::string odd_ids = Value({E(kUO, 7, 5), E(kU, 6, 2000), E(kGO, 4, 6), E(kM, 5, 7),
                                      E(kO, 0, 8)});
-  REQUIRE(fs.SetXattr(f, kAccess, odd_ids.data(), odd_ids.size(), 0).ok());
+  MustSetXattr(fs, f, kAccess, odd_ids);
   CHECK(Get(fs, f, kAccess) == acl);
   img.Remount();
   CHECK(Get(img.fs(), f, kAccess) == acl);
@@ -216,7 +242,7 @@ TEST_CASE("acl: chmod sets the mask, or the owning group without one", "[acl]") 
   const uint64_t f = MustCreate(fs, kRoot, "f", 0644);
   const std::string acl =
       Value({E(kUO, 7), E(kU, 6, 2000), E(kGO, 4), E(kM, 7), E(kO, 5)});
-  REQUIRE(fs.SetXattr(f, kAccess, acl.data(), acl.size(), 0).ok());
+  MustSetXattr(fs, f, kAccess, acl);
   CHECK(ModeOf(fs, f) == 0775);
   SetAttrRequest chmod;
   chmod.valid = kSetMode;
@@ -243,7 +269,7 @@ TEST_CASE("acl: set-group-ID cleared only where the kernel says so", "[acl]") {
   Filesystem& fs = img.fs();
   const uint64_t f = MustCreate(fs, kRoot, "f", 02755);
   const std::string acl = Value({E(kUO, 7), E(kU, 5, 2000), E(kGO, 5), E(kM, 5), E(kO, 5)});
-  REQUIRE(fs.SetXattr(f, kAccess, acl.data(), acl.size(), 0).ok());
+  MustSetXattr(fs, f, kAccess, acl);
   CHECK(ModeOf(fs, f) == 02755);
   REQUIRE(fs.SetXattr(f, kAccess, acl.data(), acl.size(), 0, kXattrKillSgid).ok());
   CHECK(ModeOf(fs, f) == 0755);
@@ -263,11 +289,10 @@ TEST_CASE("acl: default ACLs inherited on create, mknod and mkdir; the umask whe
   CHECK(ModeOf(fs, plain) == 0755);
   CHECK(ModeOf(fs, MustCreate(fs, plain, "f", 0666, cred)) == 0644);
 
-  const uint64_t d = MustMkdir(fs, kRoot, "d", 0755);
   // d:u::rwx d:u:2000:rwx d:g::r-x d:m::rwx d:o::r-x
   const std::string def =
       Value({E(kUO, 7), E(kU, 7, 2000), E(kGO, 5), E(kM, 7), E(kO, 5)});
-  REQUIRE(fs.SetXattr(d, kDefault, def.data(), def.size(), 0).ok());
+  const uint64_t d = MustMkdirInheriting(fs, kRoot, "d", def);
   CHECK(Get(fs, d, kDefault) == def);
   CHECK(Get(fs, d, kAccess) == "errno " + std::to_string(ENODATA));
 
@@ -301,9 +326,8 @@ TEST_CASE("acl: default ACLs inherited on create, mknod and mkdir; the umask whe
 
   // A default ACL of base entries only: the new file gets no access ACL,
   // only the mode masked by it.
-  const uint64_t base = MustMkdir(fs, kRoot, "base", 0755);
   const std::string base_def = Value({E(kUO, 7), E(kGO, 0), E(kO, 0)});
-  REQUIRE(fs.SetXattr(base, kDefault, base_def.data(), base_def.size(), 0).ok());
+  const uint64_t base = MustMkdirInheriting(fs, kRoot, "base", base_def);
   const uint64_t g = MustCreate(fs, base, "g", 0666, cred);
   CHECK(ModeOf(fs, g) == 0600);
   CHECK(Get(fs, g, kAccess) == "errno " + std::to_string(ENODATA));
@@ -326,9 +350,8 @@ TEST_CASE("acl: default ACLs inherited on create, mknod and mkdir; the umask whe
 TEST_CASE("acl: what an inherited ACL needs is allocated in the create's transaction", "[acl]") {
   FsImage img;
   Filesystem& fs = img.fs();
-  const uint64_t d = MustMkdir(fs, kRoot, "d", 0755);
   const std::string def = Value({E(kUO, 7), E(kU, 7, 2000), E(kGO, 5), E(kM, 7), E(kO, 5)});
-  REQUIRE(fs.SetXattr(d, kDefault, def.data(), def.size(), 0).ok());
+  const uint64_t d = MustMkdirInheriting(fs, kRoot, "d", def);
   // Both parents get an entry first, so that the new one fits in a leaf
   // they have: an empty parent's insert needs a block of its own and fails
   // with ENOSPC whatever the ACL does.
@@ -377,7 +400,7 @@ TEST_CASE("acl: a malformed stored value is damage, and fsck drops it", "[acl][f
     f = MustCreate(fs, kRoot, "f", 0644);
     d = MustMkdir(fs, kRoot, "d", 0755);
     REQUIRE(fs.SetXattr(f, "user.keep", "kept", 4, 0).ok());
-    REQUIRE(fs.SetXattr(f, stand_in, bad.data(), bad.size(), 0).ok());
+    MustSetXattr(fs, f, stand_in, bad);
     REQUIRE(fs.SetXattr(f, "user.after", "also", 4, 0).ok());
     img.Unmount();
   }
@@ -416,13 +439,7 @@ TEST_CASE("acl: a malformed stored value is damage, and fsck drops it", "[acl][f
   said.clear();
   CHECK(RunFsck(img.path(), RepairMode::kNone, &said).problems >= 1);
   CHECK(mentions_acl());
-  said.clear();
-  report = RunFsck(img.path(), RepairMode::kYes, &said);
-  CHECK(report.problems >= 1);
-  said.clear();
-  report = RunFsck(img.path(), RepairMode::kNone, &said);
-  INFO((said.empty() ? std::string() : said[0]));
-  CHECK(report.problems == 0);
+  CHECK(RepairThenClean(img.path(), &said).problems >= 1);
   img.Mount();
   Filesystem& fs = img.fs();
   CHECK(Get(fs, f, kAccess) == "errno " + std::to_string(ENODATA));
@@ -430,7 +447,7 @@ TEST_CASE("acl: a malformed stored value is damage, and fsck drops it", "[acl][f
   CHECK(Get(fs, f, "user.after") == "also");
   CHECK(!fs.read_only());
   const std::string good = Value({E(kUO, 7), E(kU, 6, 2000), E(kGO, 4), E(kM, 5), E(kO, 0)});
-  REQUIRE(fs.SetXattr(f, kAccess, good.data(), good.size(), 0).ok());
+  MustSetXattr(fs, f, kAccess, good);
   CHECK(Get(fs, f, kAccess) == good);
   (void)d;
 }
@@ -454,7 +471,7 @@ TEST_CASE("acl: a malformed value stored in runs of blocks is damage, and fsck d
     Filesystem& fs = img.fs();
     f = MustCreate(fs, kRoot, "f", 0644);
     REQUIRE(fs.SetXattr(f, "user.keep", "kept", 4, 0).ok());
-    REQUIRE(fs.SetXattr(f, stand_in, bad.data(), bad.size(), 0).ok());
+    MustSetXattr(fs, f, stand_in, bad);
     img.Unmount();
   }
   RenameOnMedia(img.path(), stand_in, kAccess);
@@ -480,13 +497,8 @@ TEST_CASE("acl: a malformed value stored in runs of blocks is damage, and fsck d
   }
   img.Unmount();
 
-  said.clear();
-  report = RunFsck(img.path(), RepairMode::kYes, &said);
+  RepairThenClean(img.path(), &said);
   CHECK(mentions_acl(said));
-  said.clear();
-  report = RunFsck(img.path(), RepairMode::kNone, &said);
-  INFO((said.empty() ? std::string() : said[0]));
-  CHECK(report.problems == 0);
   img.Mount();
   Filesystem& fs = img.fs();
   CHECK(Get(fs, f, kAccess) == "errno " + std::to_string(ENODATA));
@@ -504,7 +516,7 @@ TEST_CASE("acl: an access ACL is read with the mode's permission bits", "[acl]")
   {
     Filesystem& fs = img.fs();
     f = MustCreate(fs, kRoot, "f", 0640);
-    REQUIRE(fs.SetXattr(f, stand_in, old_value.data(), old_value.size(), 0).ok());
+    MustSetXattr(fs, f, stand_in, old_value);
     img.Unmount();
   }
   std::vector<char> bytes = ReadFile(img.path());
@@ -521,12 +533,11 @@ TEST_CASE("acl: an access ACL is read with the mode's permission bits", "[acl]")
 TEST_CASE("acl: set and inherit are atomic across a crash", "[acl]") {
   FsImage img;
   Filesystem& fs = img.fs();
-  const uint64_t d = MustMkdir(fs, kRoot, "d", 0755);
   const std::string def = Value({E(kUO, 7), E(kU, 7, 2000), E(kGO, 5), E(kM, 7), E(kO, 5)});
-  REQUIRE(fs.SetXattr(d, kDefault, def.data(), def.size(), 0).ok());
+  const uint64_t d = MustMkdirInheriting(fs, kRoot, "d", def);
   const uint64_t f = MustCreate(fs, d, "f", 0666);
   const std::string acl = Value({E(kUO, 7), E(kU, 6, 2000), E(kGO, 4), E(kM, 5), E(kO, 0)});
-  REQUIRE(fs.SetXattr(f, kAccess, acl.data(), acl.size(), 0).ok());
+  MustSetXattr(fs, f, kAccess, acl);
   img.CrashAndMount();
   CHECK(Get(img.fs(), d, kDefault) == def);
   CHECK(Get(img.fs(), f, kAccess) == acl);

@@ -44,12 +44,12 @@ uint32_t GroupOf(const Geometry& g, uint64_t block) {
 
 // Allocates every free block in runs of up to `want`, committing as the
 // slot fills; the runs, in order.
-std::vector<Extent> AllocateAll(FsFixture& fs, uint64_t want = 4096) {
+std::vector<Extent> AllocateAll(Journal& journal, Allocator& alloc, uint64_t want = 4096) {
   std::vector<Extent> runs;
   for (;;) {
-    Tx tx(fs.journal(), "fill");
+    Tx tx(journal, "fill");
     for (int i = 0; i < 64; ++i) {
-      auto run = fs.alloc().AllocateBlocks(tx, 0, want);
+      auto run = alloc.AllocateBlocks(tx, 0, want);
       if (!run.ok()) {
         REQUIRE(run.code() == ENOSPC);
         REQUIRE(tx.Commit().ok());
@@ -144,7 +144,7 @@ TEST_CASE("a full filesystem is ENOSPC with every counter and bitmap saying so",
   const Geometry& g = fs.geometry();
   Allocator& alloc = fs.alloc();
   const uint64_t free_before = alloc.free_blocks();
-  const std::vector<Extent> runs = AllocateAll(fs);
+  const std::vector<Extent> runs = AllocateAll(fs.journal(), fs.alloc());
   CHECK(Total(runs) == free_before);
   CHECK(alloc.free_blocks() == 0);
   CHECK(alloc.group_free_blocks(0) == 0);
@@ -324,7 +324,7 @@ TEST_CASE("on a full filesystem an allocation waits for the grace period, not EN
           "[alloc][grace]") {
   FsFixture fs;
   Allocator& alloc = fs.alloc();
-  const std::vector<Extent> runs = AllocateAll(fs);
+  const std::vector<Extent> runs = AllocateAll(fs.journal(), fs.alloc());
   REQUIRE(alloc.free_blocks() == 0);
   const Extent freed{runs[runs.size() / 2].first, 4};
   std::optional<ReaderGuard> reader(std::in_place);
@@ -357,7 +357,7 @@ TEST_CASE("on a full filesystem an allocation waits for the grace period, not EN
 TEST_CASE("inside a guard a full filesystem is ENOSPC, the deferred blocks kept", "[alloc][grace]") {
   FsFixture fs;
   Allocator& alloc = fs.alloc();
-  const std::vector<Extent> runs = AllocateAll(fs);
+  const std::vector<Extent> runs = AllocateAll(fs.journal(), fs.alloc());
   const Extent freed{runs[0].first, 2};
   {
     const ReaderGuard reader;
@@ -538,20 +538,7 @@ TEST_CASE("a grow's new groups are counted at AddGroups and handed out only once
 
   // The old filesystem full, so that anything handed out before the
   // publish would have to come from the new groups.
-  uint64_t filled = 0;
-  for (bool full = false; !full;) {
-    Tx tx(*rig.journal, "fill");
-    for (int i = 0; i < 64; ++i) {
-      auto run = alloc.AllocateBlocks(tx, 0, 4096);
-      if (!run.ok()) {
-        REQUIRE(run.code() == ENOSPC);
-        full = true;
-        break;
-      }
-      filled += run->count;
-    }
-    REQUIRE(tx.Commit().ok());
-  }
+  AllocateAll(*rig.journal, alloc);
   REQUIRE(alloc.free_blocks() == 0);
 
   REQUIRE(BackGrow(*rig.media, *plan).ok());

@@ -28,24 +28,18 @@ constexpr uint64_t kDepth3 = 11 + 512 + 262144;
 constexpr uint64_t kDepth4 = kDepth3 + (uint64_t{1} << 27);
 constexpr uint64_t kDepth5 = kDepth4 + (uint64_t{1} << 36);
 
-// A new, empty regular file.
-uint64_t CreateFile(FsFixture& fs) {
-  Tx tx(fs.journal(), "create");
-  auto ino = fs.alloc().AllocateInode(tx, 1, false);
-  REQUIRE(ino.ok());
-  const uint64_t at = fs.geometry().InodeOffset(*ino);
-  tx.FillFresh(at, 0, sizeof(Inode));
-  const uint16_t mode = S_IFREG | 0644;
-  tx.StoreFresh(at + offsetof(Inode, mode), &mode, sizeof mode);
-  REQUIRE(tx.Commit().ok());
-  return *ino;
-}
-
 const Inode& InodeOf(FsFixture& fs, uint64_t ino) { return fs.ctx().InodeAt(ino); }
 
 uint64_t Phys(const Bmap& bmap, const Inode& inode, uint64_t index) {
   uint64_t run = 0;
   return bmap.Lookup(inode, index, 1, &run);
+}
+
+// The physical block of each of the first `count` file blocks, 0 for a hole.
+std::vector<uint64_t> PhysAll(const Bmap& bmap, const Inode& inode, uint64_t count) {
+  std::vector<uint64_t> phys(count);
+  for (uint64_t i = 0; i < count; ++i) phys[i] = Phys(bmap, inode, i);
+  return phys;
 }
 
 // Maps [index, index + count) of `ino`, committing whenever the slot runs low.
@@ -106,8 +100,7 @@ bool MapIsEmpty(const Inode& inode) {
 // every start in `starts` and with several max_run values.
 void CheckRuns(const Bmap& bmap, const Inode& inode, uint64_t blocks,
                const std::vector<uint64_t>& starts) {
-  std::vector<uint64_t> phys(blocks);
-  for (uint64_t i = 0; i < blocks; ++i) phys[i] = Phys(bmap, inode, i);
+  const std::vector<uint64_t> phys = PhysAll(bmap, inode, blocks);
   for (uint64_t start : starts) {
     for (uint64_t max_run : {uint64_t{1}, uint64_t{7}, uint64_t{600}, blocks - start}) {
       if (max_run == 0 || start + max_run > blocks) continue;
@@ -385,8 +378,7 @@ TEST_CASE("Truncate in the middle keeps the blocks before it", "[bmap]") {
   const uint64_t ino = CreateFile(fs);
   MapRange(fs, bmap, ino, 0, 3000);
   const Inode& inode = InodeOf(fs, ino);
-  std::vector<uint64_t> before(3000);
-  for (uint64_t i = 0; i < 3000; ++i) before[i] = Phys(bmap, inode, i);
+  const std::vector<uint64_t> before = PhysAll(bmap, inode, 3000);
   const uint64_t blocks_before = inode.blocks;
   const uint64_t free_before = fs.alloc().free_blocks();
   TruncateAll(fs, bmap, ino, 1500);
@@ -414,8 +406,7 @@ TEST_CASE("Punch frees a range and leaves the rest intact", "[bmap]") {
   const uint64_t ino = CreateFile(fs);
   MapRange(fs, bmap, ino, 0, 2000);
   const Inode& inode = InodeOf(fs, ino);
-  std::vector<uint64_t> before(2000);
-  for (uint64_t i = 0; i < 2000; ++i) before[i] = Phys(bmap, inode, i);
+  const std::vector<uint64_t> before = PhysAll(bmap, inode, 2000);
   const uint64_t free_before = fs.alloc().free_blocks();
   const uint64_t blocks_before = inode.blocks;
   CHECK(blocks_before == 2000 + 5);  // leaf 1; root 2 and its leaves for 523..2058
@@ -482,8 +473,7 @@ TEST_CASE("Truncate of a fragmented file stops early and resumes", "[bmap]") {
   uint64_t adjacent = 0;
   for (uint64_t i = 1; i < blocks; ++i) adjacent += Phys(bmap, ia, i) == Phys(bmap, ia, i - 1) + 1;
   CHECK(adjacent < blocks / 100);
-  std::vector<uint64_t> b_blocks(blocks);
-  for (uint64_t i = 0; i < blocks; ++i) b_blocks[i] = Phys(bmap, ib, i);
+  const std::vector<uint64_t> b_blocks = PhysAll(bmap, ib, blocks);
   REQUIRE(baseline - fs.alloc().free_blocks() == ia.blocks + ib.blocks);
 
   int calls = 0;

@@ -46,6 +46,17 @@ format::Inode& InodeOf(Filesystem& fs, uint64_t ino) {
                                            fs.geometry().InodeOffset(ino));
 }
 
+// Points file `ino`'s first block at `block` (fixed metadata) in place, then
+// reads it: the read finds the damage (EIO).
+void RequireReadFindsBadPointer(Filesystem& fs, uint64_t ino, uint64_t block) {
+  InodeOf(fs, ino).map.file.direct[0] = block;
+  auto h = fs.Open(ino, O_RDONLY);
+  REQUIRE(h.ok());
+  char buf[4096];
+  CHECK(fs.Read(*h, 0, buf, sizeof buf).code() == EIO);
+  fs.Release(*h);
+}
+
 std::vector<std::byte> BlockBytes(Filesystem& fs, uint64_t block) {
   const std::byte* at = fs.media().base() + fs.geometry().BlockOffset(block);
   return {at, at + fs.geometry().block_size()};
@@ -267,12 +278,7 @@ TEST_CASE("errors flag: damage found by a read turns the mount read-only until f
   const uint64_t other = MustCreate(img.fs(), "g", 10);
   auto writer = img->Open(other, O_RDWR);  // opened before the damage
   REQUIRE(writer.ok());
-  InodeOf(img.fs(), ino).map.file.direct[0] = img->geometry().GroupDescBlock(0);
-  auto h = img->Open(ino, O_RDONLY);
-  REQUIRE(h.ok());
-  char buf[4096];
-  CHECK(img->Read(*h, 0, buf, sizeof buf).code() == EIO);
-  img->Release(*h);
+  RequireReadFindsBadPointer(img.fs(), ino, img->geometry().GroupDescBlock(0));
   CHECK(img->read_only());
   CHECK(img->Write(*writer, 0, "x", 1).code() == EROFS);
   CHECK(img->Mkdir(kRoot, "d", 0755, kCred).code() == EROFS);
@@ -315,12 +321,7 @@ TEST_CASE("errors flag: with errors=continue damage is recorded and changes go o
   img.mount_options.errors = ErrorBehavior::kContinue;
   img.Remount();
   const uint64_t ino = MustCreate(img.fs(), "f", 2 * 4096);
-  InodeOf(img.fs(), ino).map.file.direct[0] = img->geometry().InodeBitmapBlock(0);
-  auto h = img->Open(ino, O_RDONLY);
-  REQUIRE(h.ok());
-  char buf[4096];
-  CHECK(img->Read(*h, 0, buf, sizeof buf).code() == EIO);
-  img->Release(*h);
+  RequireReadFindsBadPointer(img.fs(), ino, img->geometry().InodeBitmapBlock(0));
   CHECK(img->damage_found());
   CHECK(!img->read_only());
   CHECK(img->Mkdir(kRoot, "d", 0755, kCred).ok());

@@ -56,10 +56,10 @@ uint64_t MakeDirectory(FsFixture& fs) {
 
 const Inode& InodeOf(FsFixture& fs, uint64_t ino) { return fs.ctx().InodeAt(ino); }
 
-// Each operation in its own transaction (named `what`), committed on
-// success and aborted on failure, as the core does. Returns 0 or the errno.
-template <class Op>
-int InOwnTx(FsFixture& fs, const char* what, Op&& op) {
+// Each operation in its own transaction, committed on success and aborted on
+// failure, as the core does. Returns 0 or the errno.
+template <typename Op>
+int InOwnTx(FsFixture& fs, const char* what, Op op) {
   Directory d(fs.ctx());
   Tx tx(fs.journal(), what);
   Status status = op(d, tx);
@@ -86,6 +86,14 @@ int Replace(FsFixture& fs, uint64_t dir, std::string_view name, uint64_t ino, ui
   return InOwnTx(fs, "replace", [&](Directory& d, Tx& tx) {
     return d.Replace(tx, InodeOf(fs, dir), name, ino, type);
   });
+}
+
+// Crashes with `tx` in flight: the media as it is now, the transaction
+// uncommitted, is what the reopened fixture recovers from.
+void CrashBeforeCommit(FsFixture& fs, Tx& tx) {
+  const std::vector<std::byte> snapshot = fs.Snapshot();
+  tx.Abort();
+  fs.CrashTo(snapshot);
 }
 
 // The inode number `name` maps to, 0 if absent; fails the test on any other error.
@@ -530,9 +538,7 @@ void CrashDuringSplittingInsert(FsFixture& fs, uint64_t dir, const char* stem, i
       names.push_back(name);
       continue;
     }
-    const std::vector<std::byte> snapshot = fs.Snapshot();
-    tx.Abort();
-    fs.CrashTo(snapshot);
+    CrashBeforeCommit(fs, tx);
     CHECK(fs.last_recovery().undone == 1);
     CHECK(Nodes(fs, dir) == nodes_before);
     CHECK(InodeOf(fs, dir).map.dir.root == root_before);
@@ -591,9 +597,7 @@ TEST_CASE("a crash in the middle of a remove that frees a leaf recovers the stat
       REQUIRE(tx.Commit().ok());
       continue;
     }
-    const std::vector<std::byte> snapshot = fs.Snapshot();
-    tx.Abort();
-    fs.CrashTo(snapshot);
+    CrashBeforeCommit(fs, tx);
     CHECK(fs.last_recovery().undone == 1);
     CHECK(Nodes(fs, dir) == nodes_before);
     CHECK(InodeOf(fs, dir).map.dir.entries == entries_before);
@@ -629,9 +633,7 @@ TEST_CASE("remove then insert into the hole in one transaction aborts cleanly", 
       REQUIRE(d.Insert(tx, InodeOf(fs, dir), "new-name", 12, DT_REG).ok());
       REQUIRE(LookupIno(fs, dir, "new-name") == 12);
       if (crash) {
-        const std::vector<std::byte> snapshot = fs.Snapshot();
-        tx.Abort();
-        fs.CrashTo(snapshot);
+        CrashBeforeCommit(fs, tx);
       } else {
         tx.Abort();
       }

@@ -110,6 +110,24 @@ bool Disconnected(int sock) {
   return recv(sock, &byte, 1, 0) == 0;
 }
 
+// The next reply on `sock` is the error `error`, and then the daemon closes
+// the connection.
+void RequireErrorThenClosed(int sock, int error) {
+  ReplyHeader h{};
+  REQUIRE(Receive(sock, &h, sizeof h) == sizeof h);
+  CHECK(h.error == error);
+  CHECK(Disconnected(sock));
+}
+
+// On a new connection to the socket `path`: `op` (with the descriptor `fd`,
+// if any) is answered with EACCES, then the connection closed.
+void RequireRefusedThenClosed(const std::string& path, uint32_t op, int fd = -1) {
+  const int sock = Connect(path);
+  REQUIRE(SendRequest(sock, op, fd));
+  RequireErrorThenClosed(sock, EACCES);
+  close(sock);
+}
+
 // A proven session: the socket, the table's descriptor.
 struct Session {
   int sock = -1;
@@ -334,35 +352,17 @@ TEST_CASE("direct: no proof, no session; refusals keep the mount serving", "[mou
   REQUIRE(file >= 0);
 
   SECTION("a map before the proof is answered once, then the connection closed") {
-    const int sock = Connect(path);
-    REQUIRE(SendRequest(sock, kOpMap, file));
-    ReplyHeader h{};
-    REQUIRE(Receive(sock, &h, sizeof h) == sizeof h);
-    CHECK(h.error == EACCES);
-    CHECK(Disconnected(sock));
-    close(sock);
+    RequireRefusedThenClosed(path, kOpMap, file);
   }
   SECTION("a proof with another file, or the namespace opened write-only, is refused") {
     for (int bad : {file, open(m.image().c_str(), O_WRONLY), open(m.image().c_str(), O_PATH)}) {
       REQUIRE(bad >= 0);
-      const int sock = Connect(path);
-      REQUIRE(SendRequest(sock, kOpProve, bad));
-      ReplyHeader h{};
-      REQUIRE(Receive(sock, &h, sizeof h) == sizeof h);
-      CHECK(h.error == EACCES);
-      CHECK(Disconnected(sock));
-      close(sock);
+      RequireRefusedThenClosed(path, kOpProve, bad);
       if (bad != file) close(bad);
     }
   }
   SECTION("a proof without a descriptor is refused") {
-    const int sock = Connect(path);
-    REQUIRE(SendRequest(sock, kOpProve));
-    ReplyHeader h{};
-    REQUIRE(Receive(sock, &h, sizeof h) == sizeof h);
-    CHECK(h.error == EACCES);
-    CHECK(Disconnected(sock));
-    close(sock);
+    RequireRefusedThenClosed(path, kOpProve);
   }
   SECTION("malformed messages: an error, then the connection closed") {
     Request wrong_magic{0x1234, kVersion, kOpHello, 0, 0, 0};
@@ -371,10 +371,7 @@ TEST_CASE("direct: no proof, no session; refusals keep the mount serving", "[mou
     for (const Request& r : {wrong_magic, wrong_version, wrong_op}) {
       const int sock = Connect(path);
       REQUIRE(SendRaw(sock, &r, sizeof r));
-      ReplyHeader h{};
-      REQUIRE(Receive(sock, &h, sizeof h) == sizeof h);
-      CHECK(h.error == EPROTO);
-      CHECK(Disconnected(sock));
+      RequireErrorThenClosed(sock, EPROTO);
       close(sock);
     }
     // Two descriptors with one request.
@@ -382,10 +379,7 @@ TEST_CASE("direct: no proof, no session; refusals keep the mount serving", "[mou
     Prove(m, &s);
     Request r{kMagic, kVersion, kOpMap, 0, 0, 0};
     REQUIRE(SendRaw(s.sock, &r, sizeof r, {file, file}));
-    ReplyHeader h{};
-    REQUIRE(Receive(s.sock, &h, sizeof h) == sizeof h);
-    CHECK(h.error == EPROTO);
-    CHECK(Disconnected(s.sock));
+    RequireErrorThenClosed(s.sock, EPROTO);
     // Half a request, then the client goes.
     const int sock = Connect(path);
     REQUIRE(SendRaw(sock, &r, 7));

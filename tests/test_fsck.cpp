@@ -75,6 +75,29 @@ void WriteStatic(const std::string& path, uint64_t offset, const format::SuperSt
   WriteAt(path, offset, &sb, sizeof sb);
 }
 
+// Applies `edit` to the superblock at `offset` and makes its checksum right
+// again, as a tool of another version would have written it.
+template <typename Edit>
+void EditStatic(const std::string& path, uint64_t offset, Edit edit) {
+  format::SuperStatic sb = ReadStatic(path, offset);
+  edit(sb);
+  sb.checksum = SuperStaticChecksum(sb);
+  WriteStatic(path, offset, sb);
+}
+
+// fsck.nvfs `mode` on an image it must leave as it is: exit `exit_code`,
+// `says` in its output. Its result, for more checks.
+RunResult RequireUnwritten(const std::string& path, const std::string& mode, int exit_code,
+                           const std::string& says) {
+  const FileDigest before = DigestFile(path);
+  const RunResult r = Fsck({mode, path});
+  INFO(r.out);
+  CHECK(r.exit_code == exit_code);
+  CHECK_THAT(r.out, Catch::Contains(says));
+  CHECK(DigestFile(path) == before);
+  return r;
+}
+
 // fsck -n: exit 0, says clean.
 void RequireClean(const std::string& path) {
   const RunResult r = Fsck({"-n", path});
@@ -230,10 +253,8 @@ TEST_CASE("fsck: a damaged backup superblock is rewritten from the primary", "[f
     TempPath image("backup-differs");
     MakeNvfsImage(image.path());
     const Geometry g = GeometryOf(image.path());
-    format::SuperStatic sb = ReadStatic(image.path(), g.BackupSuperOffset());
-    sb.label[0] = 'X';
-    sb.checksum = SuperStaticChecksum(sb);
-    WriteStatic(image.path(), g.BackupSuperOffset(), sb);
+    EditStatic(image.path(), g.BackupSuperOffset(),
+               [](format::SuperStatic& sb) { sb.label[0] = 'X'; });
     RequireFoundThenRepaired(image.path(), "differs from the primary");
   }
 }
@@ -297,13 +318,9 @@ TEST_CASE("fsck: damaged fixed metadata is repaired", "[fsck]") {
   }
   SECTION("a journal slot header: -p stops, -y rewrites it idle") {
     FlipByte(image.path(), g.JournalSlotOffset(3));
-    const FileDigest before = DigestFile(image.path());
-    const RunResult r = Fsck({"-p", image.path()});
-    INFO(r.out);
-    CHECK(r.exit_code == kFsckUncorrected);
-    CHECK_THAT(r.out, Catch::Contains("journal slot 3: header damaged: not fixed (needs a "
-                                      "decision; run fsck.nvfs -y)"));
-    CHECK(DigestFile(image.path()) == before);
+    RequireUnwritten(image.path(), "-p", kFsckUncorrected,
+                     "journal slot 3: header damaged: not fixed (needs a decision; run "
+                     "fsck.nvfs -y)");
     RequireFoundThenRepaired(image.path(), "journal slot 3: header damaged");
   }
 }
@@ -312,10 +329,9 @@ TEST_CASE("fsck refuses unknown incompatible features without using the backup",
           "[fsck][super]") {
   TempPath image("incompat");
   MakeNvfsImage(image.path());
-  format::SuperStatic sb = ReadStatic(image.path(), 0);
-  sb.feature_incompat |= uint64_t{1} << 17;
-  sb.checksum = SuperStaticChecksum(sb);
-  WriteStatic(image.path(), 0, sb);  // the backup still says "no features"
+  // The backup still says "no features".
+  EditStatic(image.path(), 0,
+             [](format::SuperStatic& sb) { sb.feature_incompat |= uint64_t{1} << 17; });
   const FileDigest before = DigestFile(image.path());
   for (const char* mode : {"-n", "-p", "-y"}) {
     const RunResult r = Fsck({mode, image.path()});
@@ -336,40 +352,27 @@ TEST_CASE("fsck refuses unknown incompatible features without using the backup",
   CHECK(found.error().code == EPROTONOSUPPORT);
 }
 
-// Gives a fresh image at `path` format version `major`.0 (the primary
-// superblock, checksum valid) and runs fsck -y on it, which must refuse
-// (CHECK: an operational error, nothing written; `check_output` checks what
-// it said, with the output as the message).
-void CheckFsckRefusesVersion(const std::string& path, uint32_t major,
-                             const std::function<void(const std::string&)>& check_output) {
-  MakeNvfsImage(path);
-  format::SuperStatic sb = ReadStatic(path, 0);
-  sb.version_major = major;
-  sb.version_minor = 0;
-  sb.checksum = SuperStaticChecksum(sb);
-  WriteStatic(path, 0, sb);
-  const FileDigest before = DigestFile(path);
-  const RunResult r = Fsck({"-y", path});
-  INFO(r.out);
-  CHECK(r.exit_code == kFsckOperational);
-  check_output(r.out);
-  CHECK(DigestFile(path) == before);
-}
-
 TEST_CASE("fsck refuses another major version without using the backup", "[fsck][super]") {
   TempPath image("version");
-  CheckFsckRefusesVersion(image.path(), format::kVersionMajor + 1, [](const std::string& out) {
-    CHECK_THAT(out, Catch::Contains("unsupported nvfs format version " +
-                                    std::to_string(format::kVersionMajor + 1) + ".0"));
+  MakeNvfsImage(image.path());
+  EditStatic(image.path(), 0, [](format::SuperStatic& sb) {
+    sb.version_major = format::kVersionMajor + 1;
+    sb.version_minor = 0;
   });
+  RequireUnwritten(image.path(), "-y", kFsckOperational,
+                   "unsupported nvfs format version " +
+                       std::to_string(format::kVersionMajor + 1) + ".0");
 }
 
 TEST_CASE("fsck and mount refuse a version 1 image (the steerable hash) in one line",
           "[fsck][super]") {
   TempPath image("version1");
-  CheckFsckRefusesVersion(image.path(), 1, [](const std::string& out) {
-    CHECK_THAT(out, Catch::Contains("nvfs format 1.0 is no longer supported"));
+  MakeNvfsImage(image.path());
+  EditStatic(image.path(), 0, [](format::SuperStatic& sb) {
+    sb.version_major = 1;
+    sb.version_minor = 0;
   });
+  RequireUnwritten(image.path(), "-y", kFsckOperational, "nvfs format 1.0 is no longer supported");
   Result<std::unique_ptr<Filesystem>> fs = Filesystem::Mount(image.path(), MountOptions{});
   REQUIRE_FALSE(fs.ok());
   CHECK(fs.error().code == EPROTONOSUPPORT);
@@ -980,14 +983,11 @@ TEST_CASE("fsck -p stops at damage that needs a decision", "[fsck][tree]") {
   format::Inode medium = p.Inode(p.medium);
   medium.map.file.direct[1] = p.g.block_count() + 5;
   p.PutInode(p.medium, medium);
-  const FileDigest before = DigestFile(p.path());
-  const RunResult r = Fsck({"-p", p.path()});
+  const RunResult r = RequireUnwritten(p.path(), "-p", kFsckUncorrected,
+                                       "points outside the filesystem; clearing it: not fixed "
+                                       "(needs a decision; run fsck.nvfs -y)");
   INFO(r.out);
-  CHECK(r.exit_code == kFsckUncorrected);
-  CHECK_THAT(r.out, Catch::Contains("points outside the filesystem; clearing it: not fixed "
-                                    "(needs a decision; run fsck.nvfs -y)"));
   CHECK_THAT(r.out, Catch::Contains("UNEXPECTED INCONSISTENCY"));
-  CHECK(DigestFile(p.path()) == before);
   RequireFoundThenRepaired(p.path(), "points outside the filesystem");
 }
 
@@ -1125,13 +1125,9 @@ TEST_CASE("fsck on a namespace that needs journal recovery", "[fsck][journal]") 
   format::Inode root;
   std::memcpy(&root, ReadAt(crashed.path(), g.InodeOffset(1), sizeof root).data(), sizeof root);
   REQUIRE(root.nlink == 7);
-  const FileDigest before = DigestFile(crashed.path());
-  const RunResult check = Fsck({"-n", crashed.path()});
-  INFO(check.out);
   // -n checks what recovery will leave, so the half-done change is no problem.
-  CHECK(check.exit_code == kFsckClean);
-  CHECK_THAT(check.out, Catch::Contains("checking the namespace as recovery will leave it"));
-  CHECK(DigestFile(crashed.path()) == before);
+  RequireUnwritten(crashed.path(), "-n", kFsckClean,
+                   "checking the namespace as recovery will leave it");
   const RunResult fix = Fsck({"-p", crashed.path()});
   INFO(fix.out);
   CHECK(fix.exit_code == kFsckCorrected);

@@ -12,18 +12,6 @@
 namespace nvfs::test {
 namespace {
 
-std::vector<std::byte> Snapshot(Media& media) {
-  return std::vector<std::byte>(media.base(), media.base() + media.size());
-}
-
-// Reopens the fixture as if the machine had crashed when `snapshot` was taken.
-void CrashTo(FsFixture& fs, const std::vector<std::byte>& snapshot) {
-  fs.Reopen([&](Media& media) {
-    media.Store(0, snapshot.data(), snapshot.size());
-    media.Persist(0, snapshot.size());
-  });
-}
-
 uint64_t DataOffset(FsFixture& fs, uint64_t nth_block) {
   const Geometry& g = fs.geometry();
   return g.BlockOffset(g.FirstDataBlock(0) + 16 + nth_block);
@@ -35,14 +23,17 @@ uint64_t Read64(FsFixture& fs, uint64_t offset) {
   return v;
 }
 
+// One transaction named `what` that stores `value` at `at`, committed.
+void Store64Committed(FsFixture& fs, const char* what, uint64_t at, uint64_t value) {
+  Tx tx(fs.journal(), what);
+  tx.Store64(at, value);
+  REQUIRE(tx.Commit().ok());
+}
+
 TEST_CASE("committed stores survive a reopen", "[journal]") {
   FsFixture fs;
   const uint64_t at = DataOffset(fs, 0);
-  {
-    Tx tx(fs.journal(), "test");
-    tx.Store64(at, 0xABCDEF);
-    REQUIRE(tx.Commit().ok());
-  }
+  Store64Committed(fs, "test", at, 0xABCDEF);
   fs.Reopen();
   CHECK(Read64(fs, at) == 0xABCDEF);
   CHECK(fs.last_recovery().undone == 0);
@@ -51,11 +42,7 @@ TEST_CASE("committed stores survive a reopen", "[journal]") {
 TEST_CASE("abort restores every logged store in reverse order", "[journal]") {
   FsFixture fs;
   const uint64_t at = DataOffset(fs, 0);
-  {
-    Tx tx(fs.journal(), "setup");
-    tx.Store64(at, 1);
-    REQUIRE(tx.Commit().ok());
-  }
+  Store64Committed(fs, "setup", at, 1);
   {
     Tx tx(fs.journal(), "aborted");
     tx.Store64(at, 2);
@@ -82,10 +69,10 @@ TEST_CASE("recovery undoes an operation interrupted by a crash", "[journal]") {
     REQUIRE(allocated.ok());
     run = *allocated;
     CHECK(fs.alloc().free_blocks() == free_before - run.count);
-    snapshot = Snapshot(fs.media());
+    snapshot = fs.Snapshot();
     tx.Abort();
   }
-  CrashTo(fs, snapshot);
+  fs.CrashTo(snapshot);
   CHECK(fs.last_recovery().undone == 1);
   CHECK(Read64(fs, at) == 0);
   CHECK(fs.alloc().free_blocks() == free_before);
@@ -191,11 +178,7 @@ TEST_CASE("no transaction commits after a page was lost, but the error record",
           "[journal][fault]") {
   FsFixture fs;
   const uint64_t at = DataOffset(fs, 0);
-  {
-    Tx tx(fs.journal(), "before");
-    tx.Store64(at, 7);
-    REQUIRE(tx.Commit().ok());
-  }
+  Store64Committed(fs, "before", at, 7);
   int told = 0;
   fs.journal().set_loss_listener([&](const Error& e) {
     ++told;

@@ -90,6 +90,24 @@ int OpenErrorCode(const std::string& path, const MediaOptions& options,
   return media.error().code;
 }
 
+// Opens `path` while `holder` is closed 300 ms later on another thread: the
+// open must wait for it and then succeed. The new holder.
+std::unique_ptr<Media> OpenAfterRelease(const std::string& path, const MediaOptions& options,
+                                        std::unique_ptr<Media>& holder) {
+  std::thread releaser([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    holder.reset();  // closes: the lock goes
+  });
+  const auto from = std::chrono::steady_clock::now();
+  auto next = OpenMedia(path, options);
+  const auto waited = std::chrono::steady_clock::now() - from;
+  releaser.join();
+  INFO((next.ok() ? std::string("ok") : next.error().message));
+  REQUIRE(next.ok());
+  CHECK(waited >= std::chrono::milliseconds(250));
+  return std::move(next.value());
+}
+
 // ---------------------------------------------------------------------------
 // What OpenMedia refuses
 // ---------------------------------------------------------------------------
@@ -643,20 +661,10 @@ TEST_CASE("OpenMedia: waits for a holder that is releasing the namespace, not fo
   CHECK(OpenMedia(image.path(), reader).error().code == EBUSY);
 
   (*holder)->EndService();
-  std::thread releaser([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
-    holder->reset();  // closes: the lock goes
-  });
-  const auto waited_from = std::chrono::steady_clock::now();
-  auto next = OpenMedia(image.path(), options);
-  const auto waited = std::chrono::steady_clock::now() - waited_from;
-  releaser.join();
-  INFO((next.ok() ? std::string("ok") : next.error().message));
-  REQUIRE(next.ok());
-  CHECK(waited >= std::chrono::milliseconds(250));
+  std::unique_ptr<Media> next = OpenAfterRelease(image.path(), options, *holder);
 
   // A holder that announced its end but does not let go: the wait is bounded.
-  (*next)->EndService();
+  next->EndService();
   options.release_wait_ms = 200;
   auto stuck = OpenMedia(image.path(), options);
   REQUIRE_FALSE(stuck.ok());
@@ -676,17 +684,7 @@ TEST_CASE("OpenMedia: a holder serving through a mount that is gone is waited fo
   auto holder = OpenMedia(image.path(), options);
   REQUIRE(holder.ok());
   (*holder)->ServeThroughMount();
-  std::thread releaser([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
-    holder->reset();
-  });
-  const auto from = std::chrono::steady_clock::now();
-  auto next = OpenMedia(image.path(), options);
-  const auto waited = std::chrono::steady_clock::now() - from;
-  releaser.join();
-  INFO((next.ok() ? std::string("ok") : next.error().message));
-  REQUIRE(next.ok());
-  CHECK(waited >= std::chrono::milliseconds(250));
+  std::unique_ptr<Media> next = OpenAfterRelease(image.path(), options, *holder);
   // Its own mark is byte 0 again: a live holder that never served through
   // a mount is refused at once.
   auto refused = OpenMedia(image.path(), options);

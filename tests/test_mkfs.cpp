@@ -442,6 +442,19 @@ void RequireFsckClean(const std::string& path) {
   CHECK_THAT(fsck.out, Catch::Contains("clean"));
 }
 
+// mkfs.nvfs without -f over `path`: refused in one line that holds
+// `says`, and nothing written. That line, for more checks.
+std::string RequireRefusedWithoutForce(const std::string& path, const std::string& says) {
+  const FileDigest before = DigestFile(path);
+  const RunResult refused = Mkfs({path});
+  INFO(refused.out);
+  CHECK(refused.exit_code != 0);
+  CHECK(Lines(refused.out).size() == 1);
+  CHECK_THAT(refused.out, Catch::Contains(says));
+  CHECK(DigestFile(path) == before);
+  return refused.out;
+}
+
 format::SuperStatic ReadSuper(const std::string& path) {
   format::SuperStatic sb;
   const std::vector<char> bytes = test::ReadAt(path, 0, sizeof sb);
@@ -533,14 +546,8 @@ TEST_CASE("mkfs.nvfs refuses an existing nvfs without -f", "[mkfs][cli]") {
   TempPath image("cli-again");
   MakeNvfsImage(image.path());
   const format::SuperStatic old_sb = ReadSuper(image.path());
-  const FileDigest before = DigestFile(image.path());
-  const RunResult refused = Mkfs({image.path()});
-  INFO(refused.out);
-  CHECK(refused.exit_code != 0);
-  CHECK(Lines(refused.out).size() == 1);
-  CHECK_THAT(refused.out, Catch::Contains("already holds nvfs"));
-  CHECK_THAT(refused.out, Catch::Contains("-f"));
-  CHECK(DigestFile(image.path()) == before);
+  CHECK_THAT(RequireRefusedWithoutForce(image.path(), "already holds nvfs"),
+             Catch::Contains("-f"));
 
   const RunResult forced = Mkfs({"-f", image.path()});
   INFO(forced.out);
@@ -570,14 +577,8 @@ TEST_CASE("mkfs.nvfs refuses a foreign filesystem, and -f wipes it", "[mkfs][cli
       REQUIRE(sigs.size() == 1);
       REQUIRE(sigs[0].name == f.name);
 
-      const FileDigest before = DigestFile(image.path());
-      const RunResult refused = Mkfs({image.path()});
-      INFO(refused.out);
-      CHECK(refused.exit_code != 0);
-      CHECK(Lines(refused.out).size() == 1);
-      CHECK_THAT(refused.out, Catch::Contains(std::string("already holds ") + f.name));
-      CHECK_THAT(refused.out, Catch::Contains("byte " + std::to_string(f.offset)));
-      CHECK(DigestFile(image.path()) == before);
+      CHECK_THAT(RequireRefusedWithoutForce(image.path(), std::string("already holds ") + f.name),
+                 Catch::Contains("byte " + std::to_string(f.offset)));
 
       const RunResult forced = Mkfs({"-f", image.path()});
       INFO(forced.out);
@@ -599,13 +600,7 @@ TEST_CASE("mkfs.nvfs refuses a real ext4 image", "[mkfs][cli]") {
   const RunResult made = test::RunShell("mkfs.ext4 -q -F '" + image.path() + "'");
   INFO(made.out);
   REQUIRE(made.exit_code == 0);
-  const FileDigest before = DigestFile(image.path());
-  const RunResult refused = Mkfs({image.path()});
-  INFO(refused.out);
-  CHECK(refused.exit_code != 0);
-  CHECK(Lines(refused.out).size() == 1);
-  CHECK_THAT(refused.out, Catch::Contains("ext2/ext3/ext4"));
-  CHECK(DigestFile(image.path()) == before);
+  RequireRefusedWithoutForce(image.path(), "ext2/ext3/ext4");
 
   const RunResult forced = Mkfs({"-f", image.path()});
   INFO(forced.out);

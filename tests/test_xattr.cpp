@@ -88,19 +88,6 @@ TEST_CASE("xattr policy: trusted names listed to uid 0 only, system names but AC
 // The formats, over a namespace without a mount
 // ---------------------------------------------------------------------------
 
-// A new, empty regular file (as test_bmap makes one).
-uint64_t CreateFile(FsFixture& fs) {
-  Tx tx(fs.journal(), "create");
-  auto ino = fs.alloc().AllocateInode(tx, 1, false);
-  REQUIRE(ino.ok());
-  const uint64_t at = fs.geometry().InodeOffset(*ino);
-  tx.FillFresh(at, 0, sizeof(Inode));
-  const uint16_t mode = S_IFREG | 0644;
-  tx.StoreFresh(at + offsetof(Inode, mode), &mode, sizeof mode);
-  REQUIRE(tx.Commit().ok());
-  return *ino;
-}
-
 // Reformats the fixture's namespace in the one-block format (as mkfs 2.0
 // made them, mkfs.nvfs -O ^xattr_chain).
 void FormatOneBlock(FsFixture& fs) {

@@ -62,6 +62,26 @@ uint32_t RecordChecksum(const Arena& arena, uint64_t at, uint64_t limit) {
   return Crc32c(crc, arena.data() + at + sizeof header, payload);
 }
 
+// Calls fn(pos, record, payload) for each record of the transaction in the
+// journal slot at `at` (a slot in use), in order: from the header on, while
+// the records carry the header's tx_seq and fit before the slot's end. A
+// payload reaching past the end ends the walk (the next record would start
+// beyond it). The catalog and FixAll both walk the journal this way.
+template <typename Fn>
+void ForEachRecord(const Arena& arena, const Geometry& g, uint64_t at, Fn&& fn) {
+  const JournalSlotHeader header = arena.Peek<JournalSlotHeader>(at);
+  const uint64_t end = at + g.journal_slot_size();
+  uint64_t pos = at + sizeof header;
+  while (pos + sizeof(JournalRecord) <= end) {
+    const JournalRecord r = arena.Peek<JournalRecord>(pos);
+    if (r.tx_seq != header.tx_seq) break;
+    const uint64_t payload =
+        r.type == static_cast<uint16_t>(format::JournalRecordType::kUndo) ? r.length : 0;
+    fn(pos, r, payload);
+    pos += sizeof r + ((payload + 7) & ~uint64_t{7});
+  }
+}
+
 }  // namespace
 
 void Catalog::Add(uint64_t offset, uint8_t width, FieldKind kind, const char* what, Fixup fixup,
@@ -174,10 +194,7 @@ void Catalog::ParseJournal(const Arena& arena) {
     }
     if (header.state == 0) continue;
     const uint64_t end = at + g.journal_slot_size();
-    uint64_t pos = at + sizeof header;
-    while (pos + sizeof(JournalRecord) <= end) {
-      const JournalRecord r = arena.Peek<JournalRecord>(pos);
-      if (r.tx_seq != header.tx_seq) break;
+    ForEachRecord(arena, g, at, [&](uint64_t pos, const JournalRecord& r, uint64_t payload) {
       const auto rec = [&](size_t offset, uint8_t width, const char* what,
                            FieldKind kind = FieldKind::kPlain) {
         Add(pos + offset, width, kind, what, Fixup::kJournalRecord, pos);
@@ -187,12 +204,9 @@ void Catalog::ParseJournal(const Arena& arena) {
       rec(offsetof(JournalRecord, length), 4, "journal.record.length");
       rec(offsetof(JournalRecord, type), 2, "journal.record.type");
       Add(pos + offsetof(JournalRecord, checksum), 4, FieldKind::kPlain, "journal.record.checksum");
-      const uint64_t payload =
-          r.type == static_cast<uint16_t>(format::JournalRecordType::kUndo) ? r.length : 0;
       if (payload >= 8) rec(sizeof r, 8, "journal.record.payload");
       AddRegion(pos, std::min<uint64_t>(sizeof r + payload, end - pos));
-      pos += sizeof r + ((payload + 7) & ~uint64_t{7});
-    }
+    });
   }
 }
 
@@ -519,19 +533,10 @@ void Catalog::FixAll(Arena& arena, const Geometry& g) {
   }
   for (uint32_t slot = 0; slot < g.journal_slots(); ++slot) {
     const uint64_t at = g.JournalSlotOffset(slot);
-    const JournalSlotHeader header = arena.Peek<JournalSlotHeader>(at);
-    if (header.state == 0) continue;
-    const uint64_t end = at + g.journal_slot_size();
-    uint64_t pos = at + sizeof header;
-    while (pos + sizeof(JournalRecord) <= end) {
-      const JournalRecord r = arena.Peek<JournalRecord>(pos);
-      if (r.tx_seq != header.tx_seq) break;
+    if (arena.Peek<JournalSlotHeader>(at).state == 0) continue;
+    ForEachRecord(arena, g, at, [&](uint64_t pos, const JournalRecord&, uint64_t) {
       Fix(arena, g, Fixup::kJournalRecord, pos, false);
-      const uint64_t payload =
-          r.type == static_cast<uint16_t>(format::JournalRecordType::kUndo) ? r.length : 0;
-      if (payload > end - pos) break;
-      pos += sizeof r + ((payload + 7) & ~uint64_t{7});
-    }
+    });
   }
 }
 

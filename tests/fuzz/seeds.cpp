@@ -135,6 +135,20 @@ void Populate(Filesystem& fs, uint32_t block_size) {
   }
 }
 
+// The seed `name`: an arena of `size` bytes formatted with `block_size`
+// blocks and `inodes` inodes, mounted, filled by build(fs), and unmounted.
+template <typename Build>
+Seed Unmounted(const char* name, uint64_t size, uint32_t block_size, uint64_t inodes,
+               Build build) {
+  Arena arena(size);
+  Mkfs(arena, block_size, inodes);
+  auto fs = Mount(arena);
+  build(*fs);
+  Check(fs->Unmount().ok(), "unmount");
+  fs.reset();
+  return {name, Snapshot(arena)};
+}
+
 Seed Fresh() {
   Arena arena(8 * kMiB);
   Mkfs(arena, 4096, 0);
@@ -142,13 +156,8 @@ Seed Fresh() {
 }
 
 Seed Populated(const char* name, uint32_t block_size, uint64_t size) {
-  Arena arena(size);
-  Mkfs(arena, block_size, 1024);
-  auto fs = Mount(arena);
-  Populate(*fs, block_size);
-  Check(fs->Unmount().ok(), "unmount");
-  fs.reset();
-  return {name, Snapshot(arena)};
+  return Unmounted(name, size, block_size, 1024,
+                   [&](Filesystem& fs) { Populate(fs, block_size); });
 }
 
 Seed Orphans() {
@@ -192,42 +201,34 @@ Seed Recovery() {
 }
 
 Seed Full() {
-  Arena arena(4 * kMiB);
-  Mkfs(arena, 4096, 256);
-  auto fs = Mount(arena);
-  Builder b{*fs};
-  const std::string chunk(48 * 1024, 'f');
-  for (int i = 0;; ++i) {
-    Attr attr;
-    auto f = fs->Create(1, "fill-" + std::to_string(i), 0644, O_RDWR, kCred, &attr);
-    if (!f.ok()) break;
-    auto n = fs->Write(*f, 0, chunk.data(), chunk.size());
-    fs->Release(*f);
-    fs->Forget(attr.ino, 1);
-    if (!n.ok() || *n < chunk.size()) break;
-  }
-  b.Symlink(1, "last-link", "fill-0");
-  Check(fs->Unmount().ok(), "unmount");
-  fs.reset();
-  return {"full", Snapshot(arena)};
+  return Unmounted("full", 4 * kMiB, 4096, 256, [](Filesystem& fs) {
+    Builder b{fs};
+    const std::string chunk(48 * 1024, 'f');
+    for (int i = 0;; ++i) {
+      Attr attr;
+      auto f = fs.Create(1, "fill-" + std::to_string(i), 0644, O_RDWR, kCred, &attr);
+      if (!f.ok()) break;
+      auto n = fs.Write(*f, 0, chunk.data(), chunk.size());
+      fs.Release(*f);
+      fs.Forget(attr.ino, 1);
+      if (!n.ok() || *n < chunk.size()) break;
+    }
+    b.Symlink(1, "last-link", "fill-0");
+  });
 }
 
 // Two groups and 40 directories spread over them: fsck's passes run on
 // several threads here (src/fsck/checker.hpp, "Threads").
 Seed TwoGroups() {
-  Arena arena(128 * kMiB + 8 * kMiB);
-  Mkfs(arena, 4096, 2048);
-  auto fs = Mount(arena);
-  Builder b{*fs};
-  for (int d = 0; d < 40; ++d) {
-    const uint64_t dir = b.Dir(1, "dir-" + std::to_string(d));
-    for (int f = 0; f < 3; ++f) {
-      b.File(dir, "file-" + std::to_string(f), 0, std::string(100 + 3000 * f, 'a' + f));
+  return Unmounted("two-groups", 128 * kMiB + 8 * kMiB, 4096, 2048, [](Filesystem& fs) {
+    Builder b{fs};
+    for (int d = 0; d < 40; ++d) {
+      const uint64_t dir = b.Dir(1, "dir-" + std::to_string(d));
+      for (int f = 0; f < 3; ++f) {
+        b.File(dir, "file-" + std::to_string(f), 0, std::string(100 + 3000 * f, 'a' + f));
+      }
     }
-  }
-  Check(fs->Unmount().ok(), "unmount");
-  fs.reset();
-  return {"two-groups", Snapshot(arena)};
+  });
 }
 
 // A name of /chain: 200 bytes, forced onto one hash (the test hook; the
@@ -244,17 +245,13 @@ std::string ChainName(int i) {
 // 90 names of one hash in /chain: a collision chain of six leaves, with
 // holes; beside ordinary names.
 Seed Collisions() {
-  Arena arena(8 * kMiB);
-  Mkfs(arena, 4096, 1024);
-  auto fs = Mount(arena);
-  Builder b{*fs};
-  const uint64_t dir = b.Dir(1, "chain");
-  for (int i = 0; i < 90; ++i) b.File(dir, ChainName(i), 0, i % 10 == 0 ? "data" : "");
-  for (int i = 0; i < 20; ++i) b.File(dir, "plain-" + std::to_string(i));
-  for (int i = 0; i < 90; i += 7) Check(fs->Unlink(dir, ChainName(i)).ok(), "unlink");
-  Check(fs->Unmount().ok(), "unmount");
-  fs.reset();
-  return {"collisions", Snapshot(arena)};
+  return Unmounted("collisions", 8 * kMiB, 4096, 1024, [](Filesystem& fs) {
+    Builder b{fs};
+    const uint64_t dir = b.Dir(1, "chain");
+    for (int i = 0; i < 90; ++i) b.File(dir, ChainName(i), 0, i % 10 == 0 ? "data" : "");
+    for (int i = 0; i < 20; ++i) b.File(dir, "plain-" + std::to_string(i));
+    for (int i = 0; i < 90; i += 7) Check(fs.Unlink(dir, ChainName(i)).ok(), "unlink");
+  });
 }
 
 }  // namespace
