@@ -13,6 +13,7 @@
 #include <stdexcept>
 
 #include "nvfs/format.hpp"
+#include "util/fd_passing.hpp"
 
 namespace nvfs::test {
 
@@ -187,21 +188,10 @@ void FakeDirectDaemon::Serve(int conn) {
     pollfd p{conn, POLLIN, 0};
     if (poll(&p, 1, 50) <= 0) continue;
     Request req{};
-    iovec iov{&req, sizeof req};
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof control;
-    const ssize_t n = recvmsg(conn, &msg, MSG_WAITALL | MSG_CMSG_CLOEXEC);
-    if (n <= 0) return;
     int fd = -1;
-    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
-      if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
-        std::memcpy(&fd, CMSG_DATA(c), sizeof fd);
-      }
-    }
+    bool extra = false;  // more descriptors than one: closed, and the request served as ever
+    const ssize_t n = ReceiveWithFd<1>(conn, &req, sizeof req, MSG_WAITALL, &fd, &extra);
+    if (n <= 0) return;
     struct FdCloser {
       int fd;
       ~FdCloser() {

@@ -155,7 +155,7 @@ Result<Geometry> Geometry::Grown(uint64_t namespace_size) const {
   if (g.block_count_ < block_count_) {
     return MakeError(EINVAL, "%" PRIu64 " bytes hold %" PRIu64 " blocks of %u bytes, fewer than "
                      "the filesystem's %" PRIu64 ": nvfs cannot shrink",
-                     namespace_size, g.block_count_, block_size_, block_count_);
+                     namespace_size, uint64_t{g.block_count_}, block_size_, uint64_t{block_count_});
   }
   uint64_t groups = DivRoundUp(g.block_count_, blocks_per_group_);
   if (groups > UINT32_MAX) {
