@@ -19,7 +19,6 @@ namespace nvfs::test {
 
 namespace {
 
-using direct::HelloReply;
 using direct::MapReply;
 using direct::ProveReply;
 using direct::ReplyHeader;
@@ -80,6 +79,14 @@ FakeDirectDaemon::FakeDirectDaemon(const std::string& root, uint64_t ns_size, ui
   std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", socket_path_.c_str());
   Check(bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0, "bind");
   chmod(socket_path_.c_str(), 0666);
+  // What a real mount's line in mountinfo gives the library: the source
+  // (session.cpp, NamespacePath in test mode).
+  {
+    const std::string source = socket_path_ + ".source";
+    FILE* out = std::fopen(source.c_str(), "w");
+    Check(out != nullptr && std::fputs(ns_path_.c_str(), out) >= 0 && std::fclose(out) == 0,
+          "write the source");
+  }
   Check(listen(listen_fd_, 64) == 0, "listen");
   acceptor_ = std::thread([this] { AcceptLoop(); });
 }
@@ -95,6 +102,7 @@ FakeDirectDaemon::~FakeDirectDaemon() {
   for (auto& t : threads) t.join();
   close(listen_fd_);
   unlink(socket_path_.c_str());
+  unlink((socket_path_ + ".source").c_str());
   rmdir(socket_dir_.c_str());  // fails while another daemon's socket is in it
   munmap(table_, size_t{slot_count_} * sizeof(DirectSlot));
   close(table_fd_);
@@ -188,10 +196,13 @@ void FakeDirectDaemon::Serve(int conn) {
     pollfd p{conn, POLLIN, 0};
     if (poll(&p, 1, 50) <= 0) continue;
     Request req{};
-    int fd = -1;
-    bool extra = false;  // more descriptors than one: closed, and the request served as ever
-    const ssize_t n = ReceiveWithFd<1>(conn, &req, sizeof req, MSG_WAITALL, &fd, &extra);
+    PassedFds passed;
+    const ssize_t n = ReceiveWithFds(conn, &req, sizeof req, MSG_WAITALL, &passed);
     if (n <= 0) return;
+    // The first descriptor is the request's; more are closed, and the
+    // request served as ever.
+    const int fd = passed.count > 0 ? passed.fds[0] : -1;
+    for (size_t i = 1; i < passed.count; ++i) close(passed.fds[i]);
     struct FdCloser {
       int fd;
       ~FdCloser() {
@@ -204,12 +215,8 @@ void FakeDirectDaemon::Serve(int conn) {
       return;
     }
     if (req.op == direct::kOpHello) {
-      HelloReply r{};
-      r.h = Header(req.op, 0, sizeof r);
-      r.namespace_size = ns_size_;
-      r.path_len = static_cast<uint32_t>(ns_path_.size());
-      std::memcpy(r.path, ns_path_.data(), ns_path_.size());
-      if (!SendReply(conn, &r, sizeof r, -1)) return;
+      const ReplyHeader h = Header(req.op, 0, sizeof(ReplyHeader));
+      if (!SendReply(conn, &h, sizeof h, -1)) return;
       continue;
     }
     if (req.op == direct::kOpProve) {
@@ -267,6 +274,7 @@ void FakeDirectDaemon::Serve(int conn) {
           ++first;
         }
         r.start = file_off;
+        r.namespace_size = ns_size_;
         for (size_t i = first; i < f.runs.size() && r.run_count < max_runs_.load(); ++i) {
           r.runs[r.run_count++] = f.runs[i];
         }

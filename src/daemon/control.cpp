@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <new>
 
 #include "daemon/socket_server.hpp"
 #include "nvfs/control.hpp"
@@ -22,19 +23,11 @@ struct Server::State {
   std::string socket_path;
   struct stat namespace_stat {};
   daemon::SocketServer socket;  // the listening socket, its thread
+  daemon::ClientDescriptors descriptors;
 
   void Run();
   void Handle(int conn);
 };
-
-namespace {
-
-void CloseFd(int& fd) {
-  if (fd >= 0) close(fd);
-  fd = -1;
-}
-
-}  // namespace
 
 // One request: the grow's size and the proof, a descriptor of the very
 // namespace, open for reading and writing.
@@ -43,40 +36,41 @@ void Server::State::Handle(int conn) {
   (void)setsockopt(conn, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
   Reply reply{};
   reply.magic = kMagic;
-  const auto say = [&](int error, const char* fmt, auto... args) {
+  const auto say = [&](int error, const std::string& message) {
     reply.error = error;
-    std::snprintf(reply.message, sizeof reply.message, fmt, args...);
+    std::snprintf(reply.message, sizeof reply.message, "%s", message.c_str());
   };
   Request req{};
-  int passed = -1;
-  bool bad = false;  // ancillary data cut short (room for one descriptor only)
-  const ssize_t n = ReceiveWithFd<1>(conn, &req, sizeof req, 0, &passed, &bad);
-  struct stat st {};
+  PassedFds passed;
+  const ssize_t n = ReceiveWithFds(conn, &req, sizeof req, MSG_WAITALL, &passed);
+  const int fd = n >= 0 && passed.count == 1 && !passed.other ? passed.fds[0] : -1;
   if (n != static_cast<ssize_t>(sizeof req) || req.magic != kMagic || req.version != kVersion ||
-      req.op != kOpGrow || bad) {
+      req.op != kOpGrow || (n >= 0 && (passed.count > 1 || passed.other))) {
     say(EPROTO, "malformed request");
-  } else if (passed < 0 || fstat(passed, &st) != 0) {
+  } else if (fd < 0) {
     say(EPERM, "no descriptor of the namespace came with the request");
-  } else if (S_ISCHR(namespace_stat.st_mode)
-                 ? (!S_ISCHR(st.st_mode) || st.st_rdev != namespace_stat.st_rdev)
-                 : (st.st_dev != namespace_stat.st_dev || st.st_ino != namespace_stat.st_ino)) {
+  } else if (!descriptors.IsNamespace(fd)) {
     say(EPERM, "the descriptor passed is not of the namespace this mount serves");
-  } else if ((fcntl(passed, F_GETFL) & O_ACCMODE) != O_RDWR) {
+  } else if ((fcntl(fd, F_GETFL) & O_ACCMODE) != O_RDWR) {
     say(EPERM, "the namespace's descriptor is not open for reading and writing");
   } else {
-    Result<Filesystem::GrowResult> grown = fs->Grow(req.size);
-    if (!grown.ok()) {
-      say(grown.code(), "%s", grown.error().message.c_str());
-    } else {
-      reply.old_blocks = grown->old_blocks;
-      reply.new_blocks = grown->new_blocks;
-      reply.block_size = grown->block_size;
-      reply.added_free_blocks = grown->added_free_blocks;
-      reply.added_free_inodes = grown->added_free_inodes;
+    try {
+      Result<Filesystem::GrowResult> grown = fs->Grow(req.size);
+      if (!grown.ok()) {
+        say(grown.code(), grown.error().message);
+      } else {
+        reply.old_blocks = grown->old_blocks;
+        reply.new_blocks = grown->new_blocks;
+        reply.block_size = grown->block_size;
+        reply.added_free_blocks = grown->added_free_blocks;
+        reply.added_free_inodes = grown->added_free_inodes;
+      }
+    } catch (const std::bad_alloc&) {
+      say(ENOMEM, "out of memory");
     }
   }
-  CloseFd(passed);
-  (void)send(conn, &reply, sizeof reply, MSG_NOSIGNAL);
+  for (size_t i = 0; n >= 0 && i < passed.count; ++i) descriptors.Release(passed.fds[i], 0);
+  (void)send(conn, &reply, sizeof reply, MSG_NOSIGNAL | MSG_DONTWAIT);
 }
 
 void Server::State::Run() {
@@ -87,7 +81,7 @@ void Server::State::Run() {
       return;
     }
     if (fds[1].revents != 0) return;
-    int conn = accept4(socket.listen_fd(), nullptr, nullptr, SOCK_CLOEXEC);
+    const int conn = accept4(socket.listen_fd(), nullptr, nullptr, SOCK_CLOEXEC);
     if (conn < 0) continue;
     ucred peer{};
     socklen_t len = sizeof peer;
@@ -95,7 +89,7 @@ void Server::State::Run() {
     if (getsockopt(conn, SOL_SOCKET, SO_PEERCRED, &peer, &len) == 0 && peer.uid == 0) {
       Handle(conn);
     }
-    CloseFd(conn);
+    descriptors.CloseConnection(conn, peer.uid);
   }
 }
 
@@ -105,8 +99,13 @@ std::unique_ptr<Server> Server::Create(Filesystem& fs, dev_t mount_dev,
   if (!daemon::RootAndNamespace(namespace_path, &s->namespace_stat, why)) return nullptr;
   s->fs = &fs;
   s->socket_path = SocketPath(mount_dev);
+  if (!s->descriptors.Start(s->namespace_stat, mount_dev, why)) return nullptr;
   // Root only; the peer's credentials say so again (Run).
-  if (!s->socket.Listen(s->socket_path, 0600, 8, 0, why)) return nullptr;
+  // Only root can connect, and nvfs-resize sends its descriptor with its
+  // first message: descriptors are taken from the connect on.
+  if (!s->socket.Listen(s->socket_path, 0600, 8, 0, /*descriptors_from_connect=*/true, why)) {
+    return nullptr;
+  }
   return std::unique_ptr<Server>(new Server(std::move(s)));
 }
 

@@ -1,7 +1,11 @@
 // The daemon's socket skeleton (socket_server.hpp).
 #include "daemon/socket_server.hpp"
 
+#include <fcntl.h>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
+#include <sys/sysmacros.h>
+#include <linux/sockios.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -13,6 +17,7 @@
 #include <system_error>
 
 #include "direct/protocol.hpp"
+#include "util/fd_passing.hpp"
 
 namespace nvfs::daemon {
 
@@ -55,8 +60,65 @@ bool RootAndNamespace(const std::string& namespace_path, struct stat* namespace_
   return true;
 }
 
+bool ClientDescriptors::Start(const struct stat& namespace_stat, dev_t mount_dev,
+                              std::string* why) {
+  namespace_stat_ = namespace_stat;
+  mount_dev_ = mount_dev;
+  reaper_ = Reaper::Start(why);
+  return reaper_ != nullptr;
+}
+
+namespace {
+
+// What the kernel knows of a descriptor, without asking whoever serves the
+// file system it is on (a FUSE server may never answer).
+bool StatFd(int fd, struct statx* stx) {
+  return statx(fd, "", AT_EMPTY_PATH | AT_STATX_DONT_SYNC, STATX_TYPE | STATX_INO, stx) == 0;
+}
+
+}  // namespace
+
+bool ClientDescriptors::IsNamespace(int fd) const {
+  struct statx stx {};
+  if (!StatFd(fd, &stx) || (stx.stx_mode & S_IFMT) != (namespace_stat_.st_mode & S_IFMT)) {
+    return false;
+  }
+  if (S_ISCHR(namespace_stat_.st_mode)) {
+    return makedev(stx.stx_rdev_major, stx.stx_rdev_minor) == namespace_stat_.st_rdev;
+  }
+  return makedev(stx.stx_dev_major, stx.stx_dev_minor) == namespace_stat_.st_dev &&
+         stx.stx_ino == namespace_stat_.st_ino;
+}
+
+void ClientDescriptors::Release(int fd, uid_t owner) const noexcept {
+  if (fd < 0) return;
+  struct statx stx {};
+  const bool here =
+      IsNamespace(fd) ||
+      (StatFd(fd, &stx) && makedev(stx.stx_dev_major, stx.stx_dev_minor) == mount_dev_ &&
+       (S_ISREG(stx.stx_mode) || S_ISDIR(stx.stx_mode)));
+  if (here) {
+    close(fd);
+  } else {
+    reaper_->Release(fd, owner);
+  }
+}
+
+void ClientDescriptors::CloseConnection(int fd, uid_t owner) const noexcept {
+  if (fd < 0) return;
+  // After the shutdown the peer's sendmsg fails (the kernel checks under
+  // the lock it queues with), so what is queued now is all there will be.
+  (void)shutdown(fd, SHUT_RDWR);
+  int queued = 0;
+  if (ioctl(fd, SIOCINQ, &queued) == 0 && queued == 0) {
+    close(fd);
+  } else {
+    reaper_->Release(fd, owner);
+  }
+}
+
 bool SocketServer::Listen(const std::string& path, mode_t mode, int backlog, int type_flags,
-                          std::string* why) {
+                          bool descriptors_from_connect, std::string* why) {
   if (!MakeSocketDir(why)) return false;
   path_ = path;
   sockaddr_un addr{};
@@ -71,6 +133,8 @@ bool SocketServer::Listen(const std::string& path, mode_t mode, int backlog, int
     *why = std::string("socket: ") + std::strerror(errno);
     return false;
   }
+  // Before any client can connect: connections inherit it.
+  descriptors_gated_ = !descriptors_from_connect && AcceptDescriptors(listen_fd_, false);
   // A socket left there is a killed daemon's, of a mount gone since: the
   // device number is this mount's now.
   (void)unlink(path_.c_str());

@@ -10,8 +10,11 @@
 #include <sys/types.h>
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <thread>
+
+#include "daemon/reaper.hpp"
 
 namespace nvfs::daemon {
 
@@ -21,6 +24,36 @@ namespace nvfs::daemon {
 // against. False with one line in *why.
 bool RootAndNamespace(const std::string& namespace_path, struct stat* namespace_stat,
                       std::string* why);
+
+// What a server does with the descriptors and connections of its clients,
+// so that no client can make it wait (doc/integrity.md section 10). A
+// descriptor whose close cannot wait (the namespace itself; a regular file
+// or directory of this mount, whose close sends no FLUSH, as open sets
+// noflush, and whose last close only queues a RELEASE) is closed at once;
+// any other goes to the reaper, counted against the client's uid.
+class ClientDescriptors {
+ public:
+  // False with one line in *why if the reaper cannot start.
+  bool Start(const struct stat& namespace_stat, dev_t mount_dev, std::string* why);
+
+  // The descriptor is of the very namespace (its file, or its device).
+  bool IsNamespace(int fd) const;
+  // Closes `fd`, passed by `owner`, here if that cannot wait, else on the
+  // reaper's thread.
+  void Release(int fd, uid_t owner) const noexcept;
+  // Ends a connection of `owner`: shut down both ways first, so that no
+  // message can be queued after; if messages are still queued (they may
+  // hold descriptors, released at the socket's last close) the reaper
+  // closes it.
+  void CloseConnection(int fd, uid_t owner) const noexcept;
+  // Descriptors of `owner` handed to the reaper whose close has not returned.
+  unsigned Pending(uid_t owner) const noexcept { return reaper_->Pending(owner); }
+
+ private:
+  struct stat namespace_stat_ {};
+  dev_t mount_dev_ = 0;
+  std::unique_ptr<Reaper> reaper_;
+};
 
 class SocketServer {
  public:
@@ -34,10 +67,15 @@ class SocketServer {
   // removes a socket left at `path` by a killed daemon, and binds `path`
   // with `mode` (under a umask that allows no more, so it is never more
   // open than that), listening with `backlog`. `type_flags` are added to
-  // SOCK_STREAM | SOCK_CLOEXEC (SOCK_NONBLOCK, say). False with one line in
-  // *why, nothing left behind.
+  // SOCK_STREAM | SOCK_CLOEXEC (SOCK_NONBLOCK, say). Unless
+  // `descriptors_from_connect`, no connection accepted from it may pass
+  // descriptors (SO_PASSRIGHTS off, from before listen()) until the server
+  // allows it on that connection (AcceptDescriptors, util/fd_passing.hpp);
+  // descriptors_gated() says whether the kernel could be told (Linux 6.16
+  // and later). False with one line in *why, nothing left behind.
   bool Listen(const std::string& path, mode_t mode, int backlog, int type_flags,
-              std::string* why);
+              bool descriptors_from_connect, std::string* why);
+  bool descriptors_gated() const { return descriptors_gated_; }
 
   // Runs `run` on a thread of its own; `run` returns once wake_fd() polls
   // readable. False if it cannot (or is running, or nothing listens).
@@ -56,6 +94,7 @@ class SocketServer {
   int listen_fd_ = -1;
   ino_t socket_ino_ = 0;  // the socket file bound here
   int wake_fd_ = -1;      // eventfd: Join() ends the thread
+  bool descriptors_gated_ = false;
   std::thread thread_;
 };
 

@@ -4,26 +4,36 @@
 // at a time; every message has a fixed size.
 //
 // A session:
-//   1. kOpHello (no descriptor): the reply names the namespace the mount
-//      serves (its path and size). Allowed before the proof.
+//   1. kOpHello (no descriptor): the reply is a header and nothing else
+//      (no error: this daemon speaks this version). Nothing about the
+//      namespace is said before the proof. By the time it is answered the
+//      daemon has decided whether this connection may pass descriptors:
+//      only one whose peer could open the namespace for reading (root, its
+//      owner, its group or others as its mode says) may; any other's
+//      sendmsg with a descriptor fails with EPERM (SO_PASSRIGHTS), and so
+//      no descriptor another user chose ever reaches the daemon.
 //   2. kOpProve with one descriptor: the namespace, opened for reading by
-//      the client itself. The daemon checks it is the very file or device it
-//      serves (st_dev and st_ino, or st_rdev for a device) and readable; the
-//      reply carries the slot table's descriptor (a sealed memfd: the client
-//      can map it read-only only) and the namespace's identity at this
-//      mount (mount_count and uuid, which the client reads again from its
-//      own mapping after every copy). The client maps the namespace
-//      read-only itself: it is given nothing it could not read already.
+//      the client itself (it finds its path as the mount's source in
+//      /proc/self/mountinfo). The daemon checks it is the very file or
+//      device it serves (st_dev and st_ino, or st_rdev for a device) and
+//      readable; the reply carries the namespace's size now, the slot
+//      table's descriptor (a sealed memfd: the client can map it read-only
+//      only) and the namespace's identity at this mount (mount_count and
+//      uuid, which the client reads again from its own mapping after every
+//      copy). The client maps the namespace read-only itself: it is given
+//      nothing it could not read already.
 //   3. kOpMap with one descriptor: a regular file opened for reading on this
 //      mount (the kernel checked the permissions at that open). The reply:
-//      the file's slot, the seq and size the runs are valid for, and runs
-//      from `start` (<= the offset asked, block-aligned) on. The daemon keeps
-//      no per-file state for the client: it closes the descriptor before it
-//      answers, and a client asks again, with the descriptor again, when the
-//      slot's seq has moved or it needs runs past those it has.
+//      the file's slot, the seq and size the runs are valid for, runs from
+//      `start` (<= the offset asked, block-aligned) on, and the namespace's
+//      size now (after a grow, the client maps the part it lacks). The daemon
+//      keeps no per-file state for the client: it closes the descriptor
+//      before it answers, and a client asks again, with the descriptor
+//      again, when the slot's seq has moved or it needs runs past those it
+//      has.
 // Anything before a successful kOpProve but kOpHello, a malformed message, a
 // wrong magic or version: one reply with an error, then the daemon closes
-// the connection.
+// the connection. A connection not proven within kUnprovenSeconds is closed.
 #pragma once
 
 #include <sys/socket.h>
@@ -42,7 +52,7 @@
 namespace nvfs::direct {
 
 inline constexpr uint32_t kMagic = 0x7264766eu;  // "nvdr"
-inline constexpr uint32_t kVersion = 1;
+inline constexpr uint32_t kVersion = 2;
 
 // Where a root daemon makes the sockets (0755, root's): only root can put a
 // socket there, so a client that finds one trusts it is the mount's daemon.
@@ -85,18 +95,10 @@ struct ReplyHeader {
   uint32_t size;   // bytes of the whole reply
 };
 
-struct HelloReply {
-  ReplyHeader h;
-  uint64_t namespace_size;  // bytes the client maps
-  uint32_t path_len;        // bytes of `path` used (no NUL)
-  uint32_t reserved;
-  char path[PATH_MAX];      // the namespace the mount serves
-};
-
 // Carries the table's descriptor (SCM_RIGHTS) when error == 0.
 struct ProveReply {
   ReplyHeader h;
-  uint64_t namespace_size;
+  uint64_t namespace_size;  // bytes the client maps: the namespace's size now
   uint64_t mount_count;  // format::SuperDynamic::mount_count at this mount
   uint8_t uuid[16];      // format::SuperStatic::uuid
   uint32_t slot_count;   // slots in the table, the header (slot 0) included
@@ -112,6 +114,7 @@ struct MapReply {
   uint64_t seq;    // the slot's seq these runs and this size are valid for (even)
   uint64_t size;   // the file's size at `seq`
   uint64_t start;  // file offset of the first run
+  uint64_t namespace_size;  // the namespace's size now (it grows while mounted)
   uint32_t slot;   // index into the table (>= 1)
   uint32_t run_count;
   DirectRun runs[kMaxRuns];  // consecutive in the file from `start`
@@ -123,8 +126,13 @@ using nvfs::SendWithFd;
 
 // Bounds the daemon keeps (server.cpp).
 inline constexpr unsigned kMaxConnections = 256;        // all clients
+inline constexpr unsigned kRootReserve = 32;            // ... of which only root's may use these
 inline constexpr unsigned kMaxConnectionsPerUid = 32;   // one user's
-inline constexpr unsigned kRequestsPerSecond = 20000;   // one connection's, on average
+inline constexpr unsigned kRequestsPerSecond = 20000;   // one user's, on average
 inline constexpr unsigned kRequestBurst = 2000;         // ... and at once
+inline constexpr unsigned kUnprovenSeconds = 5;         // from connect to a proof
+// Descriptors of one user whose close has not returned (daemon/reaper.hpp):
+// past this, that user's connections are not heard until some return.
+inline constexpr unsigned kMaxPendingCloses = 64;
 
 }  // namespace nvfs::direct

@@ -2,12 +2,14 @@
 // listening socket and every connection; each request is read without
 // blocking, answered at once, and never waited for: a client that sends
 // half a request holds only its own buffer, one that does not read its
-// replies is dropped, one that asks too fast is not polled until its
-// tokens come back. The thread takes no lock of the daemon's but the core's
-// inode lock (shared, in DirectMap), and touches the mount only through
-// descriptors it was given: statx(AT_STATX_DONT_SYNC) asks the kernel's
-// cache, not this daemon, and close() sends no FLUSH (open sets noflush)
-// and only queues a RELEASE; so it never waits for the mount it serves.
+// replies is dropped, a user who asks too fast is not polled until the
+// user's tokens come back, a connection not proven in time is closed. The
+// thread takes no lock of the daemon's but the core's inode lock (shared,
+// in DirectMap), and touches the mount only through descriptors it was
+// given: statx(AT_STATX_DONT_SYNC) asks the kernel's cache, not this
+// daemon. A descriptor is taken only from a peer who could open the
+// namespace (protocol.hpp), and one whose close could wait is closed on
+// the reaper's thread (daemon::ClientDescriptors), never here.
 #include "direct/server.hpp"
 
 #include <fcntl.h>
@@ -15,6 +17,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -23,6 +26,7 @@
 #include <cstddef>
 #include <cstring>
 #include <map>
+#include <new>
 #include <vector>
 
 #include "daemon/socket_server.hpp"
@@ -39,19 +43,27 @@ using Clock = std::chrono::steady_clock;
 struct Connection {
   int fd = -1;
   uid_t uid = 0;
+  bool passes_fds = false;  // its peer may send descriptors (SO_PASSRIGHTS)
   bool proven = false;
+  Clock::time_point accepted;
   size_t have = 0;  // bytes of `request` received so far
   Request request{};
   int passed = -1;  // the descriptor that came with the request, if any
   bool bad = false;  // a second descriptor, or ancillary data of another kind
-  double tokens = kRequestBurst;
-  Clock::time_point refilled = Clock::now();
   bool done = false;  // to be closed
 };
 
-void CloseFd(int& fd) {
-  if (fd >= 0) close(fd);
-  fd = -1;
+// One user's share: connections, and requests as tokens.
+struct User {
+  unsigned connections = 0;
+  double tokens = kRequestBurst;
+  Clock::time_point refilled = Clock::now();
+};
+
+void Refill(User& u, Clock::time_point now) {
+  const double seconds = std::chrono::duration<double>(now - u.refilled).count();
+  u.tokens = std::min<double>(kRequestBurst, u.tokens + seconds * kRequestsPerSecond);
+  u.refilled = now;
 }
 
 // What the kernel knows of a descriptor, without asking the daemon that
@@ -67,31 +79,42 @@ bool Readable(int fd) {
   return (flags & O_ACCMODE) == O_RDONLY || (flags & O_ACCMODE) == O_RDWR;
 }
 
+int MillisecondsUntil(Clock::time_point now, Clock::time_point then) {
+  if (then <= now) return 0;
+  return static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(then - now).count());
+}
+
 }  // namespace
 
 struct Server::State {
   Filesystem* fs = nullptr;
   dev_t mount_dev = 0;
   std::string socket_path;
-  std::string namespace_path;
   struct stat namespace_stat {};
-  uint64_t namespace_size = 0;
+  bool namespace_has_acl = false;  // then a user the mode leaves out may read it
   DirectSlot* table = nullptr;
   size_t table_bytes = 0;
   int table_fd = -1;     // the memfd, sealed against writes but through `table`
   int table_ro_fd = -1;  // what clients get: the same, opened read-only
   daemon::SocketServer socket;  // the listening socket, its thread
+  daemon::ClientDescriptors descriptors;
   std::vector<Connection> connections;
-  std::map<uid_t, unsigned> per_uid;
+  std::map<uid_t, User> users;
 
   ~State() {
     if (table != nullptr) munmap(table, table_bytes);
-    CloseFd(table_fd);
-    CloseFd(table_ro_fd);
+    if (table_fd >= 0) close(table_fd);
+    if (table_ro_fd >= 0) close(table_ro_fd);
   }
 
   void Run();
+  // One poll and what it found ready; false when the thread must return.
+  bool Round(std::vector<pollfd>& fds, std::vector<size_t>& which);
   void Accept();
+  // Whether the peer could open the namespace for reading, as far as its
+  // uid and groups and the namespace's owner and mode tell: a superset (a
+  // capability, an ACL), which the proof then narrows.
+  bool MayReadNamespace(int fd, const ucred& cred) const;
   void Receive(Connection& c);
   void Handle(Connection& c);
   void Hello(Connection& c);
@@ -105,55 +128,86 @@ struct Server::State {
   void Close(Connection& c);
 };
 
-namespace {
-
-void Refill(Connection& c, Clock::time_point now) {
-  const double seconds = std::chrono::duration<double>(now - c.refilled).count();
-  c.tokens = std::min<double>(kRequestBurst, c.tokens + seconds * kRequestsPerSecond);
-  c.refilled = now;
-}
-
-}  // namespace
-
 void Server::State::Run() {
   std::vector<pollfd> fds;
   std::vector<size_t> which;  // connection of each pollfd past the first two
   for (;;) {
-    fds.assign({{socket.wake_fd(), POLLIN, 0}, {socket.listen_fd(), POLLIN, 0}});
-    which.clear();
-    int timeout = -1;
-    const Clock::time_point now = Clock::now();
-    for (size_t i = 0; i < connections.size(); ++i) {
-      Connection& c = connections[i];
-      Refill(c, now);
-      if (c.tokens >= 1) {
-        fds.push_back({c.fd, POLLIN, 0});
-        which.push_back(i);
-      } else {  // out of tokens: not heard until one is back
-        const int ms = static_cast<int>((1 - c.tokens) * 1000 / kRequestsPerSecond) + 1;
-        timeout = timeout < 0 ? ms : std::min(timeout, ms);
-      }
+    try {
+      if (!Round(fds, which)) return;
+    } catch (const std::bad_alloc&) {
+      // What this round could not hold is left for the next (a connection
+      // not accepted waits in the backlog); a short pause, not a spin.
+      poll(nullptr, 0, 10);
     }
-    if (poll(fds.data(), fds.size(), timeout) < 0) {
-      if (errno == EINTR) continue;
-      return;  // cannot happen with valid descriptors; the mount goes on
-    }
-    if (fds[0].revents != 0) return;
-    for (size_t k = 2; k < fds.size(); ++k) {
-      if (fds[k].revents != 0) Receive(connections[which[k - 2]]);
-    }
-    if (fds[1].revents & POLLIN) Accept();
-    for (Connection& c : connections) {
-      if (c.done) Close(c);
-    }
-    std::erase_if(connections, [](const Connection& c) { return c.fd < 0; });
   }
+}
+
+bool Server::State::Round(std::vector<pollfd>& fds, std::vector<size_t>& which) {
+  const Clock::time_point now = Clock::now();
+  for (auto& [uid, user] : users) Refill(user, now);
+  int timeout = -1;
+  const auto wake_at = [&](Clock::time_point then) {
+    const int ms = MillisecondsUntil(now, then);
+    timeout = timeout < 0 ? ms : std::min(timeout, ms);
+  };
+  for (Connection& c : connections) {
+    const Clock::time_point deadline = c.accepted + std::chrono::seconds(kUnprovenSeconds);
+    if (!c.proven && deadline <= now) c.done = true;
+    if (c.done) Close(c);
+  }
+  std::erase_if(connections, [](const Connection& c) { return c.fd < 0; });
+
+  fds.assign({{socket.wake_fd(), POLLIN, 0}, {socket.listen_fd(), POLLIN, 0}});
+  which.clear();
+  for (size_t i = 0; i < connections.size(); ++i) {
+    Connection& c = connections[i];
+    if (!c.proven) wake_at(c.accepted + std::chrono::seconds(kUnprovenSeconds));
+    const User& user = users[c.uid];
+    if (user.tokens < 1) {  // out of tokens: not heard until one is back
+      wake_at(now + std::chrono::milliseconds(
+                        static_cast<int>((1 - user.tokens) * 1000 / kRequestsPerSecond) + 1));
+      continue;
+    }
+    if (c.passes_fds && descriptors.Pending(c.uid) >= kMaxPendingCloses) {
+      // This user's closes are stuck: only this user waits for them.
+      wake_at(now + std::chrono::milliseconds(100));
+      continue;
+    }
+    fds.push_back({c.fd, POLLIN, 0});
+    which.push_back(i);
+  }
+  if (poll(fds.data(), fds.size(), timeout) < 0) {
+    // Cannot fail with valid descriptors but for a signal; the mount goes on.
+    return errno == EINTR;
+  }
+  if (fds[0].revents != 0) return false;
+  for (size_t k = 2; k < fds.size(); ++k) {
+    if (fds[k].revents != 0) Receive(connections[which[k - 2]]);
+  }
+  if (fds[1].revents & POLLIN) Accept();
+  return true;
+}
+
+bool Server::State::MayReadNamespace(int fd, const ucred& cred) const {
+  const struct stat& ns = namespace_stat;
+  if (cred.uid == 0 || namespace_has_acl || (ns.st_mode & S_IROTH)) return true;
+  if (cred.uid == ns.st_uid) return (ns.st_mode & S_IRUSR) != 0;
+  if ((ns.st_mode & S_IRGRP) == 0) return false;
+  if (cred.gid == ns.st_gid) return true;
+  gid_t groups[256];
+  socklen_t len = sizeof groups;
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) != 0) {
+    return errno == ERANGE;  // more groups than room: let the proof decide
+  }
+  return std::find(groups, groups + len / sizeof(gid_t), ns.st_gid) != groups + len / sizeof(gid_t);
 }
 
 void Server::State::Accept() {
   for (int n = 0; n < 64; ++n) {  // a bounded batch; the rest at the next poll
     const int fd = accept4(socket.listen_fd(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0) return;
+    // Nothing can have come with descriptors yet (they are refused from
+    // the connect on), so a close here cannot wait.
     ucred cred{};
     socklen_t len = sizeof cred;
     if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
@@ -163,31 +217,52 @@ void Server::State::Accept() {
     Connection c;
     c.fd = fd;
     c.uid = cred.uid;
-    if (connections.size() >= kMaxConnections || per_uid[cred.uid] >= kMaxConnectionsPerUid) {
+    c.accepted = Clock::now();
+    User& user = users[cred.uid];
+    const unsigned limit = cred.uid == 0 ? kMaxConnections : kMaxConnections - kRootReserve;
+    if (connections.size() >= limit || user.connections >= kMaxConnectionsPerUid ||
+        descriptors.Pending(cred.uid) >= kMaxPendingCloses) {
       Refuse(c, 0, EUSERS);
       close(fd);
+      if (user.connections == 0) users.erase(cred.uid);
       continue;
     }
-    ++per_uid[cred.uid];
+    c.passes_fds = MayReadNamespace(fd, cred) && AcceptDescriptors(fd, true);
     connections.push_back(c);
+    ++user.connections;
   }
 }
 
 void Server::State::Receive(Connection& c) {
-  for (int n = 0; n < 16 && !c.done && c.tokens >= 1; ++n) {
-    const ssize_t got =
-        ReceiveWithFd<4>(c.fd, reinterpret_cast<char*>(&c.request) + c.have,
-                         sizeof(Request) - c.have, MSG_DONTWAIT, &c.passed, &c.bad);
+  User& user = users[c.uid];
+  for (int n = 0; n < 16 && !c.done && user.tokens >= 1; ++n) {
+    PassedFds got_fds;
+    const ssize_t got = ReceiveWithFds(c.fd, reinterpret_cast<char*>(&c.request) + c.have,
+                                       sizeof(Request) - c.have, MSG_DONTWAIT, &got_fds);
     if (got < 0 && (errno == EAGAIN || errno == EINTR)) return;
     if (got <= 0) {
       c.done = true;
       return;
     }
+    c.bad |= got_fds.other;
+    for (size_t i = 0; i < got_fds.count; ++i) {
+      if (c.passed < 0 && !c.bad) {
+        c.passed = got_fds.fds[i];
+      } else {
+        descriptors.Release(got_fds.fds[i], c.uid);
+        c.bad = true;
+      }
+    }
     c.have += static_cast<size_t>(got);
     if (c.have < sizeof(Request)) continue;
-    c.tokens -= 1;
-    Handle(c);
-    CloseFd(c.passed);
+    user.tokens -= 1;
+    try {
+      Handle(c);
+    } catch (const std::bad_alloc&) {
+      Refuse(c, c.request.op, ENOMEM);
+    }
+    descriptors.Release(c.passed, c.uid);
+    c.passed = -1;
     c.have = 0;
     c.bad = false;
   }
@@ -218,32 +293,20 @@ void Server::State::Handle(Connection& c) {
   }
 }
 
+// This daemon speaks this version; nothing more before the proof.
 void Server::State::Hello(Connection& c) {
   if (c.passed >= 0) {
     Refuse(c, kOpHello, EPROTO);
     return;
   }
-  HelloReply reply{};
-  reply.h = {kMagic, kOpHello, 0, sizeof reply};
-  reply.namespace_size = namespace_size;
-  reply.path_len = static_cast<uint32_t>(std::min(namespace_path.size(), sizeof reply.path));
-  std::memcpy(reply.path, namespace_path.data(), reply.path_len);
+  const ReplyHeader reply{kMagic, kOpHello, 0, sizeof reply};
   Send(c, &reply, sizeof reply);
 }
 
 // The proof: a descriptor of this very namespace, open for reading, that
 // the client had (it opened it, or was given it by someone who could).
 void Server::State::Prove(Connection& c) {
-  struct statx stx {};
-  bool same = c.passed >= 0 && StatFd(c.passed, &stx) && Readable(c.passed) &&
-              (stx.stx_mode & S_IFMT) == (namespace_stat.st_mode & S_IFMT);
-  if (same && S_ISCHR(namespace_stat.st_mode)) {
-    same = makedev(stx.stx_rdev_major, stx.stx_rdev_minor) == namespace_stat.st_rdev;
-  } else if (same) {
-    same = makedev(stx.stx_dev_major, stx.stx_dev_minor) == namespace_stat.st_dev &&
-           stx.stx_ino == namespace_stat.st_ino;
-  }
-  if (!same) {
+  if (c.passed < 0 || !descriptors.IsNamespace(c.passed) || !Readable(c.passed)) {
     Refuse(c, kOpProve, EACCES);
     return;
   }
@@ -251,7 +314,7 @@ void Server::State::Prove(Connection& c) {
   const std::byte* base = fs->media().base();
   ProveReply reply{};
   reply.h = {kMagic, kOpProve, 0, sizeof reply};
-  reply.namespace_size = namespace_size;
+  reply.namespace_size = fs->media().size();
   std::memcpy(&reply.mount_count,
               base + format::kSuperDynamicOffset + offsetof(format::SuperDynamic, mount_count),
               sizeof reply.mount_count);
@@ -279,7 +342,8 @@ void Server::State::Map(Connection& c) {
     // only if the client keeps it; ours goes first, so that a last close
     // here never runs under the core's locks. DirectMap refuses an inode
     // no one has open (EBADF).
-    CloseFd(c.passed);
+    descriptors.Release(c.passed, c.uid);
+    c.passed = -1;
     Result<Filesystem::DirectMapping> m =
         fs->DirectMap(stx.stx_ino, c.request.offset, reply.runs, kMaxRuns);
     if (!m.ok()) {
@@ -289,6 +353,7 @@ void Server::State::Map(Connection& c) {
       reply.seq = m->seq;
       reply.size = m->size;
       reply.start = m->start;
+      reply.namespace_size = fs->media().size();
       reply.slot = m->slot;
       reply.run_count = static_cast<uint32_t>(m->run_count);
     }
@@ -309,12 +374,13 @@ void Server::State::Refuse(Connection& c, uint32_t op, int error) {
 }
 
 void Server::State::Close(Connection& c) {
-  CloseFd(c.passed);
-  if (c.fd >= 0) {
-    close(c.fd);
-    c.fd = -1;
-    if (--per_uid[c.uid] == 0) per_uid.erase(c.uid);
-  }
+  descriptors.Release(c.passed, c.uid);
+  c.passed = -1;
+  if (c.fd < 0) return;
+  descriptors.CloseConnection(c.fd, c.uid);
+  c.fd = -1;
+  auto it = users.find(c.uid);
+  if (it != users.end() && --it->second.connections == 0) users.erase(it);
 }
 
 std::unique_ptr<Server> Server::Create(Filesystem& fs, dev_t mount_dev,
@@ -323,9 +389,9 @@ std::unique_ptr<Server> Server::Create(Filesystem& fs, dev_t mount_dev,
   if (!daemon::RootAndNamespace(namespace_path, &s->namespace_stat, why)) return nullptr;
   s->fs = &fs;
   s->mount_dev = mount_dev;
-  s->namespace_path = namespace_path;
-  s->namespace_size = fs.media().size();
+  s->namespace_has_acl = getxattr(namespace_path.c_str(), "system.posix_acl_access", nullptr, 0) > 0;
   s->socket_path = SocketPath(mount_dev);
+  if (!s->descriptors.Start(s->namespace_stat, mount_dev, why)) return nullptr;
   // The table: a memfd sealed so that no one can write it after this but
   // through the mapping made here; clients get a read-only descriptor.
   s->table_bytes = size_t{kSlots} * sizeof(DirectSlot);
@@ -357,7 +423,16 @@ std::unique_ptr<Server> Server::Create(Filesystem& fs, dev_t mount_dev,
   }
 
   // Anyone may connect; what they may do is the protocol's (protocol.hpp).
-  if (!s->socket.Listen(s->socket_path, 0666, 128, SOCK_NONBLOCK, why)) return nullptr;
+  if (!s->socket.Listen(s->socket_path, 0666, 128, SOCK_NONBLOCK,
+                       /*descriptors_from_connect=*/false, why)) {
+    return nullptr;
+  }
+  if (!s->socket.descriptors_gated()) {
+    // Without it any local user could pass a descriptor whose close waits
+    // for as long as that user wants.
+    *why = "the kernel cannot refuse descriptors from clients (SO_PASSRIGHTS, Linux 6.16)";
+    return nullptr;
+  }
   fs.SetDirectTable(s->table, kSlots);
   return std::unique_ptr<Server>(new Server(std::move(s)));
 }

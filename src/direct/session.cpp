@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -78,6 +79,112 @@ uint64_t GuardedWord(const std::byte* base, uint64_t offset) {
   return v;
 }
 
+// Virtual address space kept after a namespace's mapping, so that a grow
+// while mounted is mapped in place: the base never moves under a reader.
+constexpr uint64_t kGrowRoom = uint64_t{64} << 30;
+
+// mountinfo writes space, tab, newline and backslash as \ooo; in place.
+void UnescapeMountField(char* field) {
+  char* out = field;
+  for (const char* in = field; *in != '\0'; ++in) {
+    if (in[0] == '\\' && in[1] >= '0' && in[1] <= '3' && in[2] >= '0' && in[2] <= '7' &&
+        in[3] >= '0' && in[3] <= '7') {
+      *out++ = static_cast<char>((in[1] - '0') * 64 + (in[2] - '0') * 8 + (in[3] - '0'));
+      in += 3;
+    } else {
+      *out++ = *in;
+    }
+  }
+  *out = '\0';
+}
+
+// The source of the mount whose device is `dev`, from one line of
+// mountinfo ("ID PARENT MAJOR:MINOR ROOT POINT OPTIONS [TAGS...] - TYPE
+// SOURCE SUPER"): what its daemon, root, mounted it from (the namespace's
+// absolute path). Found by the device number, which the kernel gave the
+// mount, so no user's mount can stand in for it.
+bool SourceOfLine(char* line, dev_t dev, char* out, size_t size) {
+  unsigned maj = 0, min = 0;
+  if (std::sscanf(line, "%*u %*u %u:%u", &maj, &min) != 2 || makedev(maj, min) != dev) return false;
+  char* dash = std::strstr(line, " - ");
+  if (dash == nullptr) return false;
+  char* type = dash + 3;
+  char* source = std::strchr(type, ' ');
+  if (source == nullptr) return false;
+  ++source;
+  char* end = std::strchr(source, ' ');
+  if (end != nullptr) *end = '\0';
+  UnescapeMountField(source);
+  if (source[0] != '/' || std::strlen(source) >= size) return false;
+  std::strcpy(out, source);
+  return true;
+}
+
+// In test mode (no mount): the source the test's daemon wrote beside its
+// socket, SOCKET.source.
+bool TestSource(dev_t dev, char* out, size_t size) {
+  char path[PATH_MAX];
+  SocketPath(path, sizeof path - 8, dev, SocketDir());
+  std::strcat(path, ".source");
+  const int fd = libc::Get(&libc::Table::open)(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return false;
+  const ssize_t n = read(fd, out, size - 1);
+  CloseFd(fd);
+  if (n <= 0) return false;
+  out[n] = '\0';
+  return out[0] == '/';
+}
+
+// The namespace the mount `dev` serves: its source in this process's
+// /proc/self/mountinfo. Allocates nothing.
+bool NamespacePath(dev_t dev, char* out, size_t size) {
+  if (TestMode()) return TestSource(dev, out, size);
+  const int fd = libc::Get(&libc::Table::open)("/proc/self/mountinfo", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char buf[8192];
+  size_t have = 0;
+  bool found = false, skipping = false;  // skipping: the rest of a line longer than buf
+  for (;;) {
+    const ssize_t n = read(fd, buf + have, sizeof buf - 1 - have);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    have += static_cast<size_t>(n);
+    buf[have] = '\0';
+    char* line = buf;
+    for (char* nl; !found && (nl = std::strchr(line, '\n')) != nullptr; line = nl + 1) {
+      *nl = '\0';
+      if (!skipping) found = SourceOfLine(line, dev, out, size);
+      skipping = false;
+    }
+    if (found) break;
+    have = static_cast<size_t>(buf + have - line);
+    if (have == sizeof buf - 1) {  // no newline in a full buffer
+      have = 0;
+      skipping = true;
+    } else {
+      std::memmove(buf, line, have);
+    }
+  }
+  CloseFd(fd);
+  return found;
+}
+
+// Opens the namespace at `path` for reading without following a symbolic
+// link or blocking (a FIFO put at a moved image's path), and only if it is
+// a regular file or a character device: -1 otherwise. Whether it is the
+// very namespace the daemon serves, the proof tells.
+int OpenNamespace(const char* path, struct stat* st) {
+  const int fd = libc::Get(&libc::Table::open)(
+      path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NOFOLLOW | O_NONBLOCK);
+  if (fd < 0) return -1;
+  if (fstat(fd, st) != 0 || !(S_ISREG(st->st_mode) || S_ISCHR(st->st_mode))) {
+    CloseFd(fd);
+    errno = EACCES;
+    return -1;
+  }
+  return fd;
+}
+
 }  // namespace
 
 bool Session::GuardedIdentityHolds() const {
@@ -119,7 +226,7 @@ Session::~Session() {
     if (all_sessions == this) all_sessions = next_;
   }
   if (fault != nullptr) FaultUnregisterMapping(fault);
-  if (ns_base != nullptr) munmap(const_cast<std::byte*>(ns_base), ns_size);
+  if (ns_base != nullptr) munmap(const_cast<std::byte*>(ns_base), ns_reserved_);
   if (table != nullptr) munmap(const_cast<DirectSlot*>(table), table_bytes_);
   DropSocketLocked();
 }
@@ -205,22 +312,15 @@ int Session::ConnectLocked() {
   internal_index_ = slot;
 
   Request req{kMagic, kVersion, kOpHello, 0, 0, 0};
-  auto* hello = new (std::nothrow) HelloReply;
-  if (hello == nullptr) return fail(NVFS_DIRECT_NO_MEMORY);
-  err = TransportCall(sock_, req, -1, hello, sizeof *hello, offsetof(HelloReply, path), nullptr);
-  if (err != 0 || hello->h.error != 0) {
-    const int why = err != 0 ? NVFS_DIRECT_NO_SERVER : WhyOfDaemonError(hello->h.error);
-    delete hello;
-    return fail(why);
+  ReplyHeader hello{};
+  err = TransportCall(sock_, req, -1, &hello, sizeof hello, sizeof hello, nullptr);
+  if (err != 0 || hello.error != 0) {
+    return fail(err != 0 ? NVFS_DIRECT_NO_SERVER : WhyOfDaemonError(hello.error));
   }
-  if (hello->path_len == 0 || hello->path_len >= PATH_MAX ||
-      std::memchr(hello->path, '\0', hello->path_len) != nullptr) {
-    delete hello;
-    return fail(NVFS_DIRECT_NO_SERVER);
-  }
-  hello->path[hello->path_len] = '\0';
-  const int ns_fd = libc::Get(&libc::Table::open)(hello->path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
-  delete hello;
+  char ns_path[PATH_MAX];
+  if (!NamespacePath(dev_, ns_path, sizeof ns_path)) return fail(NVFS_DIRECT_NO_NAMESPACE);
+  struct stat ns_st {};
+  const int ns_fd = OpenNamespace(ns_path, &ns_st);
   if (ns_fd < 0) return fail(errno == ENOMEM ? NVFS_DIRECT_NO_MEMORY : NVFS_DIRECT_NO_NAMESPACE);
 
   // The descriptor is kept until the namespace is mapped from it: the
@@ -233,14 +333,17 @@ int Session::ConnectLocked() {
   ProveReply prove{};
   int table_fd = -1;
   err = TransportCall(sock_, req, ns.fd, &prove, sizeof prove, sizeof prove, &table_fd);
+  // EPERM: the daemon takes no descriptor from this process's user, who
+  // could not open the namespace (protocol.hpp).
+  if (err == EPERM) return fail(NVFS_DIRECT_NO_NAMESPACE);
   if (err != 0) return fail(NVFS_DIRECT_NO_SERVER);
   if (prove.h.error != 0) {
     return fail(prove.h.error == EACCES || prove.h.error == EPERM || prove.h.error == EBADF
                     ? NVFS_DIRECT_NO_NAMESPACE
                     : WhyOfDaemonError(prove.h.error));
   }
-  struct stat ns_st {}, table_st {};
-  if (table_fd < 0 || fstat(table_fd, &table_st) != 0 || fstat(ns.fd, &ns_st) != 0) {
+  struct stat table_st {};
+  if (table_fd < 0 || fstat(table_fd, &table_st) != 0) {
     CloseFd(table_fd);
     return fail(NVFS_DIRECT_NO_SERVER);
   }
@@ -252,12 +355,16 @@ int Session::ConnectLocked() {
     // namespace at the same mount, or the session is over.
     CloseFd(table_fd);
     if (prove.mount_count != mount_count || uuid[0] != uuid_words[0] || uuid[1] != uuid_words[1] ||
-        prove.namespace_size != ns_size || static_cast<uint64_t>(ns_st.st_dev) != ns_dev_ ||
+        prove.namespace_size < ns_size || static_cast<uint64_t>(ns_st.st_dev) != ns_dev_ ||
         static_cast<uint64_t>(ns_st.st_ino) != ns_ino_ ||
         static_cast<uint64_t>(ns_st.st_rdev) != ns_rdev_ ||
         static_cast<uint64_t>(table_st.st_dev) != table_dev_ ||
         static_cast<uint64_t>(table_st.st_ino) != table_ino_ || !GuardedIdentityHolds()) {
       gone.store(true, std::memory_order_release);
+      return fail(NVFS_DIRECT_GONE);
+    }
+    if (prove.namespace_size > ns_size && !ExtendLocked(ns.fd, prove.namespace_size)) {
+      gone.store(true, std::memory_order_release);  // a new session maps it whole
       return fail(NVFS_DIRECT_GONE);
     }
     why_ = NVFS_DIRECT_ACTIVE;
@@ -284,14 +391,26 @@ int Session::ConnectLocked() {
     munmap(t, prove.table_bytes);
     return fail(NVFS_DIRECT_NO_SERVER);
   }
-  void* n = mmap(nullptr, prove.namespace_size, PROT_READ, MAP_SHARED, ns.fd, 0);
+  // A file may grow while mounted: room is kept after it to map the rest
+  // in place (ExtendLocked). A device keeps its size.
+  const uint64_t reserve = is_file ? prove.namespace_size + kGrowRoom : prove.namespace_size;
+  void* room = is_file ? mmap(nullptr, reserve, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                              -1, 0)
+                       : nullptr;
+  if (room == MAP_FAILED) {
+    munmap(t, prove.table_bytes);
+    return fail(NVFS_DIRECT_NO_MEMORY);
+  }
+  void* n = mmap(room, prove.namespace_size, PROT_READ, MAP_SHARED | (is_file ? MAP_FIXED : 0),
+                 ns.fd, 0);
   if (n == MAP_FAILED) {
+    if (room != nullptr) munmap(room, reserve);
     munmap(t, prove.table_bytes);
     return fail(errno == ENOMEM ? NVFS_DIRECT_NO_MEMORY : NVFS_DIRECT_NO_NAMESPACE);
   }
   FaultMapping* fm = FaultRegisterMapping(static_cast<std::byte*>(n), prove.namespace_size);
   if (fm == nullptr) {
-    munmap(n, prove.namespace_size);
+    munmap(n, reserve);
     munmap(t, prove.table_bytes);
     return fail(NVFS_DIRECT_NO_MEMORY);
   }
@@ -303,13 +422,14 @@ int Session::ConnectLocked() {
   if (!same) {
     // Mounted anew meanwhile (or a page of the superblock is lost).
     FaultUnregisterMapping(fm);
-    munmap(n, prove.namespace_size);
+    munmap(n, reserve);
     munmap(t, prove.table_bytes);
     return fail(NVFS_DIRECT_GONE);
   }
   EpochInit();  // before any reader can reach what the session serves
   ns_base = base;
   ns_size = prove.namespace_size;
+  ns_reserved_ = reserve;
   table = static_cast<const DirectSlot*>(t);
   table_bytes_ = prove.table_bytes;
   slot_count = prove.slot_count;
@@ -343,6 +463,35 @@ int Session::CheckReply(const MapReply& r, uint64_t offset) const {
   return 0;
 }
 
+bool Session::ExtendLocked(int ns_fd, uint64_t new_size) {
+  if (new_size > ns_reserved_) return false;
+  // The mapping grows from the very file that was mapped, and the part
+  // added is mapped before the size that lets replies use it moves.
+  struct stat st {};
+  if (fstat(ns_fd, &st) != 0 || !S_ISREG(st.st_mode) || static_cast<uint64_t>(st.st_dev) != ns_dev_ ||
+      static_cast<uint64_t>(st.st_ino) != ns_ino_ || static_cast<uint64_t>(st.st_size) < new_size) {
+    return false;
+  }
+  void* at = const_cast<std::byte*>(ns_base) + ns_size;
+  if (mmap(at, new_size - ns_size, PROT_READ, MAP_SHARED | MAP_FIXED, ns_fd,
+           static_cast<off_t>(ns_size)) == MAP_FAILED) {
+    return false;
+  }
+  fault->size.store(new_size, std::memory_order_release);
+  ns_size = new_size;
+  return true;
+}
+
+bool Session::ExtendLocked(uint64_t new_size) {
+  char path[PATH_MAX];
+  struct stat st {};
+  const int fd = NamespacePath(dev_, path, sizeof path) ? OpenNamespace(path, &st) : -1;
+  if (fd < 0) return false;
+  const bool extended = ExtendLocked(fd, new_size);
+  CloseFd(fd);
+  return extended;
+}
+
 int Session::MapOnceLocked(int fd, uint64_t offset, MapReply* reply) {
   const Request req{kMagic, kVersion, kOpMap, 0, offset, 0};
   const int err = TransportCall(sock_, req, fd, reply, sizeof *reply, offsetof(MapReply, runs), nullptr);
@@ -352,6 +501,13 @@ int Session::MapOnceLocked(int fd, uint64_t offset, MapReply* reply) {
     return kMapUnavailable;
   }
   if (reply->h.error != 0) return reply->h.error;
+  if (reply->namespace_size > ns_size && !ExtendLocked(reply->namespace_size)) {
+    // Grown past what this session can map: its files go through the
+    // kernel, and a new session maps the namespace whole; asking again
+    // would only get the same runs.
+    gone.store(true, std::memory_order_release);
+    return kMapGone;
+  }
   if (CheckReply(*reply, offset) != 0) {
     DropSocketLocked();  // a daemon that says nonsense is not asked again on this connection
     return kMapUnavailable;

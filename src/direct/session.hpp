@@ -36,6 +36,8 @@ class Session {
   // Set at creation, immutable while the session is usable: what the read
   // path uses without a lock.
   const std::byte* ns_base = nullptr;  // the namespace, mapped PROT_READ
+  // Bytes of it mapped: grows (never shrinks) under mu when the namespace
+  // grows while mounted; only the replies checked under mu rely on it.
   uint64_t ns_size = 0;
   const DirectSlot* table = nullptr;   // slot 0 is the header
   uint32_t slot_count = 0;
@@ -94,6 +96,11 @@ class Session {
   // maps it: NVFS_DIRECT_ACTIVE or why not. REQUIRES: mu held.
   int ConnectLocked();
   int MapOnceLocked(int fd, uint64_t offset, MapReply* reply);
+  // Maps the namespace on to `new_size` bytes, in the room kept after it,
+  // from `ns_fd` (or the namespace opened again), if it is still the file
+  // mapped. False if it cannot. REQUIRES: mu held.
+  bool ExtendLocked(int ns_fd, uint64_t new_size);
+  bool ExtendLocked(uint64_t new_size);
   void DropSocketLocked();
   int CheckReply(const MapReply& reply, uint64_t offset) const;
 
@@ -108,6 +115,7 @@ class Session {
   uint64_t ns_dev_ = 0, ns_ino_ = 0, ns_rdev_ = 0;  // what was mapped
   uint64_t table_dev_ = 0, table_ino_ = 0;
   size_t table_bytes_ = 0;
+  uint64_t ns_reserved_ = 0;  // bytes of address space from ns_base: the mapping and its room
   int why_ = 0;                        // why the last connection attempt failed
   int64_t retry_after_ = 0;            // CLOCK_MONOTONIC seconds
   uint64_t socket_ino_ = 0;            // the socket file that refused us

@@ -10,6 +10,7 @@ NVFS_PACKAGES=(
   libfuse3-dev fuse3 libpmem2-dev libboost-dev catch2
   liburing-dev  # FUSE over io_uring (src/fuse/uring.cpp)
   e2fsprogs util-linux
+  dpkg-dev  # dpkg-buildflags: the package's hardening flags (nvfs_build)
   git rsync make gcc attr sqlite3  # tests/mount_tools.sh: ordinary tools on a mount
   acl  # tests/mount_acl.sh: setfacl, getfacl
   # tests/test_nfs.cpp, tools/nfs_bench.sh: the NFS export (doc/ganesha.conf)
@@ -69,10 +70,26 @@ nvfs_install_deps() {
   return $rc
 }
 
+# The compiler and linker flags Debian's package build uses
+# (tools/debian/rules: hardening=+all), as meson options: the build that
+# check.sh tests and demo.sh runs is compiled as the package is, so what
+# those flags reject (-Werror=format-security, say) fails here first.
+nvfs_package_flags() {
+  local flags
+  flags() { (cd "$NVFS_TOP" && DEB_BUILD_MAINT_OPTIONS=hardening=+all dpkg-buildflags --get "$1"); }
+  printf '%s\n' "-Dcpp_args=$(flags CPPFLAGS) $(flags CXXFLAGS)" \
+    "-Dcpp_link_args=$(flags LDFLAGS)"
+}
+
 nvfs_build() {
+  local options
+  mapfile -t options < <(nvfs_package_flags)
   if [ ! -f "$NVFS_BUILD/build.ninja" ]; then
-    meson setup "$NVFS_BUILD" "$NVFS_TOP" >/dev/null
+    meson setup "$NVFS_BUILD" "$NVFS_TOP" "${options[@]}" >/dev/null
+  elif [ "$(cat "$NVFS_BUILD/.nvfs-flags" 2>/dev/null)" != "${options[*]}" ]; then
+    meson configure "$NVFS_BUILD" "${options[@]}" >/dev/null
   fi
+  printf '%s' "${options[*]}" > "$NVFS_BUILD/.nvfs-flags"
   ninja -C "$NVFS_BUILD" >/dev/null
   nvfs_relink_direct_lib "$NVFS_BUILD"
 }
