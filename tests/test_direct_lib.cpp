@@ -130,12 +130,15 @@ namespace {
 class Talking {
  public:
   Talking(const std::vector<std::string>& argv, const std::vector<std::string>& env) {
+    // A probe that failed and exited must not take the test with it.
+    old_pipe_ = signal(SIGPIPE, SIG_IGN);
     int to[2], from[2];
     REQUIRE(pipe2(to, O_CLOEXEC) == 0);
     REQUIRE(pipe2(from, O_CLOEXEC) == 0);
     pid_ = fork();
     REQUIRE(pid_ >= 0);
     if (pid_ == 0) {
+      signal(SIGPIPE, SIG_DFL);
       dup2(to[0], 0);
       dup2(from[1], 1);
       for (const std::string& e : env) putenv(const_cast<char*>(e.c_str()));
@@ -157,6 +160,7 @@ class Talking {
       kill(pid_, SIGKILL);
       waitpid(pid_, nullptr, 0);
     }
+    signal(SIGPIPE, old_pipe_);
   }
   pid_t pid() const { return pid_; }
   // The next line it says (without the newline); "" at its end, or after
@@ -187,6 +191,7 @@ class Talking {
  private:
   pid_t pid_ = -1;
   int to_ = -1, from_ = -1;
+  sighandler_t old_pipe_ = SIG_DFL;
 };
 
 struct Range {
