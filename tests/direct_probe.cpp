@@ -1,8 +1,9 @@
 // An ordinary program for the preload's tests (test_direct_lib.cpp): run
 // with LD_PRELOAD=libnvfs-direct.so, it does what unmodified programs do
 // with descriptors (close and reopen at the same number, dup2, dup3,
-// fclose, fork, exec, O_DIRECT, threads, its own SIGBUS handler) and checks
-// that every pread returns the bytes of the file the descriptor names now.
+// fclose, fork, exec, O_DIRECT, threads, its own SIGBUS handler, a drop of
+// privileges) and checks that every pread returns the bytes of the file
+// the descriptor names now.
 // It links nothing of nvfs: whether a descriptor is served directly it asks
 // the preloaded library (nvfs_direct_fd_why, found with dlsym).
 //
@@ -13,12 +14,14 @@
 // first failure on stderr and exits 1.
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -287,6 +290,84 @@ void Reader(const char* name, double seconds) {
   ExpectDirect(fd, "the reader's last descriptor");
 }
 
+// A line from the test on stdin (it says when to go on).
+void WaitForTest() {
+  char line[64];
+  Check(std::fgets(line, sizeof line, stdin) != nullptr, "the test went away");
+}
+
+void Say(const std::string& line) {
+  std::printf("%s\n", line.c_str());
+  std::fflush(stdout);
+}
+
+// A root program reads through the library, closes what it opened and
+// drops to nobody, dumpable (issue 29): meanwhile the test, as nobody,
+// looks for another file's bytes in this process's memory where the
+// namespace was mapped. Afterwards the program still reads right, through
+// the kernel: nobody may not read the namespace.
+void Drop() {
+  Check(geteuid() == 0, "drop wants to start as root");
+  const int a = OpenRead("a");
+  ExpectFile(a, 'a', "a as root");
+  ExpectDirect(a, "a as root");
+  const int b = OpenRead("b");
+  ExpectFile(b, 'b', "b as root");
+  ExpectDirect(b, "b as root");
+  close(b);
+  Say("mapped");
+  WaitForTest();
+  Check(setgroups(0, nullptr) == 0, "setgroups");
+  Check(setresgid(65534, 65534, 65534) == 0, "setresgid");
+  Check(setresuid(65534, 65534, 65534) == 0, "setresuid");
+  Check(prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) == 0, "PR_SET_DUMPABLE");
+  // Where Yama restricts ptrace to ancestors: any process of the uid.
+  prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+  Say("dropped");
+  WaitForTest();
+  ExpectFile(a, 'a', "a, opened as root, after the drop");
+  Check(Why(a) == 3, "a after the drop: why " + std::to_string(Why(a)));  // NVFS_DIRECT_NO_NAMESPACE
+  const int c = OpenRead("c");
+  ExpectFile(c, 'c', "c opened after the drop");
+  Check(Why(c) == 3, "c after the drop: why " + std::to_string(Why(c)));
+  Say("read");
+  WaitForTest();
+}
+
+// A child of fork() keeps nothing of the parent's namespace mapping (the
+// test looks at its maps before it reads) and proves itself when it reads.
+void ForkMaps() {
+  const int a = OpenRead("a");
+  ExpectFile(a, 'a', "parent before fork");
+  ExpectDirect(a, "parent before fork");
+  int go[2];
+  Check(pipe(go) == 0, "pipe");
+  std::fflush(stdout);
+  const pid_t pid = fork();
+  Check(pid >= 0, "fork");
+  if (pid == 0) {
+    close(go[1]);
+    char c;
+    Check(read(go[0], &c, 1) == 1, "the parent went away");
+    ExpectFile(a, 'a', "child, the inherited descriptor");
+    ExpectDirect(a, "child, the inherited descriptor");
+    const int b = OpenRead("b");
+    ExpectFile(b, 'b', "child's own open");
+    ExpectDirect(b, "child's own open");
+    std::_Exit(0);
+  }
+  close(go[0]);
+  Say("child " + std::to_string(pid));
+  WaitForTest();
+  Check(write(go[1], "g", 1) == 1, "write to the child");
+  int status = 0;
+  Check(waitpid(pid, &status, 0) == pid, "waitpid");
+  Check(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the child failed");
+  ExpectFile(a, 'a', "parent after the child");
+  ExpectDirect(a, "parent after the child");
+  Say("done");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -311,6 +392,10 @@ int main(int argc, char** argv) {
     Threads();
   } else if (scenario == "sigbus") {
     OwnSigbus();
+  } else if (scenario == "drop") {
+    Drop();
+  } else if (scenario == "forkmaps") {
+    ForkMaps();
   } else if (scenario == "reader" && argc > 4) {
     Reader(argv[3], std::atof(argv[4]));
   } else {

@@ -621,18 +621,15 @@ int AttackResult(int pipe_fd) {
   return result;
 }
 
-// In a child, as nobody: says hello on the daemon's socket, then sends a
-// proof carrying `fd` (a descriptor whose close can wait), closes its own
+// In a child, as nobody: sends the daemon's socket a proof carrying `fd` (a descriptor whose close can wait), closes its own
 // copy unless `keep`, writes the sendmsg's errno to `report` and stays
 // (holding what it made) until killed.
 [[noreturn]] void PassAndStay(const std::string& socket_path, int fd, int report, bool keep) {
   int result = 1000;
   const int sock = ConnectRaw(socket_path);
   if (sock >= 0) {
-    const Request hello{kMagic, kVersion, kOpHello, 0, 0, 0};
-    ReplyHeader h{};
-    (void)!write(sock, &hello, sizeof hello);
-    (void)!read(sock, &h, sizeof h);
+    // At once, as the first message: a daemon that takes the descriptor
+    // closes it whatever it makes of the request.
     const Request prove{kMagic, kVersion, kOpProve, 0, 0, 0};
     result = SendWithFd(sock, &prove, sizeof prove, fd, MSG_NOSIGNAL) >= 0 ? 0 : errno;
   }

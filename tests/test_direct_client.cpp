@@ -4,11 +4,13 @@
 // (direct_helper.cpp). The end-to-end tests on a real mount are the mount
 // suite's.
 #include <fcntl.h>
+#include <grp.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/sysmacros.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -654,6 +656,177 @@ TEST_CASE("direct: a forked child reads, with a connection of its own", "[direct
   REQUIRE(E().daemon->connections() == connections + 1);  // the child's own
   CheckRead(a.f, runs, 10, 4 * kBlock, 0, 4 * kBlock);     // the parent's still works
   REQUIRE(E().daemon->connections() == connections + 1);
+}
+
+// --- credentials are part of the proof (issue 29) --------------------------------
+
+namespace {
+
+// Whether this process maps the file at `path` (/proc/self/maps).
+bool MapsFile(const std::string& path) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) return false;
+  FILE* maps = std::fopen("/proc/self/maps", "r");
+  if (maps == nullptr) return false;
+  char line[4096];
+  bool found = false;
+  while (!found && std::fgets(line, sizeof line, maps) != nullptr) {
+    unsigned long start, end, offset, ino;
+    unsigned dev_major, dev_minor;
+    char perms[8];
+    found = std::sscanf(line, "%lx-%lx %7s %lx %x:%x %lu", &start, &end, perms, &offset, &dev_major,
+                        &dev_minor, &ino) == 7 &&
+            ino == st.st_ino && dev_major == major(st.st_dev) && dev_minor == minor(st.st_dev);
+  }
+  std::fclose(maps);
+  return found;
+}
+
+// A read of the whole file: true if every byte is the namespace's version
+// `seed` (`*direct`) or the file's own byte `kernel` (read by the kernel).
+bool ReadsWhole(nvfs_direct* f, uint64_t size, uint64_t seed, char kernel, bool* direct) {
+  std::vector<uint8_t> buf(size);
+  if (nvfs_direct_pread(f, buf.data(), size, 0) != static_cast<ssize_t>(size)) return false;
+  bool all_direct = true, all_kernel = true;
+  for (uint64_t i = 0; i < size; ++i) {
+    all_direct = all_direct && buf[i] == Pattern(seed, i);
+    all_kernel = all_kernel && buf[i] == static_cast<uint8_t>(kernel);
+  }
+  *direct = all_direct;
+  return all_direct || all_kernel;
+}
+
+// Runs `body` in a child (credentials are the process's: the test's own
+// must stay root's) and returns its exit status.
+template <class Body>
+int InChild(Body body) {
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) _exit(body());
+  int status = 0;
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+}  // namespace
+
+TEST_CASE("direct: a change of credentials takes the namespace out first; the process proves "
+          "itself again as what it now is",
+          "[direct][credentials]") {
+  const std::string path = MakeFile("creds", 4 * kBlock, 'k');
+  const std::vector<DirectRun> runs = {{E().Alloc(4 * kBlock), 4 * kBlock}};
+  WriteRuns(runs, 11);
+  E().daemon->Serve(path, 4 * kBlock, runs);
+  const std::string other = MakeFile("creds-other", kBlock, 'o');
+  const uint64_t other_at = E().Alloc(kBlock);
+  E().daemon->FillNamespace(other_at, 'O', kBlock);
+  E().daemon->Serve(other, kBlock, {{other_at, kBlock}});
+  const std::string ns = E().daemon->ns_path();
+  const uint64_t proves = E().daemon->proves();
+  const int status = InChild([&] {
+    const int fd = open(path.c_str(), O_RDONLY);
+    nvfs_direct* f = nvfs_direct_attach(fd);
+    bool direct = false;
+    if (f == nullptr || nvfs_direct_why(f) != NVFS_DIRECT_ACTIVE) return 10;
+    if (!ReadsWhole(f, 4 * kBlock, 11, 'k', &direct) || !direct) return 11;
+    if (!MapsFile(ns)) return 12;
+    // A change to the same credentials is a change still: the namespace
+    // leaves before it, and comes back with a new proof.
+    if (setegid(getegid()) != 0) return 13;
+    if (MapsFile(ns)) return 14;
+    if (!ReadsWhole(f, 4 * kBlock, 11, 'k', &direct) || !direct) return 15;
+    if (nvfs_direct_why(f) != NVFS_DIRECT_ACTIVE || !MapsFile(ns)) return 16;
+    // Down to nobody, who may not open the namespace (0600, root's).
+    if (setgroups(0, nullptr) != 0 || setresgid(65534, 65534, 65534) != 0 ||
+        setresuid(65534, 65534, 65534) != 0) {
+      return 17;
+    }
+    if (MapsFile(ns)) return 18;
+    if (!ReadsWhole(f, 4 * kBlock, 11, 'k', &direct) || direct) return 19;  // the kernel's
+    if (nvfs_direct_why(f) != NVFS_DIRECT_NO_NAMESPACE) return 20;
+    if (MapsFile(ns)) return 21;
+    // A file attached now: not read directly either.
+    const int ofd = open(other.c_str(), O_RDONLY);
+    nvfs_direct* o = nvfs_direct_attach(ofd);
+    if (o == nullptr || nvfs_direct_why(o) != NVFS_DIRECT_NO_NAMESPACE) return 22;
+    char c = 0;
+    if (nvfs_direct_pread(o, &c, 1, 0) != 1 || c != 'o') return 23;
+    if (MapsFile(ns)) return 24;
+    return 0;
+  });
+  INFO("the child's status (the step that failed)");
+  REQUIRE(status == 0);
+  // Root's two proofs, and nobody's refused one (the namespace never came).
+  REQUIRE(E().daemon->proves() == proves + 2);
+}
+
+TEST_CASE("direct: readers in other threads while the process changes its credentials",
+          "[direct][credentials]") {
+  const uint64_t size = 64 * kBlock;
+  const std::string path = MakeFile("creds-threads", size, 'k');
+  const std::vector<DirectRun> runs = {{E().Alloc(size), size}};
+  WriteRuns(runs, 12);
+  E().daemon->Serve(path, size, runs);
+  const int status = InChild([&] {
+    const int fd = open(path.c_str(), O_RDONLY);
+    nvfs_direct* f = nvfs_direct_attach(fd);
+    if (f == nullptr || nvfs_direct_why(f) != NVFS_DIRECT_ACTIVE) return 10;
+    std::atomic<bool> stop{false};
+    std::atomic<long> bad{0}, direct{0}, reads{0};
+    std::vector<std::thread> readers;
+    for (int t = 0; t < 3; ++t) {
+      readers.emplace_back([&, t] {
+        std::vector<uint8_t> buf(16 * kBlock);
+        for (uint64_t i = 0; !stop.load(); ++i) {
+          const uint64_t off = (i * 7 + static_cast<uint64_t>(t)) % 48 * kBlock;
+          const ssize_t n = nvfs_direct_pread(f, buf.data(), buf.size(), static_cast<off_t>(off));
+          bool all_direct = n == static_cast<ssize_t>(buf.size()), all_kernel = all_direct;
+          for (size_t j = 0; j < buf.size() && (all_direct || all_kernel); ++j) {
+            all_direct = all_direct && buf[j] == Pattern(12, off + j);
+            all_kernel = all_kernel && buf[j] == 'k';
+          }
+          if (!all_direct && !all_kernel) bad++;
+          if (all_direct) direct++;
+          reads++;
+        }
+      });
+    }
+    for (int i = 0; i < 200; ++i) {
+      if (setegid(getegid()) != 0) bad++;
+      std::this_thread::sleep_for(std::chrono::microseconds(500));
+    }
+    stop = true;
+    for (auto& t : readers) t.join();
+    std::fprintf(stderr, "credentials under readers: %ld reads, %ld direct, %ld wrong\n", reads.load(),
+                 direct.load(), bad.load());
+    if (bad.load() != 0) return 11;
+    if (direct.load() == 0) return 12;
+    // Still served directly after it all.
+    bool d = false;
+    if (!ReadsWhole(f, size, 12, 'k', &d) || !d || nvfs_direct_why(f) != NVFS_DIRECT_ACTIVE) return 13;
+    return 0;
+  });
+  REQUIRE(status == 0);
+}
+
+TEST_CASE("direct: a forked child does not keep the parent's mapping", "[direct][credentials][fork]") {
+  const std::string path = MakeFile("creds-fork", kBlock, 'k');
+  const std::vector<DirectRun> runs = {{E().Alloc(kBlock), kBlock}};
+  WriteRuns(runs, 13);
+  E().daemon->Serve(path, kBlock, runs);
+  Attached a(path);
+  CheckRead(a.f, runs, 13, kBlock, 0, kBlock);
+  const std::string ns = E().daemon->ns_path();
+  REQUIRE(MapsFile(ns));
+  const int status = InChild([&] {
+    if (MapsFile(ns)) return 10;  // before the child reads anything
+    bool direct = false;
+    if (!ReadsWhole(a.f, kBlock, 13, 'k', &direct) || !direct) return 11;  // its own proof
+    return MapsFile(ns) ? 0 : 12;
+  });
+  REQUIRE(status == 0);
+  REQUIRE(MapsFile(ns));
+  CheckRead(a.f, runs, 13, kBlock, 0, kBlock);
 }
 
 // --- the preload, in other processes -------------------------------------------

@@ -12,12 +12,15 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <linux/falloc.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -122,6 +125,139 @@ namespace {
 }
 
 [[maybe_unused]] bool RootDaemon() { return geteuid() == 0; }
+
+// direct_probe run with the preload, its stdin and stdout pipes to the
+// test, which it talks to a line at a time; killed (by its PID) if still
+// running when this goes.
+class Talking {
+ public:
+  Talking(const std::vector<std::string>& argv, const std::vector<std::string>& env) {
+    // A probe that failed and exited must not take the test with it.
+    old_pipe_ = signal(SIGPIPE, SIG_IGN);
+    int to[2], from[2];
+    REQUIRE(pipe2(to, O_CLOEXEC) == 0);
+    REQUIRE(pipe2(from, O_CLOEXEC) == 0);
+    pid_ = fork();
+    REQUIRE(pid_ >= 0);
+    if (pid_ == 0) {
+      signal(SIGPIPE, SIG_DFL);
+      dup2(to[0], 0);
+      dup2(from[1], 1);
+      for (const std::string& e : env) putenv(const_cast<char*>(e.c_str()));
+      std::vector<char*> args;
+      for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+      args.push_back(nullptr);
+      execv(args[0], args.data());
+      _exit(127);
+    }
+    close(to[0]);
+    close(from[1]);
+    to_ = to[1];
+    from_ = from[0];
+  }
+  ~Talking() {
+    if (to_ >= 0) close(to_);
+    if (from_ >= 0) close(from_);
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+    signal(SIGPIPE, old_pipe_);
+  }
+  pid_t pid() const { return pid_; }
+  // The next line it says (without the newline); "" at its end, or after
+  // 30 s of silence.
+  std::string Hear() {
+    std::string line;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    char c;
+    while (std::chrono::steady_clock::now() < deadline) {
+      pollfd p{from_, POLLIN, 0};
+      if (poll(&p, 1, 100) <= 0) continue;
+      if (read(from_, &c, 1) != 1) return line;
+      if (c == '\n') return line;
+      line += c;
+    }
+    return line;
+  }
+  void Tell() { REQUIRE(write(to_, "go\n", 3) == 3); }
+  // Its exit status (128 + signal), waiting at most 30 s.
+  int Finish() {
+    close(to_);
+    to_ = -1;
+    const int code = nvfs::test::WaitForExit(pid_, 30);
+    if (code != -1) pid_ = -1;
+    return code;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int to_ = -1, from_ = -1;
+  sighandler_t old_pipe_ = SIG_DFL;
+};
+
+struct Range {
+  uintptr_t start, end;
+};
+
+// Where process `pid` maps the file `st` describes (/proc/PID/maps).
+std::vector<Range> MappingsOf(pid_t pid, const struct stat& st) {
+  std::vector<Range> out;
+  FILE* maps = std::fopen(("/proc/" + std::to_string(pid) + "/maps").c_str(), "r");
+  if (maps == nullptr) return out;
+  char line[4096];
+  while (std::fgets(line, sizeof line, maps) != nullptr) {
+    unsigned long start, end, offset, ino;
+    unsigned dev_major, dev_minor;
+    char perms[8];
+    if (std::sscanf(line, "%lx-%lx %7s %lx %x:%x %lu", &start, &end, perms, &offset, &dev_major,
+                    &dev_minor, &ino) != 7) {
+      continue;
+    }
+    if (ino == st.st_ino && dev_major == major(st.st_dev) && dev_minor == minor(st.st_dev)) {
+      out.push_back({start, end});
+    }
+  }
+  std::fclose(maps);
+  return out;
+}
+
+// Reads process `pid`'s memory over `ranges` through /proc/PID/mem and
+// looks for `marker` there. 0: every range read, the marker nowhere; 1:
+// the marker found; 2: the memory could not be read.
+int Look(pid_t pid, const std::vector<Range>& ranges, const std::string& marker) {
+  const int mem = open(("/proc/" + std::to_string(pid) + "/mem").c_str(), O_RDONLY | O_CLOEXEC);
+  if (mem < 0) return 2;
+  std::vector<char> buf((1 << 20) + marker.size());
+  int result = 0;
+  for (const Range& r : ranges) {
+    for (uintptr_t at = r.start; at < r.end && result == 0; at += 1 << 20) {
+      const size_t want = std::min<uintptr_t>(buf.size(), r.end - at);
+      const ssize_t n = pread(mem, buf.data(), want, static_cast<off_t>(at));
+      if (n <= 0) {
+        result = 2;
+      } else if (memmem(buf.data(), static_cast<size_t>(n), marker.data(), marker.size()) != nullptr) {
+        result = 1;
+      }
+    }
+  }
+  close(mem);
+  return result;
+}
+
+// Look, as nobody, in a child; 3: nobody may open `secret` itself (the
+// look would prove nothing).
+int LookAsNobody(pid_t pid, const std::vector<Range>& ranges, const std::string& marker,
+                 const std::string& secret) {
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    if (!nvfs::test::BecomeNobody()) _exit(4);
+    if (open(secret.c_str(), O_RDONLY) >= 0) _exit(3);
+    _exit(Look(pid, ranges, marker));
+  }
+  return nvfs::test::WaitForExit(child, 60);
+}
 
 }  // namespace
 
@@ -370,6 +506,84 @@ TEST_CASE("direct lib: a media error fails that read, and the process lives", "[
   close(fd);
   // The daemon lives (it found the lost pages too); it is not marked clean.
   CHECK(m.Stop() == 1);
+}
+
+// Issue 29: credentials are part of the proof. A root program that read
+// through the preload and then dropped to nobody must not keep the
+// namespace (every file's bytes) in its memory, where any process of
+// nobody's could read it once the program is dumpable.
+TEST_CASE("direct lib: a privilege drop takes the namespace out of the process",
+          "[mount][direct]") {
+  NVFS_REQUIRE_FUSE();
+  if (!RootDaemon()) NVFS_SKIP("the direct socket needs a root daemon");
+  MountedFs m;
+  m.Start("allow_other");  // nobody reads the public files through the mount
+  for (const char* name : {"a", "b", "c"}) {
+    WriteAt(m.path(name), std::string(65536, name[0]), 0);
+    REQUIRE(chmod(m.path(name).c_str(), 0644) == 0);
+  }
+  std::random_device rd;
+  char marker[40];
+  std::snprintf(marker, sizeof marker, "nvfs-secret-%08x%08x", rd(), rd());
+  std::string secret_bytes;
+  while (secret_bytes.size() < 8192) secret_bytes += marker;
+  const std::string secret = m.path("secret");
+  WriteAt(secret, secret_bytes, 0);
+  REQUIRE(chmod(secret.c_str(), 0600) == 0);
+  {
+    const int fd = open(secret.c_str(), O_RDONLY);
+    REQUIRE(fd >= 0);
+    REQUIRE(fsync(fd) == 0);
+    close(fd);
+  }
+  struct stat image {};
+  REQUIRE(stat(m.image().c_str(), &image) == 0);
+
+  Talking probe({Program("NVFS_DIRECT_PROBE"), "drop", m.dir()},
+                {"LD_PRELOAD=" + Program("NVFS_DIRECT_LIB")});
+  REQUIRE(probe.Hear() == "mapped");
+  // Read directly (the probe checked), so the namespace is mapped: where.
+  const std::vector<Range> ranges = MappingsOf(probe.pid(), image);
+  REQUIRE(!ranges.empty());
+  // As root the program may read every file; the secret's bytes are there
+  // (the look finds what it looks for).
+  CHECK(Look(probe.pid(), ranges, marker) == 1);
+  probe.Tell();
+  REQUIRE(probe.Hear() == "dropped");
+  CHECK(MappingsOf(probe.pid(), image).empty());
+  const int look = LookAsNobody(probe.pid(), ranges, marker, secret);
+  INFO("0: nothing found, 1: the secret found, 2: memory unreadable, 3: secret readable");
+  CHECK(look == 0);
+  probe.Tell();
+  // It reads on, right, through the kernel.
+  CHECK(probe.Hear() == "read");
+  CHECK(LookAsNobody(probe.pid(), ranges, marker, secret) == 0);
+  CHECK(MappingsOf(probe.pid(), image).empty());
+  probe.Tell();
+  CHECK(probe.Finish() == 0);
+  REQUIRE(m.Stop() == 0);
+}
+
+TEST_CASE("direct lib: a forked child does not inherit the namespace, and proves itself",
+          "[mount][direct]") {
+  NVFS_REQUIRE_FUSE();
+  if (!RootDaemon()) NVFS_SKIP("the direct socket needs a root daemon");
+  MountedFs m;
+  m.Start();
+  for (const char* name : {"a", "b", "c"}) WriteAt(m.path(name), std::string(65536, name[0]), 0);
+  struct stat image {};
+  REQUIRE(stat(m.image().c_str(), &image) == 0);
+  Talking probe({Program("NVFS_DIRECT_PROBE"), "forkmaps", m.dir()},
+                {"LD_PRELOAD=" + Program("NVFS_DIRECT_LIB")});
+  const std::string said = probe.Hear();
+  REQUIRE(said.rfind("child ", 0) == 0);
+  const pid_t child = std::atoi(said.c_str() + 6);
+  CHECK(!MappingsOf(probe.pid(), image).empty());
+  CHECK(MappingsOf(child, image).empty());
+  probe.Tell();
+  CHECK(probe.Hear() == "done");
+  CHECK(probe.Finish() == 0);
+  REQUIRE(m.Stop() == 0);
 }
 
 #endif  // !NVFS_DIRECT_NO_RECHECK

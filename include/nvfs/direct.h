@@ -22,6 +22,19 @@
  * unmodified programs for regular files on nvfs mounts opened for reading
  * (not O_DIRECT), and hands every other call to the kernel.
  *
+ * A session is bound to the namespace and to the credentials that proved
+ * it. Linked or preloaded, the library also defines setuid, seteuid,
+ * setreuid, setresuid, their gid twins, setgroups, initgroups, setfsuid,
+ * setfsgid, capset, unshare and setns (into a user namespace) and
+ * syscall() (for those numbers): before libc makes the change, the
+ * namespace is taken out of the process (zeros are mapped over it), and the
+ * next read proves the process again, as what it now is; a process that
+ * may no longer open the namespace reads through the kernel
+ * (NVFS_DIRECT_NO_NAMESPACE). A child of fork() proves itself on its own.
+ * A change the library cannot see (a system call made without libc, a
+ * child of clone() or of a raw fork) leaves the mapping in the process
+ * until its next proof: doc/integrity.md section 10 lists these limits.
+ *
  * Thread-safe: a handle may be read through from many threads at once.
  */
 #ifndef NVFS_DIRECT_H

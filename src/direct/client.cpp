@@ -11,6 +11,7 @@
 
 #include <new>
 
+#include "direct/credentials.hpp"
 #include "direct/epoch.hpp"
 #include "direct/export.hpp"
 #include "direct/fault.hpp"
@@ -73,6 +74,7 @@ void ParentAfterFork() {
   SessionsParentAfterFork();
 }
 void ChildAfterFork() {
+  CredentialsChildAfterFork();  // before the child runs any code of its own
   FaultAfterFork();
   EpochChildAfterFork();
   SessionsChildAfterFork();
@@ -109,6 +111,11 @@ nvfs_direct* Attach(int fd, uint64_t offset) {
       session->Unref();
       f->why.store(NVFS_DIRECT_GONE, std::memory_order_relaxed);
       continue;
+    }
+    if (status == Session::kMapEnded) {
+      session->Unref();
+      f->why.store(NVFS_DIRECT_NO_NAMESPACE, std::memory_order_relaxed);
+      return f;
     }
     f->session = session;
     f->why.store(NVFS_DIRECT_ACTIVE, std::memory_order_relaxed);

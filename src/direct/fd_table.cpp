@@ -224,6 +224,36 @@ int FdWhy(int fd) {
   return NVFS_DIRECT_REFUSED;  // the number was freed or reused while it was looked at
 }
 
+void FdForgetNotDirect() {
+  if (!preloaded.load(std::memory_order_relaxed) || tls.depth != 0) return;
+  DepthGuard depth;
+  for (std::atomic<FdChunk*>& slot : chunks) {
+    FdChunk* chunk = slot.load(std::memory_order_acquire);
+    if (chunk == nullptr) continue;
+    for (FdEntry& e : chunk->entries) {
+      nvfs_direct* h = e.handle.load(std::memory_order_relaxed);
+      if (h == nullptr) continue;
+      if (!IsNotDirect(h)) {
+        // A handle's reason is read inside a section: the number may be
+        // closed, and the handle retired, meanwhile.
+        ReadSection section;
+        if (!section.Enter()) return;
+        h = e.handle.load(std::memory_order_acquire);
+        if (h == nullptr || IsNotDirect(h) ||
+            h->why.load(std::memory_order_acquire) == NVFS_DIRECT_ACTIVE) {
+          continue;
+        }
+      }
+      // Forgotten only if the entry still holds what was looked at (a
+      // handle freed and another installed at the same address is
+      // forgotten too, which costs it one more look).
+      if (!e.handle.compare_exchange_strong(h, nullptr, std::memory_order_acq_rel)) continue;
+      e.generation.fetch_add(1, std::memory_order_seq_cst);
+      if (!IsNotDirect(h)) RetireHandle(h);
+    }
+  }
+}
+
 void SetPreloaded() { preloaded.store(true, std::memory_order_relaxed); }
 bool Preloaded() { return preloaded.load(std::memory_order_relaxed); }
 

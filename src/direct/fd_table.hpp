@@ -57,4 +57,11 @@ void FdClosingRange(unsigned first, unsigned last);
 // After a call that returned `fd` (if >= 0); returns it.
 int FdFresh(int fd);
 
+// After a change of credentials (credentials.hpp): forgets every number
+// read through the kernel (a NotDirect marker, or a handle no longer
+// served directly), so that it is looked at again as what the process now
+// is; handles served directly stay (their sessions prove themselves again).
+// Does nothing from a signal handler that interrupted the library.
+void FdForgetNotDirect();
+
 }  // namespace nvfs::direct

@@ -62,6 +62,22 @@ NVFS_DIRECT_UNINSTRUMENTED void Resolve() {
   Find(real.epoll_create1, "epoll_create1");
   Find(real.memfd_create, "memfd_create");
   Find(real.sigaction, "sigaction");
+  Find(real.setuid, "setuid");
+  Find(real.seteuid, "seteuid");
+  Find(real.setreuid, "setreuid");
+  Find(real.setresuid, "setresuid");
+  Find(real.setgid, "setgid");
+  Find(real.setegid, "setegid");
+  Find(real.setregid, "setregid");
+  Find(real.setresgid, "setresgid");
+  Find(real.setgroups, "setgroups");
+  Find(real.initgroups, "initgroups");
+  Find(real.setfsuid, "setfsuid");
+  Find(real.setfsgid, "setfsgid");
+  Find(real.capset, "capset");
+  Find(real.unshare, "unshare");
+  Find(real.setns, "setns");
+  Find(real.syscall, "syscall");
 }
 
 }  // namespace nvfs::direct::libc

@@ -1,5 +1,6 @@
 // libc's own definitions of the calls libnvfs-direct interposes
-// (preload.cpp, fault.cpp), found with dlsym(RTLD_NEXT) once, at load.
+// (preload.cpp, fault.cpp, credentials.cpp), found with dlsym(RTLD_NEXT)
+// once, at load.
 //
 // The library defines pread, close, sigaction and the rest itself, and a
 // call from inside the library to `close` binds to that definition, not to
@@ -67,6 +68,23 @@ struct Table {
   int (*memfd_create)(const char*, unsigned);
 
   int (*sigaction)(int, const struct sigaction*, struct sigaction*);
+
+  int (*setuid)(uid_t);
+  int (*seteuid)(uid_t);
+  int (*setreuid)(uid_t, uid_t);
+  int (*setresuid)(uid_t, uid_t, uid_t);
+  int (*setgid)(gid_t);
+  int (*setegid)(gid_t);
+  int (*setregid)(gid_t, gid_t);
+  int (*setresgid)(gid_t, gid_t, gid_t);
+  int (*setgroups)(size_t, const gid_t*);
+  int (*initgroups)(const char*, gid_t);
+  int (*setfsuid)(uid_t);
+  int (*setfsgid)(gid_t);
+  int (*capset)(void*, void*);
+  int (*unshare)(int);
+  int (*setns)(int, int);
+  long (*syscall)(long, ...);
 };
 
 // Filled by Resolve(); a pointer is null where libc lacks the call.

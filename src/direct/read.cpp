@@ -71,8 +71,10 @@ bool Refresh(nvfs_direct* f, Snapshot* observed, uint64_t offset) {
       old = f->snapshot.exchange(fresh, std::memory_order_acq_rel);
     }
   }
-  if (status == Session::kMapGone || status == kMapOtherFile) {
-    MakeGone(f, status == kMapOtherFile ? NVFS_DIRECT_NOT_NVFS : NVFS_DIRECT_GONE);
+  if (status == Session::kMapGone || status == kMapOtherFile || status == Session::kMapEnded) {
+    MakeGone(f, status == kMapOtherFile     ? NVFS_DIRECT_NOT_NVFS
+                : status == Session::kMapEnded ? NVFS_DIRECT_NO_NAMESPACE
+                                               : NVFS_DIRECT_GONE);
     return false;
   }
   if (status != Session::kMapOk) return false;
@@ -159,6 +161,10 @@ Step CopyChunk(nvfs_direct* f, Cursor& dst, uint64_t offset, size_t len, size_t*
   }
   Session* session = s->session;
   if (session->gone.load(std::memory_order_acquire)) return Step::kGone;
+  // Zeros since a change of credentials or a fork: the refresh proves the
+  // session again (or ends it).
+  if (session->Revoked()) return Step::kRefresh;
+  const uint64_t revocations = session->Revocations();
   const uint64_t seq = s->seq_word->load(std::memory_order_acquire);
   if (!SeqIs(seq, s->seq)) return Step::kRefresh;
   const uint64_t n = offset >= s->size ? 0 : std::min<uint64_t>(len, s->size - offset);
@@ -186,6 +192,8 @@ Step CopyChunk(nvfs_direct* f, Cursor& dst, uint64_t offset, size_t len, size_t*
   tls.in_copy = 0;
   if (!same_seq) return Step::kRefresh;
   if (!same_mount) {
+    // Zeros came under the copy (and maybe the mapping is back already).
+    if (session->Revoked() || session->Revocations() != revocations) return Step::kRefresh;
     session->gone.store(true, std::memory_order_release);
     return Step::kGone;
   }

@@ -226,6 +226,8 @@ Session::~Session() {
     if (all_sessions == this) all_sessions = next_;
   }
   if (fault != nullptr) FaultUnregisterMapping(fault);
+  RevocableUnregister(ns_range);
+  RevocableUnregister(table_range_);
   if (ns_base != nullptr) munmap(const_cast<std::byte*>(ns_base), ns_reserved_);
   if (table != nullptr) munmap(const_cast<DirectSlot*>(table), table_bytes_);
   DropSocketLocked();
@@ -251,6 +253,16 @@ void Session::DropSocketLocked() {
 }
 
 int Session::ConnectLocked() {
+  // Credentials are part of the proof: a connection that proved itself
+  // before a change of credentials (or in the parent of a fork) is not
+  // used again, and no proof is made while a change is under way. The
+  // generation is read before anything is opened.
+  const uint64_t generation = CredentialsGeneration();
+  if (CredentialsChanging()) {
+    DropSocketLocked();
+    return NVFS_DIRECT_REFUSED;  // this time only: nothing is remembered
+  }
+  if (sock_ >= 0 && proved_generation_ != generation) DropSocketLocked();
   if (sock_ >= 0) {
     // Still our socket: a close the library did not see (a raw system
     // call) may have given its number to another descriptor, which a
@@ -272,13 +284,17 @@ int Session::ConnectLocked() {
   // A mount that refused us lately is left alone unless its socket is new.
   struct stat sock_st {};
   const bool sock_exists = stat(path, &sock_st) == 0;
-  if (why_ != NVFS_DIRECT_ACTIVE && NowSeconds() < retry_after_ &&
+  if (why_ != NVFS_DIRECT_ACTIVE && why_generation_ == generation && NowSeconds() < retry_after_ &&
       (!sock_exists || (sock_st.st_ino == socket_ino_ && sock_st.st_mtime == socket_mtime_))) {
     return why_;
   }
   auto fail = [&](int why) {
     DropSocketLocked();
+    // A session that served, which the process as it is now may not
+    // read: its mappings go too.
+    if (mapped_ && why == NVFS_DIRECT_NO_NAMESPACE) EndLocked();
     why_ = why;
+    why_generation_ = generation;
     retry_after_ = NowSeconds() + kRetrySeconds;
     socket_ino_ = sock_exists ? sock_st.st_ino : 0;
     socket_mtime_ = sock_exists ? sock_st.st_mtime : 0;
@@ -351,15 +367,41 @@ int Session::ConnectLocked() {
   std::memcpy(uuid, prove.uuid, sizeof uuid);
 
   if (mapped_) {
-    // A reconnect (after fork, a timeout, a stolen socket): the same
-    // namespace at the same mount, or the session is over.
-    CloseFd(table_fd);
+    // A reconnect (after fork, a change of credentials, a timeout, a
+    // stolen socket): the same namespace at the same mount, or the
+    // session is over.
     if (prove.mount_count != mount_count || uuid[0] != uuid_words[0] || uuid[1] != uuid_words[1] ||
         prove.namespace_size < ns_size || static_cast<uint64_t>(ns_st.st_dev) != ns_dev_ ||
         static_cast<uint64_t>(ns_st.st_ino) != ns_ino_ ||
         static_cast<uint64_t>(ns_st.st_rdev) != ns_rdev_ ||
         static_cast<uint64_t>(table_st.st_dev) != table_dev_ ||
-        static_cast<uint64_t>(table_st.st_ino) != table_ino_ || !GuardedIdentityHolds()) {
+        static_cast<uint64_t>(table_st.st_ino) != table_ino_) {
+      CloseFd(table_fd);
+      gone.store(true, std::memory_order_release);
+      return fail(NVFS_DIRECT_GONE);
+    }
+    if (Revoked()) {
+      // Mapped again from what the process opened as it is now, at the
+      // same addresses (the handles' snapshots point there).
+      const bool remapped = RemapLocked(ns.fd, table_fd);
+      CloseFd(table_fd);
+      if (!remapped) return fail(NVFS_DIRECT_NO_MEMORY);
+      if (!CredentialsUnchangedSince(generation)) {
+        // A change began meanwhile, and may have walked past before the
+        // mark was cleared: the zeros again, and a proof another time.
+        RevocableZero(ns_range);
+        RevocableZero(table_range_);
+        DropSocketLocked();
+        return NVFS_DIRECT_REFUSED;
+      }
+    } else {
+      CloseFd(table_fd);
+    }
+    if (!GuardedIdentityHolds()) {
+      if (Revoked()) {  // a change put its zeros there since
+        DropSocketLocked();
+        return NVFS_DIRECT_REFUSED;
+      }
       gone.store(true, std::memory_order_release);
       return fail(NVFS_DIRECT_GONE);
     }
@@ -367,6 +409,7 @@ int Session::ConnectLocked() {
       gone.store(true, std::memory_order_release);  // a new session maps it whole
       return fail(NVFS_DIRECT_GONE);
     }
+    proved_generation_ = generation;
     why_ = NVFS_DIRECT_ACTIVE;
     return NVFS_DIRECT_ACTIVE;
   }
@@ -409,10 +452,25 @@ int Session::ConnectLocked() {
     return fail(errno == ENOMEM ? NVFS_DIRECT_NO_MEMORY : NVFS_DIRECT_NO_NAMESPACE);
   }
   FaultMapping* fm = FaultRegisterMapping(static_cast<std::byte*>(n), prove.namespace_size);
-  if (fm == nullptr) {
+  Revocable* ns_r = RevocableRegister(n, prove.namespace_size);
+  Revocable* table_r = RevocableRegister(t, prove.table_bytes);
+  auto undo = [&] {
+    if (fm != nullptr) FaultUnregisterMapping(fm);
+    RevocableUnregister(ns_r);
+    RevocableUnregister(table_r);
     munmap(n, reserve);
     munmap(t, prove.table_bytes);
+  };
+  if (fm == nullptr || ns_r == nullptr || table_r == nullptr) {
+    undo();
     return fail(NVFS_DIRECT_NO_MEMORY);
+  }
+  if (!CredentialsUnchangedSince(generation)) {
+    // Proved as the process was before a change that may not have seen
+    // these mappings: they go, and the next read proves it anew.
+    undo();
+    DropSocketLocked();
+    return NVFS_DIRECT_REFUSED;
   }
   const auto* base = static_cast<const std::byte*>(n);
   const bool same = GuardedWord(base, kMountCountOffset) == prove.mount_count &&
@@ -420,10 +478,9 @@ int Session::ConnectLocked() {
                     GuardedWord(base, kUuidOffset + 8) == uuid[1] &&
                     fm->poisoned.load(std::memory_order_acquire) == 0;
   if (!same) {
-    // Mounted anew meanwhile (or a page of the superblock is lost).
-    FaultUnregisterMapping(fm);
-    munmap(n, reserve);
-    munmap(t, prove.table_bytes);
+    // Mounted anew meanwhile (or a page of the superblock is lost, or a
+    // change of credentials put zeros there since the check above).
+    undo();
     return fail(NVFS_DIRECT_GONE);
   }
   EpochInit();  // before any reader can reach what the session serves
@@ -434,6 +491,9 @@ int Session::ConnectLocked() {
   table_bytes_ = prove.table_bytes;
   slot_count = prove.slot_count;
   fault = fm;
+  ns_range = ns_r;
+  table_range_ = table_r;
+  proved_generation_ = generation;
   mount_count = prove.mount_count;
   uuid_words[0] = uuid[0];
   uuid_words[1] = uuid[1];
@@ -445,6 +505,32 @@ int Session::ConnectLocked() {
   mapped_ = true;
   why_ = NVFS_DIRECT_ACTIVE;
   return NVFS_DIRECT_ACTIVE;
+}
+
+bool Session::RemapLocked(int ns_fd, int table_fd) {
+  // The mark is cleared after the mappings are back (seq_cst): a change
+  // that walks the ranges after it puts zeros over them again, one that
+  // walked before is seen by the caller's CredentialsUnchangedSince.
+  void* t = mmap(const_cast<DirectSlot*>(table), table_bytes_, PROT_READ, MAP_SHARED | MAP_FIXED,
+                 table_fd, 0);
+  void* n = t == MAP_FAILED ? MAP_FAILED
+                            : mmap(const_cast<std::byte*>(ns_base), ns_size, PROT_READ,
+                                   MAP_SHARED | MAP_FIXED, ns_fd, 0);
+  if (t == MAP_FAILED || n == MAP_FAILED) {
+    // A failed MAP_FIXED may leave the range unmapped: zeros over both.
+    RevocableZero(table_range_);
+    RevocableZero(ns_range);
+    return false;
+  }
+  table_range_->revoked.store(false, std::memory_order_seq_cst);
+  ns_range->revoked.store(false, std::memory_order_seq_cst);
+  return true;
+}
+
+void Session::EndLocked() {
+  RevocableZero(ns_range);
+  RevocableZero(table_range_);
+  gone.store(true, std::memory_order_release);
 }
 
 int Session::CheckReply(const MapReply& r, uint64_t offset) const {
@@ -472,9 +558,20 @@ bool Session::ExtendLocked(int ns_fd, uint64_t new_size) {
       static_cast<uint64_t>(st.st_ino) != ns_ino_ || static_cast<uint64_t>(st.st_size) < new_size) {
     return false;
   }
+  // What a change of credentials takes out covers the part before it is
+  // mapped (zeros over room no one reads, if one comes between); one that
+  // walked the ranges before is caught after, as a new mapping's is.
+  const uint64_t generation = CredentialsGeneration();
+  if (Revoked() || !CredentialsUnchangedSince(generation)) return false;
+  ns_range->size.store(new_size, std::memory_order_seq_cst);
   void* at = const_cast<std::byte*>(ns_base) + ns_size;
   if (mmap(at, new_size - ns_size, PROT_READ, MAP_SHARED | MAP_FIXED, ns_fd,
            static_cast<off_t>(ns_size)) == MAP_FAILED) {
+    ns_range->size.store(ns_size, std::memory_order_seq_cst);
+    return false;
+  }
+  if (!CredentialsUnchangedSince(generation)) {
+    RevocableZero(ns_range);
     return false;
   }
   fault->size.store(new_size, std::memory_order_release);
@@ -521,6 +618,7 @@ int Session::MapLocked(int fd, uint64_t offset, MapReply* reply) {
   for (int attempt = 0; attempt < 2; ++attempt) {
     const int why = ConnectLocked();
     if (why == NVFS_DIRECT_GONE) return kMapGone;
+    if (why == NVFS_DIRECT_NO_NAMESPACE && gone.load(std::memory_order_acquire)) return kMapEnded;
     if (why != NVFS_DIRECT_ACTIVE) {
       // The daemon is not there any more (a socket that refuses, a socket
       // file removed at unmount): the session is over.
@@ -613,6 +711,16 @@ void SessionsNoteClosed(unsigned first, unsigned last) {
     if (fd >= 0 && static_cast<unsigned>(fd) >= first && static_cast<unsigned>(fd) <= last) {
       e.stolen.store(true, std::memory_order_release);
     }
+  }
+}
+
+void SessionsDropConnections() {
+  std::lock_guard lock(registry_mu);
+  for (Session* s = all_sessions; s != nullptr; s = s->next_) {
+    // One that is waiting for its daemon is not waited for.
+    if (!s->mu.try_lock()) continue;
+    if (s->sock_ >= 0) s->DropSocketLocked();
+    s->mu.unlock();
   }
 }
 

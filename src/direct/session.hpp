@@ -4,6 +4,11 @@
 // the mapping of the daemon's slot table (protocol.hpp describes the
 // exchange that sets them up).
 //
+// A session is bound to the namespace and to the credentials that proved
+// it (credentials.hpp): after a change of credentials, or in a child of
+// fork(), its mappings hold zeros, and it proves itself again on a new
+// connection before it serves; a proof that fails ends it.
+//
 // Lock order: the registry's lock, then a session's mu, then epoch.cpp's
 // and fault.cpp's locks. Nothing takes the registry's lock while holding a
 // session's.
@@ -16,6 +21,7 @@
 #include <cstdint>
 #include <mutex>
 
+#include "direct/credentials.hpp"
 #include "direct/fault.hpp"
 #include "direct/protocol.hpp"
 #include "nvfs/direct_abi.hpp"
@@ -29,6 +35,8 @@ class Session {
     kMapOk = 0,
     kMapGone = -1,         // the daemon went away or the namespace was mounted anew
     kMapUnavailable = -2,  // no answer this time (timeout, a reconnect that failed)
+    kMapEnded = -3,        // the process may no longer read the namespace (a new
+                           // proof failed after a change of credentials)
     // > 0: the daemon refused the file with this errno, or a local errno
     // about the descriptor (EBADF)
   };
@@ -42,6 +50,7 @@ class Session {
   const DirectSlot* table = nullptr;   // slot 0 is the header
   uint32_t slot_count = 0;
   FaultMapping* fault = nullptr;
+  Revocable* ns_range = nullptr;       // the namespace mapping's; zeros while revoked
   uint64_t mount_count = 0;            // the namespace's identity at this mount
   uint64_t uuid_words[2] = {0, 0};
 
@@ -58,6 +67,12 @@ class Session {
   }
 
   bool GuardedIdentityHolds() const;
+
+  // The mappings hold zeros (a change of credentials, a fork): a read that
+  // finds the identity gone asks for its runs again, which proves the
+  // session anew, instead of ending it.
+  bool Revoked() const { return ns_range->revoked.load(std::memory_order_seq_cst); }
+  uint64_t Revocations() const { return ns_range->revocations.load(std::memory_order_seq_cst); }
 
   // Asks the daemon where `fd`'s bytes from `offset` on lie. The reply is
   // checked (slot in the table, runs inside the namespace, seq even).
@@ -84,6 +99,7 @@ class Session {
   friend void SessionsPrepareFork();
   friend void SessionsParentAfterFork();
   friend void SessionsChildAfterFork();
+  friend void SessionsDropConnections();
 
   explicit Session(dev_t dev) : dev_(dev) {}
   ~Session();
@@ -103,6 +119,11 @@ class Session {
   bool ExtendLocked(uint64_t new_size);
   void DropSocketLocked();
   int CheckReply(const MapReply& reply, uint64_t offset) const;
+  // Maps the namespace and the table again over the zeros, from a new
+  // proof's descriptors. False (zeros still there) if the kernel refused.
+  bool RemapLocked(int ns_fd, int table_fd);
+  // The session ends for good: zeros over its mappings, and gone.
+  void EndLocked();
 
   const dev_t dev_;
   std::atomic<int> refs_{1};  // the registry's, while listed
@@ -116,7 +137,10 @@ class Session {
   uint64_t table_dev_ = 0, table_ino_ = 0;
   size_t table_bytes_ = 0;
   uint64_t ns_reserved_ = 0;  // bytes of address space from ns_base: the mapping and its room
+  Revocable* table_range_ = nullptr;
+  uint64_t proved_generation_ = 0;     // CredentialsGeneration() when the connection proved itself
   int why_ = 0;                        // why the last connection attempt failed
+  uint64_t why_generation_ = 0;        // ... as the process was then
   int64_t retry_after_ = 0;            // CLOCK_MONOTONIC seconds
   uint64_t socket_ino_ = 0;            // the socket file that refused us
   int64_t socket_mtime_ = 0;
@@ -146,7 +170,14 @@ bool TestMode();
 void SessionsPrepareFork();
 void SessionsParentAfterFork();
 // The child drops its copies of the sockets (a child must not share a
-// connection with its parent) and reconnects when it next needs to.
+// connection with its parent); its mappings hold zeros
+// (CredentialsChildAfterFork), and it proves itself on a connection of its
+// own when it next needs to.
 void SessionsChildAfterFork();
+
+// Before a change of credentials: closes every session's connection that
+// no other thread is using (that one is closed at its next use). Takes the
+// registry's lock. REQUIRES: no library lock held by the caller.
+void SessionsDropConnections();
 
 }  // namespace nvfs::direct
