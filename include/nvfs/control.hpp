@@ -6,11 +6,12 @@
 // root connects. nvfs-resize learns that number from the namespace itself
 // (FindServingMount, include/nvfs/media.hpp: the daemon's mark on it names
 // its mount), never from a mount's source, which fsname= lets any user who
-// may mount FUSE set to the namespace's path. A request carries a descriptor of the namespace opened for
-// reading and writing (SCM_RIGHTS): the daemon checks it is the very file or
-// device it serves and that it is open O_RDWR. Whoever holds that descriptor
-// can already rewrite every byte of the filesystem; a grow gives them less.
-// One request, one reply, then the connection closes.
+// may mount FUSE set to the namespace's path. A request carries a
+// descriptor of the namespace opened for reading and writing (SCM_RIGHTS):
+// the daemon checks it is the very file or device it serves and that it is
+// open O_RDWR. Whoever holds that descriptor can already rewrite every byte
+// of the filesystem; a grow gives them less. One request, one reply, then
+// the connection closes.
 #pragma once
 
 #include <sys/types.h>

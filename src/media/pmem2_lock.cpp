@@ -28,7 +28,8 @@ namespace nvfs {
 // marks, open-file-description locks (F_OFD_SETLK, write or read) on the
 // namespace itself:
 //   byte 0, "serving": the holder is using the namespace (mkfs, fsck, a
-//     daemon until it has mounted);
+//     daemon until it has mounted, or one that could not learn its mount's
+//     device number);
 //   byte kMountMarks + N, "serving through the FUSE mount whose device
 //     number is N" (N = major << 20 | minor, as the kernel keeps it): a
 //     daemon once its mount is in place (ServeThroughMount takes it, then
