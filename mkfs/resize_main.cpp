@@ -57,10 +57,12 @@ void Describe(const char* verb, const std::string& device, const nvfs::GrowPlan&
 }
 
 // A mounted filesystem: its daemon is asked, through its control socket,
-// with a descriptor of the namespace open for writing as proof.
+// with a descriptor of the namespace open for writing as proof. The socket
+// is named by the daemon's mount, which the namespace's own mark names
+// (FindServingMount), not by any mount's source.
 int GrowMounted(const std::string& device, const struct stat& st, uint64_t size, bool dry_run,
                 bool quiet) {
-  nvfs::Result<dev_t> mount = nvfs::control::FindMount(device);
+  nvfs::Result<dev_t> mount = nvfs::FindServingMount(device);
   if (!mount.ok()) {
     return Fail(device + " is in use (being checked or formatted, or mounted where this "
                 "process cannot see the mount)");

@@ -24,6 +24,7 @@
 namespace nvfs {
 namespace {
 
+using test::DecoyFuseMount;
 using test::FileSize;
 using test::MakeFile;
 using test::PathExists;
@@ -672,9 +673,18 @@ TEST_CASE("OpenMedia: waits for a holder that is releasing the namespace, not fo
   CHECK(stuck.error().message.find("still in use") != std::string::npos);
 }
 
-// A daemon marks the namespace as served through its FUSE mount
-// (ServeThroughMount); with no such mount in mountinfo (here: none at all,
-// as after umount) an opener waits for the holder instead of refusing.
+// A device number that no FUSE mount has: that of the filesystem `path` is
+// on (the tests' images are on /dev/shm, a tmpfs).
+dev_t NoFuseMount(const std::string& path) {
+  struct stat st;
+  REQUIRE(stat(path.c_str(), &st) == 0);
+  return st.st_dev;
+}
+
+// A daemon marks the namespace as served through its FUSE mount, by the
+// mount's device number (ServeThroughMount); with no FUSE mount of that
+// number in mountinfo (as after umount) an opener waits for the holder
+// instead of refusing.
 TEST_CASE("OpenMedia: a holder serving through a mount that is gone is waited for",
           "[media][lock]") {
   TempPath image("served");
@@ -683,13 +693,71 @@ TEST_CASE("OpenMedia: a holder serving through a mount that is gone is waited fo
   options.release_wait_ms = 5000;
   auto holder = OpenMedia(image.path(), options);
   REQUIRE(holder.ok());
-  (*holder)->ServeThroughMount();
+  (*holder)->ServeThroughMount(NoFuseMount(image.path()));
+  CHECK(FindServingMount(image.path()).code() == ENOENT);
   std::unique_ptr<Media> next = OpenAfterRelease(image.path(), options, *holder);
   // Its own mark is byte 0 again: a live holder that never served through
   // a mount is refused at once.
   auto refused = OpenMedia(image.path(), options);
   REQUIRE_FALSE(refused.ok());
   CHECK(refused.error().message.find("in use") != std::string::npos);
+}
+
+// Issue 29 (3): the mount mark once said only "served through a mount", and
+// openers looked for the mount by its source, which fsname= lets any user
+// who may mount FUSE set to the image's path: with such a mount, a holder
+// whose own mount was gone was refused at once instead of waited for. The
+// mark now names the mount's device number. Several read-only holders each
+// leave one (F_OFD_GETLK reports one lock of a range: all are found).
+TEST_CASE("OpenMedia: mount marks name the mount by device number, never by its source",
+          "[media][lock]") {
+  TempPath image("marks");
+  MakeFile(image.path(), 1 * kMiB);
+  std::optional<DecoyFuseMount> decoy;
+  if (geteuid() == 0) {
+    decoy.emplace(image.path());  // a FUSE mount whose source is the image
+    INFO(decoy->error());
+    REQUIRE(decoy->mounted());
+    REQUIRE(decoy->dev() != 0);
+  } else {
+    WARN("not root: no FUSE mount naming the image, and no live mount mark, are tried");
+  }
+  MediaOptions reader = ReadOnly();
+  auto first = OpenMedia(image.path(), reader);
+  auto second = OpenMedia(image.path(), reader);
+  REQUIRE(first.ok());
+  REQUIRE(second.ok());
+  (*first)->ServeThroughMount(NoFuseMount(image.path()));
+  (*second)->ServeThroughMount(NoFuseMount("/proc"));
+  CHECK(FindServingMount(image.path()).code() == ENOENT);
+  MediaOptions writer;
+  writer.release_wait_ms = 300;
+  const auto asked = std::chrono::steady_clock::now();
+  auto waited = OpenMedia(image.path(), writer);
+  REQUIRE_FALSE(waited.ok());
+  CHECK(waited.error().message.find("still in use") != std::string::npos);
+  CHECK(std::chrono::steady_clock::now() - asked >= std::chrono::milliseconds(250));
+  if (!decoy) return;
+
+  // A third holder whose mount is there: refused at once, and that mount
+  // is the one FindServingMount gives.
+  auto third = OpenMedia(image.path(), reader);
+  REQUIRE(third.ok());
+  (*third)->ServeThroughMount(decoy->dev());
+  const auto again = std::chrono::steady_clock::now();
+  auto refused = OpenMedia(image.path(), writer);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.error().code == EBUSY);
+  CHECK(refused.error().message.find("still") == std::string::npos);
+  CHECK(std::chrono::steady_clock::now() - again < std::chrono::milliseconds(250));
+  Result<dev_t> found = FindServingMount(image.path());
+  REQUIRE(found.ok());
+  CHECK(*found == decoy->dev());
+  // Its service over, the mark goes: waited for again.
+  (*third)->EndService();
+  CHECK(FindServingMount(image.path()).code() == ENOENT);
+  CHECK(OpenMedia(image.path(), writer).error().message.find("still in use") !=
+        std::string::npos);
 }
 
 }  // namespace

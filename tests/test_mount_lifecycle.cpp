@@ -1,12 +1,14 @@
 // The mount suite (test_mount, tests/test_mount_*.cpp): the daemon's life —
 // persistence across mounts, -s and -d sessions, refusals, SIGTERM and
 // SIGINT, read-only mounts, mount -t fuse.nvfs and fstab, fsck and a new
-// mount right after umount, and remount,ro.
+// mount right after umount, a user's FUSE mount that names the image as its
+// source, and remount,ro.
 #include <catch2/catch.hpp>
 
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/types.h>
@@ -381,6 +383,110 @@ TEST_CASE("mount: fsck and a new mount right after umount wait for the daemon", 
   }
   CHECK(m.WaitExit() == 0);  // the first daemon, long gone
   CheckFsckClean(m.image());
+}
+
+// Resumes a process stopped with SIGSTOP when the scope ends, whatever
+// failed in between.
+class Resume {
+ public:
+  explicit Resume(pid_t pid) : pid_(pid) {}
+  ~Resume() { kill(pid_, SIGCONT); }
+  Resume(const Resume&) = delete;
+  Resume& operator=(const Resume&) = delete;
+
+ private:
+  pid_t pid_;
+};
+
+// Issue 29 (3): openers looked for "the daemon's mount" in mountinfo by its
+// source, which fsname= sets: a user's FUSE mount naming the image, made
+// before the nvfs mount, turned "wait for the daemon that is releasing the
+// namespace" into an immediate "in use". The daemon is held (SIGSTOP) between
+// the umount and its letting go, so the opener meets that window every time.
+TEST_CASE("mount: a FUSE mount naming the image as its source does not turn the wait into "
+          "'in use'", "[mount]") {
+  NVFS_REQUIRE_FUSE();
+  if (geteuid() != 0) NVFS_SKIP("the decoy FUSE mount is made with mount(2), root only");
+  MountedFs m(64 * kMiB);
+  DecoyFuseMount decoy(m.image());
+  INFO("decoy: " << decoy.error());
+  REQUIRE(decoy.mounted());
+  const char* fsck = std::getenv("NVFS_FSCK");
+  REQUIRE(fsck != nullptr);
+  for (const std::string options : {"", "fsname=nvfs-elsewhere"}) {
+    INFO("nvfs -o " << options);
+    m.Start(options);
+    WriteFile(m.path("f"), "x");
+    // Mounted: refused at once.
+    const auto asked = std::chrono::steady_clock::now();
+    const FsckResult busy = FsckImage(m.image());
+    CHECK(busy.exit_code == 8);
+    CHECK(busy.output.find("in use") != std::string::npos);
+    CHECK(std::chrono::steady_clock::now() - asked < std::chrono::seconds(2));
+
+    // The mount gone, the daemon not yet let go: fsck waits for it.
+    REQUIRE(kill(m.pid(), SIGSTOP) == 0);
+    {
+      Resume resume(m.pid());
+      // Lazily: a stranger's request (df) waiting on the stopped daemon would
+      // make a plain umount fail with EBUSY.
+      REQUIRE(umount2(m.dir().c_str(), MNT_DETACH) == 0);
+      const std::string log = m.dir() + ".fsck.log";
+      const pid_t checker = SpawnProgram({fsck, "-n", m.image()}, log);
+      const int early = WaitForExit(checker, 1.5);
+      if (early >= 0) {
+        INFO("fsck.nvfs: " << ReadAll(log));
+        CHECK(early == -1);  // it exited (8, "in use") instead of waiting
+      } else {
+        REQUIRE(kill(m.pid(), SIGCONT) == 0);
+        const int code = WaitForExit(checker, 15);
+        if (code < 0) kill(checker, SIGKILL);  // our own child, by PID
+        const std::string out = ReadAll(log);
+        INFO("fsck.nvfs: " << out);
+        CHECK(code == 0);
+        CHECK(out.find("waiting for the nvfs process") != std::string::npos);
+      }
+      WaitForExit(checker, 15);
+      std::remove(log.c_str());
+    }
+    CHECK(m.WaitExit() == 0);
+    CHECK(WaitImageFree(m.image(), 10));
+  }
+  CheckFsckClean(m.image());
+}
+
+// Issue 29 (3): nvfs-resize looked for the daemon's control socket by the
+// mount whose source is the image's path: a user's FUSE mount naming it,
+// made first, sent the request to a socket no daemon had (nvfs-resize failed
+// "cannot be asked"), and a daemon mounted with fsname= was not found at all.
+TEST_CASE("mount: nvfs-resize finds the daemon by the namespace, not by a mount's source",
+          "[mount]") {
+  NVFS_REQUIRE_FUSE();
+  if (geteuid() != 0) NVFS_SKIP("a mounted grow goes through the control socket, root only");
+  const char* resize = std::getenv("NVFS_RESIZE");
+  REQUIRE(resize != nullptr);
+  MountedFs m(64 * kMiB);
+  DecoyFuseMount decoy(m.image());
+  INFO("decoy: " << decoy.error());
+  REQUIRE(decoy.mounted());
+  uint64_t size = 64 * kMiB;
+  for (const std::string options : {"", "fsname=nvfs-elsewhere"}) {
+    INFO("nvfs -o " << options);
+    m.Start(options);
+    WriteFile(m.path("kept"), "still here");
+    size += 64 * kMiB;
+    const std::string log = m.dir() + ".resize.log";
+    const int rc = RunProgram({resize, m.image(), std::to_string(size)}, log);
+    const std::string out = ReadAll(log);
+    std::remove(log.c_str());
+    INFO("nvfs-resize: " << out);
+    CHECK(rc == 0);
+    CHECK(out.find("mounted; grew") != std::string::npos);
+    const struct statvfs fs = StatFs(m.dir());
+    CHECK(uint64_t{fs.f_blocks} * fs.f_frsize == size);
+    CHECK(ReadAll(m.path("kept")) == "still here");
+    StopAndCheck(m);
+  }
 }
 
 // mount -o remount,ro of a fuse.nvfs mount (fstests' _scratch_remount,

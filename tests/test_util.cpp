@@ -1,7 +1,9 @@
 #include "test_util.hpp"
 
 #include <fcntl.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -11,6 +13,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 #include <stdexcept>
 
 #include "nvfs/crc32c.hpp"
@@ -133,6 +137,40 @@ RunResult RunShell(const std::string& command) {
   const int status = pclose(pipe);
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return result;
+}
+
+DecoyFuseMount::DecoyFuseMount(const std::string& source) {
+  char dir[] = "/tmp/nvfs-decoy-XXXXXX";
+  if (mkdtemp(dir) == nullptr) throw std::runtime_error("mkdtemp");
+  dir_ = dir;
+  const int fd = open("/dev/fuse", O_RDWR | O_CLOEXEC);
+  if (fd < 0) {
+    error_ = std::string("/dev/fuse: ") + std::strerror(errno);
+    return;
+  }
+  const std::string options = "fd=" + std::to_string(fd) + ",rootmode=40000,user_id=" +
+                              std::to_string(getuid()) + ",group_id=" + std::to_string(getgid());
+  mounted_ = mount(source.c_str(), dir_.c_str(), "fuse.decoy", MS_NOSUID | MS_NODEV,
+                   options.c_str()) == 0;
+  if (!mounted_) error_ = std::string("mount: ") + std::strerror(errno);
+  close(fd);  // the connection's last descriptor: the kernel cuts it
+  std::ifstream in("/proc/self/mountinfo");
+  std::string line;
+  while (mounted_ && std::getline(in, line)) {
+    // ID PARENT MAJOR:MINOR ROOT MOUNT_POINT ...
+    std::istringstream fields(line);
+    std::string id, parent, dev, root, point;
+    unsigned major_no = 0, minor_no = 0;
+    if (fields >> id >> parent >> dev >> root >> point && point == dir_ &&
+        std::sscanf(dev.c_str(), "%u:%u", &major_no, &minor_no) == 2) {
+      dev_ = makedev(major_no, minor_no);
+    }
+  }
+}
+
+DecoyFuseMount::~DecoyFuseMount() {
+  if (mounted_) (void)umount2(dir_.c_str(), MNT_DETACH);
+  rmdir(dir_.c_str());
 }
 
 RunResult Run(const char* program_env, const std::vector<std::string>& args) {

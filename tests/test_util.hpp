@@ -2,6 +2,8 @@
 // themselves, reading and damaging them, and running the programs.
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -46,6 +48,34 @@ struct FileDigest {
   bool operator==(const FileDigest&) const = default;
 };
 FileDigest DigestFile(const std::string& path);
+
+// A FUSE mount that no daemon serves, whose source (fsname) is `source`:
+// the mount a user who may mount FUSE makes with `-o fsname=IMAGE`
+// (fusermount3's shows the same in mountinfo: that source, a fuse type).
+// Made with mount(2), so root only. Its connection is cut at once (the
+// descriptor closed): anything that looks into it fails with ENOTCONN
+// instead of waiting. The destructor unmounts it (lazily) and removes its
+// directory, also when a REQUIRE failed halfway through a test.
+class DecoyFuseMount {
+ public:
+  explicit DecoyFuseMount(const std::string& source);
+  ~DecoyFuseMount();
+  DecoyFuseMount(const DecoyFuseMount&) = delete;
+  DecoyFuseMount& operator=(const DecoyFuseMount&) = delete;
+
+  // False, with why in error(), if it could not be made (not root).
+  bool mounted() const { return mounted_; }
+  const std::string& error() const { return error_; }
+  const std::string& dir() const { return dir_; }
+  // Its device number, from mountinfo (a stat of it fails: ENOTCONN).
+  dev_t dev() const { return dev_; }
+
+ private:
+  std::string dir_;
+  std::string error_;
+  bool mounted_ = false;
+  dev_t dev_ = 0;
+};
 
 struct RunResult {
   int exit_code = -1;

@@ -3,11 +3,15 @@
 //
 // The daemon (root only, as the direct socket) listens on
 // /run/nvfs/control-MAJOR:MINOR (the mount's device number), mode 0600: only
-// root connects. A request carries a descriptor of the namespace opened for
-// reading and writing (SCM_RIGHTS): the daemon checks it is the very file or
-// device it serves and that it is open O_RDWR. Whoever holds that descriptor
-// can already rewrite every byte of the filesystem; a grow gives them less.
-// One request, one reply, then the connection closes.
+// root connects. nvfs-resize learns that number from the namespace itself
+// (FindServingMount, include/nvfs/media.hpp: the daemon's mark on it names
+// its mount), never from a mount's source, which fsname= lets any user who
+// may mount FUSE set to the namespace's path. A request carries a
+// descriptor of the namespace opened for reading and writing (SCM_RIGHTS):
+// the daemon checks it is the very file or device it serves and that it is
+// open O_RDWR. Whoever holds that descriptor can already rewrite every byte
+// of the filesystem; a grow gives them less. One request, one reply, then
+// the connection closes.
 #pragma once
 
 #include <sys/types.h>
@@ -45,12 +49,6 @@ struct Reply {
 
 // /run/nvfs/control-MAJOR:MINOR.
 std::string SocketPath(dev_t mount_dev);
-
-// The device number of the FUSE mount whose source is the namespace at
-// `namespace_path` (its absolute path, as the daemon mounts it), from
-// /proc/self/mountinfo; or of the mount point `path` itself when it is one.
-// ENOENT when no such mount is found.
-Result<dev_t> FindMount(const std::string& path);
 
 // Asks the daemon of the mount `mount_dev` to grow to `size` bytes, passing
 // `namespace_fd` (opened O_RDWR) as proof. The reply, or an error with one

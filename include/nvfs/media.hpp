@@ -14,6 +14,7 @@
 #pragma once
 
 #include <setjmp.h>
+#include <sys/types.h>
 
 #include <atomic>
 #include <cstddef>
@@ -166,14 +167,17 @@ class Media {
   // with EBUSY
   // (OpenMedia). The lock itself is held until the media is destroyed.
   virtual void EndService() {}
-  // The holder now serves the namespace through a FUSE mount whose source
-  // (fsname) is the namespace's absolute path. From now on an opener that
-  // finds the namespace locked refuses at once only while such a mount
+  // The holder now serves the namespace through the FUSE mount whose device
+  // number (the kernel's, in mountinfo; never chosen by a user, as a
+  // mount's source is with fsname=) is `mount_dev`, and says so in a mark
+  // on the namespace itself. From now on an opener that finds the namespace
+  // locked refuses at once only while a FUSE mount of that device number
   // shows in its /proc/self/mountinfo; once the mount is gone (umount(2)
   // returns before the daemon has noticed the end of its session, let
   // alone released the namespace) the opener waits for the holder as it
-  // does after EndService (release_wait_ms).
-  virtual void ServeThroughMount() {}
+  // does after EndService (release_wait_ms). FindServingMount reads the
+  // mark.
+  virtual void ServeThroughMount(dev_t mount_dev) { (void)mount_dev; }
 
   // Bytes stored since the media was opened (all kinds of store).
   uint64_t bytes_stored() const { return bytes_stored_.load(std::memory_order_relaxed); }
@@ -257,6 +261,14 @@ uint64_t LastMediaErrorOffset();
 // DAX device, EBUSY in use, ENOSPC too small (with the minimum), and what
 // libpmem2 says when it cannot map.
 Result<std::unique_ptr<Media>> OpenMedia(const std::string& path, const MediaOptions& options);
+
+// The device number of the FUSE mount through which a daemon serves the
+// namespace at `path` (the mark Media::ServeThroughMount leaves on the
+// namespace, whatever path it was opened by), if that mount shows in this
+// process's /proc/self/mountinfo: nvfs-resize finds the daemon's control
+// socket by it (include/nvfs/control.hpp). ENOENT (one line) when no daemon
+// serves it through a mount this process sees.
+Result<dev_t> FindServingMount(const std::string& path);
 
 // The namespace is the security boundary (doc/integrity.md, "The namespace
 // is the boundary"): whoever can read its bytes can read every file in it,

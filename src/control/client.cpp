@@ -1,18 +1,12 @@
 // The client's side of the control socket (include/nvfs/control.hpp).
-#include <fcntl.h>
-#include <limits.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 
 #include "nvfs/control.hpp"
 #include "util/fd_passing.hpp"
@@ -23,53 +17,6 @@ std::string SocketPath(dev_t mount_dev) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "/run/nvfs/control-%u:%u", major(mount_dev), minor(mount_dev));
   return buf;
-}
-
-namespace {
-
-// mountinfo writes space, tab, newline and backslash as \ooo.
-std::string Unescape(const std::string& field) {
-  std::string out;
-  for (size_t i = 0; i < field.size(); ++i) {
-    if (field[i] == '\\' && i + 3 < field.size()) {
-      const std::string oct = field.substr(i + 1, 3);
-      if (oct.size() == 3 && oct.find_first_not_of("01234567") == std::string::npos) {
-        out += static_cast<char>(std::strtol(oct.c_str(), nullptr, 8));
-        i += 3;
-        continue;
-      }
-    }
-    out += field[i];
-  }
-  return out;
-}
-
-}  // namespace
-
-Result<dev_t> FindMount(const std::string& path) {
-  char real[PATH_MAX];
-  if (realpath(path.c_str(), real) == nullptr) {
-    return MakeError(errno, "%s: %s", path.c_str(), std::strerror(errno));
-  }
-  std::ifstream in("/proc/self/mountinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    // id parent MAJ:MIN root mountpoint options ... - fstype source superopts
-    std::istringstream fields(line);
-    std::string id, parent, dev, root, mountpoint;
-    fields >> id >> parent >> dev >> root >> mountpoint;
-    const size_t dash = line.find(" - ");
-    if (dash == std::string::npos) continue;
-    std::istringstream tail(line.substr(dash + 3));
-    std::string fstype, source;
-    tail >> fstype >> source;
-    if (fstype.rfind("fuse", 0) != 0) continue;
-    if (Unescape(source) != real && Unescape(mountpoint) != real) continue;
-    unsigned maj = 0, min = 0;
-    if (std::sscanf(dev.c_str(), "%u:%u", &maj, &min) != 2) continue;
-    return makedev(maj, min);
-  }
-  return MakeError(ENOENT, "%s: no nvfs mount of it found", path.c_str());
 }
 
 Result<Reply> AskGrow(dev_t mount_dev, int namespace_fd, uint64_t size) {

@@ -127,10 +127,16 @@ int Daemon::Mount(fuse_args* args) {
     Say("%s: the kernel did not complete the FUSE handshake", mountpoint.c_str());
     return GiveUp(true);
   }
-  // The mount shows in mountinfo now, with the device as its source (unless
-  // fsname= said otherwise): an opener of the namespace refuses while it
-  // does, and waits for this process once umount has taken it away.
-  if (!cl_.have_fsname) fs_->ServeThroughMount();
+  // The mount shows in mountinfo now, under the device number the kernel
+  // gave it: an opener of the namespace refuses while it does, and waits
+  // for this process once umount has taken it away; nvfs-resize finds the
+  // control socket by it. Unknown: the namespace stays in use, never
+  // waited for, until the session ends.
+  dev_t dev;
+  if (MountDevNo(mountpoint, &dev)) {
+    mount_dev_ = dev;
+    fs_->ServeThroughMount(dev);
+  }
   use_ring_ = adapter_.protocol().io_uring;
   if (options_.uring_mode == nvfs::UringMode::kOn && !use_ring_) {
     Say("io_uring=on: the kernel did not offer FUSE over io_uring in INIT");
@@ -145,26 +151,21 @@ int Daemon::Mount(fuse_args* args) {
 
 void Daemon::OpenSockets() {
   const std::string& device = options_.device;
-  const std::string& mountpoint = options_.mountpoint;
   // Direct reads: the socket is bound before the daemon detaches, so that a
   // client started once this command has returned finds it (it waits in
   // the backlog until the thread starts, below).
   if (options_.direct_reads) {
-    dev_t dev;
     std::string why = "the mount's device number is unknown";
-    if (MountDevNo(mountpoint, &dev)) {
-      direct_ = nvfs::direct::Server::Create(*fs_, dev, device, &why);
+    if (mount_dev_.has_value()) {
+      direct_ = nvfs::direct::Server::Create(*fs_, *mount_dev_, device, &why);
     }
     direct_note_ = direct_ != nullptr ? "direct reads on " + direct_->socket_path()
                                       : "direct reads off: " + why;
   }
   // The control socket (nvfs-resize of the mounted filesystem): root only.
-  if (!fs_->read_only()) {
-    dev_t dev;
+  if (!fs_->read_only() && mount_dev_.has_value()) {
     std::string why;
-    if (MountDevNo(mountpoint, &dev)) {
-      control_ = nvfs::control::Server::Create(*fs_, dev, device, &why);
-    }
+    control_ = nvfs::control::Server::Create(*fs_, *mount_dev_, device, &why);
   }
 }
 

@@ -5,7 +5,10 @@
 // taken down again in order.
 #pragma once
 
+#include <sys/types.h>
+
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "daemon/control.hpp"
@@ -57,6 +60,9 @@ class Daemon {
   std::unique_ptr<control::Server> control_;
   std::unique_ptr<Filesystem> fs_;
   std::unique_ptr<UringTransport> ring_;
+  // The FUSE mount's device number, from mountinfo once INIT is served
+  // (Mount); the sockets are named by it, and the namespace's mark names it.
+  std::optional<dev_t> mount_dev_;
   bool use_ring_ = false;
   std::string direct_note_ = "direct reads off";
 };

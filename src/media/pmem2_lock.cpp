@@ -1,7 +1,9 @@
 // The libpmem2 backend's lock on the namespace and its serving marks
-// (Pmem2Media::Lock, ServeThroughMount, EndService; the scheme below).
+// (Pmem2Media::Lock, ServeThroughMount, EndService; the scheme below), and
+// FindServingMount, which reads the marks for nvfs-resize.
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -9,9 +11,13 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <optional>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "media/pmem2_media.hpp"
 
@@ -19,21 +25,49 @@ namespace nvfs {
 
 // The lock (MediaOptions::lock) is flock, exclusive for writers and shared
 // for readers, held until the descriptor closes; and beside it one of two
-// marks, open-file-description locks (F_OFD_SETLK, write or read):
+// marks, open-file-description locks (F_OFD_SETLK, write or read) on the
+// namespace itself:
 //   byte 0, "serving": the holder is using the namespace (mkfs, fsck, a
-//     daemon until it has mounted);
-//   byte 1, "serving through a mount": a daemon whose FUSE mount has the
-//     namespace's absolute path as its source (ServeThroughMount takes it,
-//     then drops byte 0, so one of them is always held).
-// EndService drops both as soon as the holder begins to shut down. An
-// opener that finds the flock taken looks at the marks: byte 0 held, or
-// byte 1 held and the mount still in /proc/self/mountinfo: the namespace is
-// in use (EBUSY at once). Otherwise its holder is on its way out (a daemon
-// between the unmount, which returns before the daemon has even seen its
-// session end, and its exit), and the opener waits for it
-// (MediaOptions::release_wait_ms), saying so once on stderr if it takes
-// longer than a second.
+//     daemon until it has mounted, or one that could not learn its mount's
+//     device number);
+//   byte kMountMarks + N, "serving through the FUSE mount whose device
+//     number is N" (N = major << 20 | minor, as the kernel keeps it): a
+//     daemon once its mount is in place (ServeThroughMount takes it, then
+//     drops byte 0, so one of them is always held).
+// A mark is found by the namespace itself (its inode, whatever path it is
+// opened by), and names the mount by the device number the kernel gave it,
+// which nobody chooses; a mount's source is anyone's to choose (fsname=),
+// and so is its type (subtype=). A mark goes with its holder: a killed
+// daemon leaves none behind.
+// EndService drops the mark as soon as the holder begins to shut down. An
+// opener that finds the flock taken looks at the marks: byte 0 held, or a
+// mount mark held whose FUSE mount (that device number) is still in
+// /proc/self/mountinfo: the namespace is in use (EBUSY at once). Otherwise
+// its holder is on its way out (a daemon between the unmount, which returns
+// before the daemon has even seen its session end, and its exit), and the
+// opener waits for it (MediaOptions::release_wait_ms), saying so once on
+// stderr if it takes longer than a second. Byte 1 was the mount mark of
+// daemons before this scheme, which named no mount: held, the namespace is
+// in use.
 namespace {
+
+constexpr off_t kMountMarks = off_t{1} << 32;
+constexpr off_t kMountMarksEnd = kMountMarks + (off_t{1} << 32);
+// Linux keeps a device number in 32 bits: 12 of major, 20 of minor.
+constexpr unsigned kMinorBits = 20;
+
+// The mount mark's offset for a FUSE mount's device number; -1 for a number
+// the kernel never gives.
+off_t MountMarkOffset(dev_t dev) {
+  if (major(dev) >= (1u << (32 - kMinorBits)) || minor(dev) >= (1u << kMinorBits)) return -1;
+  return kMountMarks + ((off_t{major(dev)} << kMinorBits) | minor(dev));
+}
+
+dev_t MountMarkDevice(off_t offset) {
+  const uint64_t n = static_cast<uint64_t>(offset - kMountMarks);
+  return makedev(static_cast<unsigned>(n >> kMinorBits),
+                 static_cast<unsigned>(n & ((1u << kMinorBits) - 1)));
+}
 
 // True if the F_OFD lock on `byte` that an opener of the given kind would
 // take conflicts with one held.
@@ -55,38 +89,74 @@ bool SetMark(int fd, short type, off_t byte) {
   return fcntl(fd, F_OFD_SETLK, &mark) == 0;
 }
 
-// mountinfo writes space, tab, newline and backslash as \ooo.
-std::string Unescape(const std::string& field) {
-  std::string out;
-  const auto octal = [&](size_t at) { return field[at] >= '0' && field[at] <= '7'; };
-  for (size_t i = 0; i < field.size(); ++i) {
-    if (field[i] == '\\' && i + 3 < field.size() && octal(i + 1) && octal(i + 2) &&
-        octal(i + 3)) {
-      out += static_cast<char>((field[i + 1] - '0') * 64 + (field[i + 2] - '0') * 8 +
-                               (field[i + 3] - '0'));
-      i += 3;
-    } else {
-      out += field[i];
-    }
+// The device numbers the mount marks that conflict with an opener of the
+// given kind name (several read-only daemons may share a namespace).
+// nullopt if something else holds a lock there, or the marks cannot be
+// read: the caller takes that as "in use".
+std::optional<std::vector<dev_t>> MountMarks(int fd, bool shared) {
+  // F_OFD_GETLK reports one conflicting lock of a range, not the lowest:
+  // the range is split around each one found.
+  constexpr int kMaxProbes = 64;
+  std::vector<dev_t> marks;
+  std::vector<std::pair<off_t, off_t>> ranges{{kMountMarks, kMountMarksEnd}};
+  for (int probes = 0; !ranges.empty(); ++probes) {
+    if (probes == kMaxProbes) return std::nullopt;
+    const auto [from, to] = ranges.back();
+    ranges.pop_back();
+    struct flock probe {};
+    probe.l_type = shared ? F_RDLCK : F_WRLCK;
+    probe.l_whence = SEEK_SET;
+    probe.l_start = from;
+    probe.l_len = to - from;
+    if (fcntl(fd, F_OFD_GETLK, &probe) != 0) return std::nullopt;
+    if (probe.l_type == F_UNLCK) continue;
+    if (probe.l_start < from || probe.l_len != 1) return std::nullopt;  // not a mark
+    marks.push_back(MountMarkDevice(probe.l_start));
+    if (probe.l_start > from) ranges.emplace_back(from, probe.l_start);
+    if (probe.l_start + 1 < to) ranges.emplace_back(probe.l_start + 1, to);
   }
-  return out;
+  return marks;
 }
 
-// True if a FUSE file system whose source is `source` is mounted (in this
-// process's mount namespace). Unreadable mountinfo: true (refuse at once,
-// as before there was a mount mark).
-bool FuseMountOf(const std::string& source) {
+// The device numbers of the FUSE mounts in this process's mount namespace
+// (/proc/self/mountinfo: "ID PARENT MAJOR:MINOR ... - TYPE ..."); nullopt if
+// it cannot be read.
+std::optional<std::set<dev_t>> FuseMounts() {
   std::ifstream in("/proc/self/mountinfo");
-  if (!in) return true;
+  if (!in) return std::nullopt;
+  std::set<dev_t> mounts;
   std::string line;
   while (std::getline(in, line)) {
-    // ... optional fields - FSTYPE SOURCE SUPER_OPTIONS
+    std::istringstream fields(line);
+    std::string id, parent, dev;
+    if (!(fields >> id >> parent >> dev)) continue;
     const size_t dash = line.find(" - ");
     if (dash == std::string::npos) continue;
     std::istringstream rest(line.substr(dash + 3));
-    std::string type, src;
-    if (!(rest >> type >> src)) continue;
-    if ((type == "fuse" || type.rfind("fuse.", 0) == 0) && Unescape(src) == source) return true;
+    std::string type;
+    if (!(rest >> type) || (type != "fuse" && type.rfind("fuse.", 0) != 0)) continue;
+    unsigned major_no = 0, minor_no = 0;
+    if (std::sscanf(dev.c_str(), "%u:%u", &major_no, &minor_no) != 2) continue;
+    mounts.insert(makedev(major_no, minor_no));
+  }
+  return mounts;
+}
+
+// True if a mount mark that conflicts with an opener of the given kind
+// names a FUSE mount still in mountinfo; its device number in *mount. Marks
+// or mountinfo that cannot be read count as such a mount (*mount 0).
+bool ServedThroughLiveMount(int fd, bool shared, dev_t* mount) {
+  *mount = 0;
+  const std::optional<std::vector<dev_t>> marks = MountMarks(fd, shared);
+  if (!marks) return true;
+  if (marks->empty()) return false;
+  const std::optional<std::set<dev_t>> mounts = FuseMounts();
+  if (!mounts) return true;
+  for (const dev_t dev : *marks) {
+    if (mounts->count(dev) != 0) {
+      *mount = dev;
+      return true;
+    }
   }
   return false;
 }
@@ -99,12 +169,12 @@ Status Pmem2Media::Lock(bool shared, uint32_t wait_ms) {
   const auto started = std::chrono::steady_clock::now();
   const auto deadline = started + std::chrono::milliseconds(wait_ms);
   bool said = false;
-  char resolved[PATH_MAX];
-  const std::string source = realpath(p, resolved) != nullptr ? resolved : path_;
   while (flock(fd_, op) != 0) {
     if (errno == EINTR) continue;
     if (errno != EWOULDBLOCK) return MakeError(errno, "%s: cannot lock: %s", p, std::strerror(errno));
-    if (MarkHeld(fd_, shared, 0) || (MarkHeld(fd_, shared, 1) && FuseMountOf(source))) {
+    dev_t mount;
+    if (MarkHeld(fd_, shared, 0) || MarkHeld(fd_, shared, 1) ||
+        ServedThroughLiveMount(fd_, shared, &mount)) {
       return MakeError(EBUSY, "%s: in use (mounted by nvfs, or mkfs/fsck running on it)", p);
     }
     if (std::chrono::steady_clock::now() >= deadline) {
@@ -124,20 +194,35 @@ Status Pmem2Media::Lock(bool shared, uint32_t wait_ms) {
   return Status::Ok();
 }
 
-void Pmem2Media::ServeThroughMount() {
+void Pmem2Media::ServeThroughMount(dev_t mount_dev) {
   if (!serving_) return;
-  // Byte 1 before byte 0 goes: never a moment with neither.
-  if (!SetMark(fd_, read_only() ? F_RDLCK : F_WRLCK, 1)) return;  // keep byte 0
-  mounted_mark_ = true;
+  const off_t mark = MountMarkOffset(mount_dev);
+  if (mark < 0) return;  // keep byte 0: in use until EndService
+  // The mount mark before byte 0 goes: never a moment with neither.
+  if (!SetMark(fd_, read_only() ? F_RDLCK : F_WRLCK, mark)) return;  // keep byte 0
+  mount_mark_ = mark;
   (void)SetMark(fd_, F_UNLCK, 0);
 }
 
 void Pmem2Media::EndService() {
   if (!serving_) return;
   (void)SetMark(fd_, F_UNLCK, 0);
-  if (mounted_mark_) (void)SetMark(fd_, F_UNLCK, 1);
+  if (mount_mark_ >= 0) (void)SetMark(fd_, F_UNLCK, mount_mark_);
   serving_ = false;
-  mounted_mark_ = false;
+  mount_mark_ = -1;
+}
+
+Result<dev_t> FindServingMount(const std::string& path) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return MakeError(errno, "%s: %s", path.c_str(), std::strerror(errno));
+  dev_t mount;
+  const bool served = ServedThroughLiveMount(fd, /*shared=*/false, &mount);
+  close(fd);
+  if (!served || mount == 0) {
+    return MakeError(ENOENT, "%s: no nvfs daemon serves it through a mount this process sees",
+                     path.c_str());
+  }
+  return mount;
 }
 
 }  // namespace nvfs

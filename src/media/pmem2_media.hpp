@@ -89,7 +89,7 @@ class Pmem2Media final : public Media {
   }
   uint64_t LostPages() const override { return LostPagesOf(base_); }
   void EndService() override;
-  void ServeThroughMount() override;
+  void ServeThroughMount(dev_t mount_dev) override;
   uint64_t BackedBytes() const override {
     if (backed_whole_) return size();
     return std::min<uint64_t>(size(), backed_chunks_.load(std::memory_order_relaxed) * kBackChunk);
@@ -102,8 +102,8 @@ class Pmem2Media final : public Media {
   void ScanBacking(const struct stat& st);
   // Takes the lock (above Lock's definition). REQUIRES: fd_ and path_ set.
   Status Lock(bool shared, uint32_t wait_ms);
-  bool serving_ = false;  // a mark is held (byte 0, or byte 1 after ServeThroughMount)
-  bool mounted_mark_ = false;  // the mount mark is held (ServeThroughMount)
+  bool serving_ = false;  // a mark is held (byte 0, or the mount mark after ServeThroughMount)
+  off_t mount_mark_ = -1;  // the mount mark's offset once held (ServeThroughMount)
   // Fills bad_ranges_ from libpmem2's bad block list (none where it cannot
   // tell: no error, since a file on tmpfs has no such list).
   void ReadBadBlocks();
