@@ -1993,10 +1993,9 @@ TEST_CASE("regression: an orphan add that failed after storing orphan_head was u
     std::atomic<bool> taken{false};
     std::atomic<bool> added{false};
     std::thread adder([&] {
-      std::unique_lock lock(FsOps::OrphanMu(fs), std::defer_lock);  // before the Tx
-      Tx tx(FsOps::Jnl(fs), "test-orphan-add");
+      OrphanTx tx(fs, "test-orphan-add");
       while (!fail_fired.load()) std::this_thread::yield();
-      while (!lock.try_lock()) std::this_thread::yield();
+      tx.LockOrphans();
       taken = true;
       FsOps::OrphanAdd(fs, tx, other);
       added = tx.Commit().ok();
@@ -2012,9 +2011,8 @@ TEST_CASE("regression: an orphan add that failed after storing orphan_head was u
     fail_fired = true;  // the adder goes on even if nothing failed
     adder.join();
     REQUIRE(added);
-    std::unique_lock lock(FsOps::OrphanMu(fs), std::defer_lock);  // before the Tx
-    Tx tx(FsOps::Jnl(fs), "test-orphan-remove");
-    lock.lock();
+    OrphanTx tx(fs, "test-orphan-remove");
+    tx.LockOrphans();
     if (dyn.orphan_head != other || other_inode.orphan_next != head ||
         !(other_inode.flags & format::kInodeFlagOrphan)) {
       FAIL_CHECK("orphan_head " << dyn.orphan_head << " (want " << other << "), its next "

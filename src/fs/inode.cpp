@@ -83,8 +83,7 @@ Result<Attr> FsImpl::SetAttr(uint64_t ino, const SetAttrRequest& req) {
     return Error(EPERM);
   }
   const timespec now = FsOps::Now();
-  std::unique_lock orphans(orphan_mu_, std::defer_lock);  // before the Tx (fs_impl.hpp)
-  Tx tx(*journal_, "setattr");
+  OrphanTx tx(*this, "setattr");
   // Privileges go in the same transaction as the size or owner change that
   // takes them away (include/nvfs/fs.hpp), after a requested mode, so that they go from
   // it too.
@@ -125,7 +124,7 @@ Result<Attr> FsImpl::SetAttr(uint64_t ino, const SetAttrRequest& req) {
     // POSIX: a size change updates mtime too, unless it was given.
     if (!(req.valid & (kSetMtime | kSetMtimeNow))) FsOps::Touch(tx, inode, true, false, now);
     change.emplace(ref->get());
-    NVFS_TRY(FsOps::Resize(*this, ino, req.size, &tx, orphans));
+    NVFS_TRY(FsOps::Resize(*this, ino, req.size, &tx));
   }
   NVFS_TRY(tx.Commit());  // a no-op if a long truncation committed it already
   return FsOps::MakeAttr(*this, ino, inode);
@@ -197,9 +196,8 @@ Status FsImpl::SetInodeFlags(uint64_t ino, uint32_t fs_flags, const Cred& cred) 
     return Error(EPERM);
   }
   if (changed == 0) return Status::Ok();
-  std::unique_lock orphans(orphan_mu_, std::defer_lock);  // before the Tx (fs_impl.hpp)
-  Tx tx(*journal_, "setflags");
-  orphans.lock();
+  OrphanTx tx(*this, "setflags");
+  tx.LockOrphans();  // the flags word holds the orphan bit
   tx.Set(inode.flags, (inode.flags & ~format::kInodeAttrFlags) | wanted);
   FsOps::Touch(tx, inode, false, true, FsOps::Now());
   return tx.Commit();
@@ -227,11 +225,10 @@ Result<FileHandle> FsImpl::Open(uint64_t ino, int flags, unsigned io_flags) {
       const MappingChange change(ref->get());  // lock-free readers retry
       const timespec now = FsOps::Now();
       const uint16_t mode = inode.mode;
-      std::unique_lock orphans(orphan_mu_, std::defer_lock);  // before the Tx (fs_impl.hpp)
-      Tx tx(*journal_, "open-truncate");
+      OrphanTx tx(*this, "open-truncate");
       NVFS_TRY(FsOps::KillPrivs(*this, ino, inode, suidgid, tx, now));
       FsOps::Touch(tx, inode, true, true, now);
-      NVFS_TRY(FsOps::Resize(*this, ino, 0, &tx, orphans));
+      NVFS_TRY(FsOps::Resize(*this, ino, 0, &tx));
       NVFS_TRY(tx.Commit());
       if (inode.mode != mode) FsOps::PrivsDropped(*this, ino);
     } else if (truncating) {

@@ -21,8 +21,7 @@ Status FsOps::Reclaim(FsImpl& fs, uint64_t ino) {
   // Free the contents in as many transactions as needed; the inode stays on
   // the orphan list until the last one, which frees the inode itself.
   for (;;) {
-    std::unique_lock lock(fs.orphan_mu_, std::defer_lock);  // before the Tx (fs_impl.hpp)
-    Tx tx(*fs.journal_, "reclaim");
+    OrphanTx tx(fs, "reclaim");
     Result<bool> done = true;
     if (S_ISDIR(inode.mode)) {
       done = fs.dir_->FreeTree(tx, inode);
@@ -40,7 +39,6 @@ Status FsOps::Reclaim(FsImpl& fs, uint64_t ino) {
       NVFS_TRY(tx.Commit());
       continue;
     }
-    lock.lock();
     NVFS_TRY(OrphanRemove(fs, tx, ino));
     tx.Set(inode.mode, uint16_t{0});
     NVFS_TRY(fs.alloc_->FreeInode(tx, ino));
