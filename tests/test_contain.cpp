@@ -19,6 +19,7 @@
 #include "nvfs/format.hpp"
 #include "nvfs/fsck.hpp"
 #include "nvfs/geometry.hpp"
+#include "nvfs/superblock.hpp"
 
 namespace nvfs::test {
 namespace {
@@ -267,6 +268,36 @@ TEST_CASE("containment: a damaged orphan link is not followed, and nothing is fr
   CHECK(img->damage_found());
   CHECK(img->read_only());
   img->Release(*ha);
+  img.Unmount();
+  CHECK(ErrorsOnMedia(img.path()) != 0);
+}
+
+// Regression: mount finishes a linked orphan (a truncation cut short) by
+// freeing its blocks from `size` rounded up; a damaged size near 2^64
+// wrapped that to block 0, and the mount freed every block of the file.
+// The inode is now checked as any inode the core loads: damage, no free.
+TEST_CASE("regression: an orphan whose size is near 2^64 had every block freed at mount",
+          "[contain][validate]") {
+  FsImage img;
+  const uint64_t ino = MustCreate(img.fs(), "a", 5 * 4096);
+  const uint64_t free_before = img->GetStatFs()->blocks_free;
+  format::Inode& inode = InodeOf(img.fs(), ino);
+  REQUIRE(inode.blocks == 5);
+  const uint64_t first_block = inode.map.file.direct[0];
+  // On the orphan list with its link, as a truncation in progress leaves it.
+  inode.flags |= format::kInodeFlagOrphan;
+  inode.orphan_next = 0;
+  inode.size = ~uint64_t{0} - 100;
+  auto& dyn = *reinterpret_cast<format::SuperDynamic*>(
+      const_cast<std::byte*>(img->media().base()) + format::kSuperDynamicOffset);
+  dyn.orphan_head = ino;
+  dyn.checksum = SuperDynamicChecksum(dyn);
+  img.CrashAndMount();
+  CHECK(img->GetStatFs()->blocks_free == free_before);
+  CHECK(InUseOnMedia(img.fs(), first_block));
+  CHECK(InodeOf(img.fs(), ino).blocks == 5);
+  CHECK(img->damage_found());
+  CHECK(img->read_only());
   img.Unmount();
   CHECK(ErrorsOnMedia(img.path()) != 0);
 }

@@ -137,8 +137,10 @@ Status FsOps::ProcessOrphans(FsImpl& fs) {
   const auto& dyn = *reinterpret_cast<const SuperDynamic*>(fs.media_->base() +
                                                            format::kSuperDynamicOffset);
   // The whole list is checked before the first orphan is touched: each inode
-  // in use, flagged, listed once, and either unlinked or a regular file whose
-  // truncation was cut short (nothing else is ever truncated).
+  // in use and valid (CheckIno: a damaged one is reported, EUCLEAN, and
+  // nothing of the list is freed), flagged, listed once, and either unlinked
+  // or a regular file whose truncation was cut short (nothing else is ever
+  // truncated).
   {
     std::unordered_set<uint64_t> listed;
     for (uint64_t ino = dyn.orphan_head; ino != 0; ino = InodeAt(fs, ino).orphan_next) {
@@ -161,8 +163,12 @@ Status FsOps::ProcessOrphans(FsImpl& fs) {
     if (inode.nlink == 0) {
       NVFS_TRY(Reclaim(fs, ino));
     } else {
-      const uint64_t from = (inode.size + fs.geometry_->block_size() - 1) >>
-                            fs.geometry_->block_shift();
+      // The size is within the largest file's (CheckIno: ValidateInode), so
+      // rounding it up to a block cannot wrap; written so that it cannot
+      // wrap anyway.
+      const uint32_t shift = fs.geometry_->block_shift();
+      const uint64_t from = (inode.size >> shift) +
+                            ((inode.size & (fs.geometry_->block_size() - 1)) != 0 ? 1 : 0);
       NVFS_TRY(FreeBlocksFrom(fs, ino, from));
     }
   }
