@@ -7,6 +7,8 @@
 #include <fcntl.h>
 #include <linux/falloc.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstddef>
@@ -300,6 +302,49 @@ TEST_CASE("regression: an orphan whose size is near 2^64 had every block freed a
   CHECK(img->read_only());
   img.Unmount();
   CHECK(ErrorsOnMedia(img.path()) != 0);
+}
+
+// Regression: a media error met outside every recovery point (metadata)
+// replaces the page with memory that reads as all ones, or on a
+// device-dax namespace, whose mapping cannot be split there, the 2 MiB
+// around it, file data included: every read path returned those ones as
+// the file's bytes, with success. Here the page lost is a data block's
+// (lost as a metadata load beside it would lose it).
+TEST_CASE("regression: file data in a page lost to a media error was read as ones, with success",
+          "[contain][fault]") {
+  FsImage img;
+  const uint64_t ino = MustCreate(img.fs(), "a", 3 * 4096);
+  const format::Inode& inode = InodeOf(img.fs(), ino);
+  const uint64_t lost = img->geometry().BlockOffset(inode.map.file.direct[1]);
+  REQUIRE(img->geometry().block_size() == 4096);
+  // Cut the image under the mapping at the block, load it outside any
+  // recovery point (the page is replaced), and put the image back.
+  const uint64_t size = FileSize(img.path());
+  const std::vector<char> tail = ReadAt(img.path(), lost, size - lost);
+  REQUIRE(truncate(img.path().c_str(), static_cast<off_t>(lost)) == 0);
+  CHECK(*reinterpret_cast<const volatile uint64_t*>(img->media().base() + lost) == ~uint64_t{0});
+  WriteAt(img.path(), lost, tail.data(), tail.size());
+  REQUIRE(img->media().LostPages() == 1);
+
+  auto h = img->Open(ino, O_RDONLY);
+  REQUIRE(h.ok());
+  std::vector<char> buf(3 * 4096);
+  auto first = img->Read(*h, 0, buf.data(), 4096);  // before the lost page: intact
+  CHECK((first.ok() && *first == 4096 && buf[4095] == 'c'));
+  auto third = img->Read(*h, 2 * 4096, buf.data(), 4096);  // after it
+  CHECK((third.ok() && *third == 4096 && buf[0] == 'c'));
+  for (int round = 0; round < 2; ++round) {  // through the bmap, then an extent map
+    CHECK(img->Read(*h, 0, buf.data(), buf.size()).code() == EIO);
+    CHECK(img->Read(*h, 4096 + 100, buf.data(), 10).code() == EIO);
+    const iovec two[2] = {{buf.data(), 4096}, {buf.data() + 4096, 2 * 4096}};
+    CHECK(img->ReadIter(*h, 0, two, 2).code() == EIO);
+    MapGuard guard;
+    ReadRun runs[4];
+    size_t count = 0;
+    CHECK(img->Map(*h, 0, buf.size(), runs, 4, &count, guard).code() == EIO);
+    for (int i = 0; i < 200; ++i) (void)img->Read(*h, 2 * 4096, buf.data(), 4096);
+  }
+  img->Release(*h);
 }
 
 TEST_CASE("errors flag: damage found by a read turns the mount read-only until fsck -y",
