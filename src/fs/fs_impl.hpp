@@ -61,8 +61,8 @@ class FsImpl final : public Filesystem {
   Status Unmount() override;
   Result<Attr> Lookup(uint64_t parent, std::string_view name) override;
   Result<Attr> LookupInode(uint64_t ino) override;
-  void Forget(uint64_t ino, uint64_t count) override;
-  void ForgetAll() override;
+  void Forget(uint64_t ino, uint64_t count) noexcept override;
+  void ForgetAll() noexcept override;
   Result<Attr> Mknod(uint64_t parent, std::string_view name, uint32_t mode, uint64_t rdev,
                      const Cred& cred) override;
   Result<Attr> Mkdir(uint64_t parent, std::string_view name, uint32_t mode, const Cred& cred) override;
@@ -85,7 +85,7 @@ class FsImpl final : public Filesystem {
   Result<FileHandle> Open(uint64_t ino, int flags, unsigned io_flags = 0) override;
   Result<FileHandle> Create(uint64_t parent, std::string_view name, uint32_t mode, int flags,
                             const Cred& cred, Attr* attr) override;
-  void Release(FileHandle file) override;
+  void Release(FileHandle file) noexcept override;
   Result<FileHandle> Tmpfile(uint64_t parent, uint32_t mode, int flags, const Cred& cred,
                              Attr* attr) override;
   Result<size_t> Read(FileHandle file, uint64_t offset, void* buf, size_t len) override;
@@ -387,6 +387,9 @@ struct FsOps {
   // a reclaim that throws is said on stderr, and the inode stays on the
   // orphan list for its next pin or the next mount.
   static void UnpinNoThrow(FsImpl& fs, CachedInode* inode) noexcept;
+  // ReclaimIdle where nothing may throw (Forget, ForgetAll, Release): the
+  // same report. False if it threw.
+  static bool ReclaimIdleNoThrow(FsImpl& fs, CachedInode* inode) noexcept;
 
   static const format::Inode& InodeAt(const FsImpl& fs, uint64_t ino) {
     return fs.ctx_->InodeAt(ino);

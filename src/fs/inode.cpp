@@ -3,6 +3,9 @@
 #include <linux/fs.h>
 #include <sys/stat.h>
 
+#include <cinttypes>
+#include <cstdio>
+#include <new>
 #include <optional>
 
 #include "fs/fs_impl.hpp"
@@ -241,12 +244,12 @@ Result<FileHandle> FsImpl::Open(uint64_t ino, int flags, unsigned io_flags) {
   return new OpenFile{ref->get(), flags};
 }
 
-void FsImpl::Release(FileHandle file) {
+void FsImpl::Release(FileHandle file) noexcept {
   CachedInode* inode = file->inode;
   delete file;
   bool free_data = false;
   if (CachedInode* unlinked = cache_->CloseOpen(inode, &free_data)) {
-    FsOps::ReclaimIdle(*this, unlinked);
+    FsOps::ReclaimIdleNoThrow(*this, unlinked);
   } else if (free_data) {
     // The last open file of an unlinked inode the kernel still holds (an
     // O_PATH descriptor, a cached dentry): its data goes now, the inode at
@@ -255,10 +258,22 @@ void FsImpl::Release(FileHandle file) {
     // next): told, a reopen through /proc/self/fd fetches the new one and
     // drops the pages past it.
     const InodeRef ref(*this, inode);  // the pin CloseOpen took
-    std::unique_lock lock(inode->lock);
-    const uint64_t size = inode->media->size;
-    if (FsOps::FreeUnlinkedData(*this, inode).ok() && size != inode->media->size && data_freed_) {
-      data_freed_(inode->ino);
+    const char* what = nullptr;
+    try {
+      std::unique_lock lock(inode->lock);
+      const uint64_t size = inode->media->size;
+      if (FsOps::FreeUnlinkedData(*this, inode).ok() && size != inode->media->size &&
+          data_freed_) {
+        data_freed_(inode->ino);
+      }
+    } catch (const std::bad_alloc&) {
+      what = "out of memory";
+    } catch (...) {
+      what = "unexpected exception";
+    }
+    if (what != nullptr) {
+      std::fprintf(stderr, "nvfs: freeing the data of unlinked inode %" PRIu64 " failed (%s); "
+                   "it goes with the inode\n", inode->ino, what);
     }
   }
 }

@@ -11,8 +11,10 @@
 #include <linux/fs.h>
 #include <sys/stat.h>
 
+#include <cstdio>
 #include <cstring>
 #include <exception>
+#include <new>
 #include <vector>
 
 #include "fs/fs_impl.hpp"
@@ -115,22 +117,24 @@ Result<Attr> FsImpl::LookupInode(uint64_t ino) {
   return FsOps::MakeAttr(*this, ino, inode->media());
 }
 
-void FsImpl::Forget(uint64_t ino, uint64_t count) {
-  if (CachedInode* unlinked = cache_->ForgetLookups(ino, count)) FsOps::ReclaimIdle(*this, unlinked);
+void FsImpl::Forget(uint64_t ino, uint64_t count) noexcept {
+  if (CachedInode* unlinked = cache_->ForgetLookups(ino, count)) {
+    FsOps::ReclaimIdleNoThrow(*this, unlinked);
+  }
 }
 
-void FsImpl::ForgetAll() {
+void FsImpl::ForgetAll() noexcept {
   // Each on its own: a reclaim that throws leaves its inode on the orphan
   // list, but every other one is still reclaimed and leaves the cache.
-  std::exception_ptr first_failure;
-  for (CachedInode* unlinked : cache_->ForgetAllLookups()) {
-    try {
-      FsOps::ReclaimIdle(*this, unlinked);
-    } catch (...) {
-      if (!first_failure) first_failure = std::current_exception();
-    }
+  std::vector<CachedInode*> unlinked;
+  try {
+    unlinked = cache_->ForgetAllLookups();
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "nvfs: forgetting every reference: out of memory; unlinked inodes "
+                 "stay on the orphan list until the next mount\n");
+    return;
   }
-  if (first_failure) std::rethrow_exception(first_failure);
+  for (CachedInode* inode : unlinked) FsOps::ReclaimIdleNoThrow(*this, inode);
 }
 
 namespace {

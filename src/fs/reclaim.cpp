@@ -67,22 +67,35 @@ void FsOps::ReclaimIdle(FsImpl& fs, CachedInode* inode) {
   (void)Reclaim(fs, inode->ino);
 }
 
-void FsOps::UnpinNoThrow(FsImpl& fs, CachedInode* inode) noexcept {
-  const uint64_t ino = inode->ino;
+namespace {
+
+// Runs `reclaim` of inode `ino`; a throw is said on stderr. False if it threw.
+template <class Fn>
+bool ReportThrow(uint64_t ino, Fn&& reclaim) noexcept {
   const char* what = nullptr;
   try {
-    Unpin(fs, inode);
+    reclaim();
   } catch (const std::bad_alloc&) {
     what = "out of memory";
   } catch (...) {
     what = "unexpected exception";
   }
-  if (what != nullptr) {
-    std::fprintf(stderr,
-                 "nvfs: reclaim of unlinked inode %" PRIu64 " failed (%s); it stays on the orphan "
-                 "list until its next use or the next mount\n",
-                 ino, what);
-  }
+  if (what == nullptr) return true;
+  std::fprintf(stderr,
+               "nvfs: reclaim of unlinked inode %" PRIu64 " failed (%s); it stays on the orphan "
+               "list until its next use or the next mount\n",
+               ino, what);
+  return false;
+}
+
+}  // namespace
+
+void FsOps::UnpinNoThrow(FsImpl& fs, CachedInode* inode) noexcept {
+  ReportThrow(inode->ino, [&] { Unpin(fs, inode); });
+}
+
+bool FsOps::ReclaimIdleNoThrow(FsImpl& fs, CachedInode* inode) noexcept {
+  return ReportThrow(inode->ino, [&] { ReclaimIdle(fs, inode); });
 }
 
 }  // namespace nvfs
