@@ -6,7 +6,9 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <span>
 #include <string>
+#include <string_view>
 
 #include "nvfs/bitmap.hpp"
 #include "nvfs/cli.hpp"
@@ -62,22 +64,21 @@ void PrintRootLeaf(const std::byte* base, const nvfs::Geometry& g, uint64_t bloc
     std::printf("  (bad leaf magic)\n");
     return;
   }
-  uint32_t offset = sizeof header;
-  while (offset + sizeof(nvfs::format::DirEntry) <= g.block_size()) {
-    nvfs::format::DirEntry entry;
-    std::memcpy(&entry, leaf + offset, sizeof entry);
-    if (nvfs::CheckDirRecordLength(entry.rec_len, g.block_size() - offset) !=
-        nvfs::DirRecordFault::kNone) {
-      std::printf("  (bad record at offset %u)\n", offset);
-      return;
-    }
-    if (entry.ino != 0 && sizeof entry + entry.name_len <= entry.rec_len) {
-      std::printf("  %-24.*s ino %-8" PRIu64 " type %u key 0x%016" PRIx64 "\n",
-                  entry.name_len, reinterpret_cast<const char*>(leaf + offset + sizeof entry),
-                  entry.ino, entry.file_type, entry.key);
-    }
-    offset += entry.rec_len;
-  }
+  // The records as the core and fsck walk them (WalkDirLeaf).
+  uint32_t stop = 0;
+  const nvfs::DirRecordFault fault = nvfs::WalkDirLeaf(
+      std::span<const std::byte>(leaf, g.block_size()),
+      [](uint32_t, const nvfs::format::DirEntry& record) {
+        if (record.ino != 0 && nvfs::DirNameLengthValid(record)) {
+          const std::string_view name = nvfs::DirRecordName(record);
+          std::printf("  %-24.*s ino %-8" PRIu64 " type %u key 0x%016" PRIx64 "\n",
+                      static_cast<int>(name.size()), name.data(), record.ino,
+                      record.file_type, record.key);
+        }
+        return true;
+      },
+      &stop);
+  if (fault != nvfs::DirRecordFault::kNone) std::printf("  (bad record at offset %u)\n", stop);
 }
 
 }  // namespace
@@ -186,7 +187,16 @@ int main(int argc, char** argv) {
   }
   nvfs::format::Inode root;
   std::memcpy(&root, base + g.InodeOffset(nvfs::format::kRootIno), sizeof root);
-  std::printf("Root directory (%" PRIu64 " entries):\n", root.map.dir.entries);
-  PrintRootLeaf(base, g, root.map.dir.root);
+  // The root inode checked as the core and fsck check every inode.
+  const nvfs::InodeFaults faults =
+      nvfs::ValidateInode(root, nvfs::FileMapLayout(g.block_shift()).max_size());
+  if (faults != 0) {
+    std::printf("Root directory:      inode damaged (%s)\n", nvfs::InodeFaultName(faults));
+  } else if (!S_ISDIR(root.mode)) {
+    std::printf("Root directory:      inode is not a directory (mode 0%o)\n", root.mode);
+  } else {
+    std::printf("Root directory (%" PRIu64 " entries):\n", root.map.dir.entries);
+    PrintRootLeaf(base, g, root.map.dir.root);
+  }
   return 0;
 }

@@ -7,6 +7,8 @@
 #include <fcntl.h>
 #include <linux/falloc.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstddef>
@@ -19,6 +21,7 @@
 #include "nvfs/format.hpp"
 #include "nvfs/fsck.hpp"
 #include "nvfs/geometry.hpp"
+#include "nvfs/superblock.hpp"
 
 namespace nvfs::test {
 namespace {
@@ -269,6 +272,79 @@ TEST_CASE("containment: a damaged orphan link is not followed, and nothing is fr
   img->Release(*ha);
   img.Unmount();
   CHECK(ErrorsOnMedia(img.path()) != 0);
+}
+
+// Regression: mount finishes a linked orphan (a truncation cut short) by
+// freeing its blocks from `size` rounded up; a damaged size near 2^64
+// wrapped that to block 0, and the mount freed every block of the file.
+// The inode is now checked as any inode the core loads: damage, no free.
+TEST_CASE("regression: an orphan whose size is near 2^64 had every block freed at mount",
+          "[contain][validate]") {
+  FsImage img;
+  const uint64_t ino = MustCreate(img.fs(), "a", 5 * 4096);
+  const uint64_t free_before = img->GetStatFs()->blocks_free;
+  format::Inode& inode = InodeOf(img.fs(), ino);
+  REQUIRE(inode.blocks == 5);
+  const uint64_t first_block = inode.map.file.direct[0];
+  // On the orphan list with its link, as a truncation in progress leaves it.
+  inode.flags |= format::kInodeFlagOrphan;
+  inode.orphan_next = 0;
+  inode.size = ~uint64_t{0} - 100;
+  auto& dyn = *reinterpret_cast<format::SuperDynamic*>(
+      const_cast<std::byte*>(img->media().base()) + format::kSuperDynamicOffset);
+  dyn.orphan_head = ino;
+  dyn.checksum = SuperDynamicChecksum(dyn);
+  img.CrashAndMount();
+  CHECK(img->GetStatFs()->blocks_free == free_before);
+  CHECK(InUseOnMedia(img.fs(), first_block));
+  CHECK(InodeOf(img.fs(), ino).blocks == 5);
+  CHECK(img->damage_found());
+  CHECK(img->read_only());
+  img.Unmount();
+  CHECK(ErrorsOnMedia(img.path()) != 0);
+}
+
+// Regression: a media error met outside every recovery point (metadata)
+// replaces the page with memory that reads as all ones, or on a
+// device-dax namespace, whose mapping cannot be split there, the 2 MiB
+// around it, file data included: every read path returned those ones as
+// the file's bytes, with success. Here the page lost is a data block's
+// (lost as a metadata load beside it would lose it).
+TEST_CASE("regression: file data in a page lost to a media error was read as ones, with success",
+          "[contain][fault]") {
+  FsImage img;
+  const uint64_t ino = MustCreate(img.fs(), "a", 3 * 4096);
+  const format::Inode& inode = InodeOf(img.fs(), ino);
+  const uint64_t lost = img->geometry().BlockOffset(inode.map.file.direct[1]);
+  REQUIRE(img->geometry().block_size() == 4096);
+  // Cut the image under the mapping at the block, load it outside any
+  // recovery point (the page is replaced), and put the image back.
+  const uint64_t size = FileSize(img.path());
+  const std::vector<char> tail = ReadAt(img.path(), lost, size - lost);
+  REQUIRE(truncate(img.path().c_str(), static_cast<off_t>(lost)) == 0);
+  CHECK(*reinterpret_cast<const volatile uint64_t*>(img->media().base() + lost) == ~uint64_t{0});
+  WriteAt(img.path(), lost, tail.data(), tail.size());
+  REQUIRE(img->media().LostPages() == 1);
+
+  auto h = img->Open(ino, O_RDONLY);
+  REQUIRE(h.ok());
+  std::vector<char> buf(3 * 4096);
+  auto first = img->Read(*h, 0, buf.data(), 4096);  // before the lost page: intact
+  CHECK((first.ok() && *first == 4096 && buf[4095] == 'c'));
+  auto third = img->Read(*h, 2 * 4096, buf.data(), 4096);  // after it
+  CHECK((third.ok() && *third == 4096 && buf[0] == 'c'));
+  for (int round = 0; round < 2; ++round) {  // through the bmap, then an extent map
+    CHECK(img->Read(*h, 0, buf.data(), buf.size()).code() == EIO);
+    CHECK(img->Read(*h, 4096 + 100, buf.data(), 10).code() == EIO);
+    const iovec two[2] = {{buf.data(), 4096}, {buf.data() + 4096, 2 * 4096}};
+    CHECK(img->ReadIter(*h, 0, two, 2).code() == EIO);
+    MapGuard guard;
+    ReadRun runs[4];
+    size_t count = 0;
+    CHECK(img->Map(*h, 0, buf.size(), runs, 4, &count, guard).code() == EIO);
+    for (int i = 0; i < 200; ++i) (void)img->Read(*h, 2 * 4096, buf.data(), 4096);
+  }
+  img->Release(*h);
 }
 
 TEST_CASE("errors flag: damage found by a read turns the mount read-only until fsck -y",

@@ -1,13 +1,17 @@
 // Epoch-based reclamation (include/nvfs/epoch.hpp): an object retired while a
 // reader that may have loaded it is inside its guard is not destroyed until
-// that reader leaves; everything retired is destroyed in the end.
+// that reader leaves; everything retired is destroyed in the end. Also
+// libnvfs-direct's own (src/direct/epoch.hpp): nothing freed without a
+// barrier it trusts.
 #include <catch2/catch.hpp>
 
 #include <atomic>
+#include <cerrno>
 #include <memory>
 #include <thread>
 #include <vector>
 
+#include "direct/epoch.hpp"
 #include "nvfs/epoch.hpp"
 
 namespace nvfs::test {
@@ -136,6 +140,46 @@ TEST_CASE("epoch: a grace period waits for every guard older than its ticket", "
   step = 4;
   suspender.join();
   CHECK(epoch::GraceOver(after));
+}
+
+// Regression: when membarrier failed with readers relying on it (a
+// compiler barrier on their side), libnvfs-direct's collection fell back to
+// a fence of its own, which its comment called insufficient, and freed all
+// the same. It now frees nothing on such a scan: the objects wait for a
+// collection whose membarrier succeeds, and with its queue full a retired
+// object is leaked, never freed.
+// Owned here ("freeing" one counts it), so that a leaked one is no leak
+// for the sanitizers.
+int direct_objects[600];
+std::atomic<uint64_t> direct_freed{0};
+void CountDirectFree(void*) { direct_freed.fetch_add(1, std::memory_order_relaxed); }
+long FailingMembarrier(int) {
+  errno = EPERM;
+  return -1;
+}
+long SucceedingMembarrier(int) { return 0; }  // no reader runs here
+
+TEST_CASE("regression: libnvfs-direct's epoch freed without a barrier when membarrier failed",
+          "[epoch][direct]") {
+  namespace de = direct::epoch_detail;
+  const bool asymmetric_before = de::asymmetric.load();
+  de::asymmetric = true;  // readers rely on the reclaimer's membarrier
+  // What an earlier test left queued goes first.
+  de::reclaim_membarrier = SucceedingMembarrier;
+  for (int i = 0; i < 200; ++i) direct::Retire(&direct_objects[i], CountDirectFree);
+  const uint64_t freed_before = direct_freed.load();
+
+  de::reclaim_membarrier = FailingMembarrier;
+  // Past the collection threshold and past the full queue: nothing freed.
+  for (int i = 200; i < 400; ++i) direct::Retire(&direct_objects[i], CountDirectFree);
+  CHECK(direct_freed.load() == freed_before);
+
+  // Once the barrier works again, what waited is freed.
+  de::reclaim_membarrier = SucceedingMembarrier;
+  for (int i = 400; i < 600; ++i) direct::Retire(&direct_objects[i], CountDirectFree);
+  CHECK(direct_freed.load() > freed_before + 100);
+  de::reclaim_membarrier = nullptr;
+  de::asymmetric = asymmetric_before;
 }
 
 }  // namespace

@@ -2,9 +2,12 @@
 // interrupted transaction from a snapshot of the media taken mid-operation.
 #include <catch2/catch.hpp>
 
+#include <signal.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
+#include <functional>
 #include <vector>
 
 #include "fs_fixture.hpp"
@@ -54,6 +57,48 @@ TEST_CASE("abort restores every logged store in reverse order", "[journal]") {
   }
   CHECK(Read64(fs, at) == 1);
   CHECK(Read64(fs, at + 8) == 0);
+}
+
+// A transaction stores nothing once it has committed or aborted: its slot
+// is free, maybe another transaction's already, and nothing would undo the
+// store. Such a store is a bug, and stops the process before it writes.
+TEST_CASE("a finished transaction refuses every store: the process stops, nothing is written",
+          "[journal]") {
+  FsFixture fs;
+  const uint64_t at = DataOffset(fs, 0);
+  Store64Committed(fs, "setup", at, 5);
+  const uint64_t eight = 8;
+  const std::vector<std::pair<const char*, std::function<void(Tx&)>>> stores = {
+      {"Store64", [&](Tx& tx) { tx.Store64(at, 6); }},
+      {"Store", [&](Tx& tx) { tx.Store(at, &eight, sizeof eight); }},
+      {"Set", [&](Tx& tx) {
+         tx.Set(*reinterpret_cast<const uint64_t*>(fs.media().base() + at), uint64_t{7});
+       }},
+      {"StoreFresh", [&](Tx& tx) { tx.StoreFresh(at, &eight, sizeof eight); }},
+      {"FillFresh", [&](Tx& tx) { tx.FillFresh(at, 0x11, 8); }},
+      {"LogAllocated", [&](Tx& tx) { (void)tx.LogAllocated(BitmapKind::kBlocks, 100, 1); }},
+      {"LogDeferredFree", [&](Tx& tx) { (void)tx.LogDeferredFree(BitmapKind::kBlocks, 100, 1); }},
+  };
+  for (const bool commit : {true, false}) {
+    for (const auto& [what, store] : stores) {
+      INFO(what << (commit ? " after Commit" : " after Abort"));
+      const int code = RunInChild([&] {
+        if (std::freopen("/dev/null", "w", stderr) == nullptr) return 253;
+        Tx tx(fs.journal(), "finished");
+        tx.Store64(at, 5);
+        if (commit) {
+          if (!tx.Commit().ok()) return 252;
+        } else {
+          tx.Abort();
+        }
+        store(tx);
+        return 0;
+      });
+      CHECK(code == 1000 + SIGABRT);
+      // The mapping is shared with the child: a store it made would show.
+      CHECK(Read64(fs, at) == 5);
+    }
+  }
 }
 
 TEST_CASE("recovery undoes an operation interrupted by a crash", "[journal]") {

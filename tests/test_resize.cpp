@@ -3,9 +3,12 @@
 // data like any other; the program refuses what it cannot do in one line,
 // writing nothing. Crashes during a grow: the crash suite's [grow] workloads.
 #include <fcntl.h>
+#include <linux/fs.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <memory>
 #include <thread>
@@ -14,6 +17,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "fs/fs_impl.hpp"
+#include "journal/journal.hpp"
 #include "nvfs/fs.hpp"
 #include "nvfs/fsck.hpp"
 #include "nvfs/media.hpp"
@@ -29,6 +34,7 @@ using test::DigestFile;
 using test::FileSize;
 using test::LetterPattern;
 using test::MakeFile;
+using test::RunInChild;
 using test::Run;
 using test::RunResult;
 using test::TempPath;
@@ -349,6 +355,68 @@ TEST_CASE("Filesystem::Grow: a mounted filesystem grows 8x in steps while thread
   REQUIRE(fs.Unmount().ok());
   mounted->reset();
   CheckClean(image.path());
+}
+
+// Regression: a mounted grow took orphan_mu_ and then waited for a journal
+// slot, the reverse of every other transaction that stores under it (a slot,
+// then orphan_mu_). With every slot held by an operation waiting for
+// orphan_mu_, the grow waited for a slot forever and they for it. Here the
+// slots are taken first, one operation per slot (a chattr: it stores the
+// flags word, which holds the orphan bit, under orphan_mu_) waits for one,
+// then the grow; when the slots come free the operations, waiting longest,
+// get them all. In a child: a deadlock leaves threads that cannot be joined.
+TEST_CASE("regression: a grow that waited for a journal slot holding orphan_mu_ deadlocked "
+          "operations holding every slot", "[resize][mounted][lock]") {
+  TempPath image("grow-order");
+  Format(image.path(), 24 * kMiB, 24 * kMiB);
+  const int code = RunInChild([&] {
+    MountOptions options;
+    options.grow_reserve = 1ull << 30;
+    auto mounted = Filesystem::Mount(image.path(), options);
+    if (!mounted.ok()) return 2;
+    Filesystem& fs = **mounted;
+    const uint32_t slots = fs.geometry().journal_slots();
+    std::vector<uint64_t> files;
+    for (uint32_t i = 0; i < slots; ++i) {
+      Attr attr;
+      auto file = fs.Create(format::kRootIno, "f" + std::to_string(i), 0644, O_RDWR, kRoot,
+                            &attr);
+      if (!file.ok()) return 3;
+      fs.Release(*file);
+      files.push_back(attr.ino);
+    }
+    Journal& journal = FsOps::Jnl(static_cast<FsImpl&>(fs));
+    std::vector<std::unique_ptr<Tx>> held;
+    for (uint32_t i = 0; i < slots; ++i) held.push_back(std::make_unique<Tx>(journal, "held"));
+    std::atomic<uint32_t> finished{0};
+    std::atomic<bool> grown{false};
+    std::vector<std::thread> threads;
+    for (uint64_t ino : files) {
+      threads.emplace_back([&, ino] {
+        (void)fs.SetInodeFlags(ino, FS_NODUMP_FL, kRoot);
+        ++finished;
+      });
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    threads.emplace_back([&] {
+      grown = fs.Grow(48 * kMiB).ok();
+      ++finished;
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    held.clear();
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (finished < slots + 1) {
+      // Deadlocked: the threads can be neither joined nor left to
+      // destructors.
+      if (std::chrono::steady_clock::now() > deadline) _exit(4);
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    for (auto& t : threads) t.join();
+    if (!grown) return 5;
+    for (uint64_t ino : files) fs.Forget(ino, 1);
+    return fs.Unmount().ok() ? 0 : 6;
+  }, 60);
+  CHECK(code == 0);
 }
 
 }  // namespace

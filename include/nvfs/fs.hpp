@@ -271,16 +271,20 @@ class Filesystem {
   virtual Result<Attr> Lookup(uint64_t parent, std::string_view name) = 0;
   // A reference to an inode known by number (readdirplus, NFS handles).
   virtual Result<Attr> LookupInode(uint64_t ino) = 0;
-  // May throw (std::bad_alloc from the reclaim of an unlinked inode whose
-  // last reference this was); the inode then stays on the orphan list, for
-  // the next mount, and leaves the cache all the same.
-  virtual void Forget(uint64_t ino, uint64_t count) = 0;
+  // Never throws (a caller has no one to tell: a FUSE FORGET has no reply,
+  // and a reply that failed is already gone): a reclaim of an unlinked
+  // inode whose last reference this was that fails (std::bad_alloc) is said
+  // on stderr; the inode stays on the orphan list, for its next use or the
+  // next mount, and leaves the cache all the same.
+  virtual void Forget(uint64_t ino, uint64_t count) noexcept = 0;
   // Drops every reference Lookup & co. handed out, as if each had been
   // forgotten: for a FUSE session that ended (umount, SIGTERM) before the
   // kernel sent its FORGETs. Unlinked inodes left without a reference or an
-  // open file are freed now rather than at the next mount. REQUIRES: nothing
-  // runs concurrently (the session loop has returned; before Unmount).
-  virtual void ForgetAll() = 0;
+  // open file are freed now rather than at the next mount. Never throws, as
+  // Forget: each reclaim on its own, a failed one said on stderr.
+  // REQUIRES: nothing runs concurrently (the session loop has returned;
+  // before Unmount).
+  virtual void ForgetAll() noexcept = 0;
 
   virtual Result<Attr> Mknod(uint64_t parent, std::string_view name, uint32_t mode, uint64_t rdev,
                              const Cred& cred) = 0;
@@ -351,7 +355,10 @@ class Filesystem {
   // Creates and opens: EEXIST if the name exists.
   virtual Result<FileHandle> Create(uint64_t parent, std::string_view name, uint32_t mode, int flags,
                                     const Cred& cred, Attr* attr) = 0;
-  virtual void Release(FileHandle file) = 0;
+  // Never throws, as Forget: a failed reclaim, or freeing of an unlinked
+  // file's data, is said on stderr and left to the inode's next use or the
+  // next mount.
+  virtual void Release(FileHandle file) noexcept = 0;
   // O_TMPFILE: a regular file in directory `parent`'s group that no
   // directory names (link count 0), open with `flags`, on the orphan list
   // from the transaction that makes it, so that a crash or its release

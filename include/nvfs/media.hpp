@@ -213,7 +213,21 @@ struct FaultPoint {
 };
 namespace media_detail {
 extern constinit thread_local FaultPoint* fault_point;
+// Pages replaced in every mapping of the process so far (LostPages).
+extern std::atomic<uint64_t> pages_lost;
+bool LostIn(const std::byte* addr, size_t len);
 }  // namespace media_detail
+
+// True if [addr, addr + len), in a mapping, overlaps a page lost to a media
+// error (LostPages): its bytes are the substitute's ones, not the
+// namespace's, and must never be handed out as file data (the read fails
+// with EIO). One load while no page of the process was ever lost. A page
+// is counted before it is replaced, so a copy that read the substitute and
+// then asks is told.
+inline bool MediaLost(const std::byte* addr, size_t len) {
+  if (media_detail::pages_lost.load(std::memory_order_acquire) == 0) [[likely]] return false;
+  return media_detail::LostIn(addr, len);
+}
 
 // Runs f() and returns true; if a load or store in a mapping faults while it
 // runs, f is abandoned at the fault (siglongjmp: nothing of f's frames is

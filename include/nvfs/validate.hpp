@@ -56,6 +56,60 @@ inline bool OrphanMayBe(const format::Inode& inode) {
   return inode.nlink == 0 || InodeTypeOf(inode.mode) == InodeType::kRegular;
 }
 
+// What ValidateInode finds wrong with an inode in use, one bit each.
+enum InodeFault : uint32_t {
+  kInodeFaultType = 1u << 0,      // the mode names no file type
+  kInodeFaultReserved = 1u << 1,  // reserved0 or reserved1 is not zero
+  kInodeFaultFlags = 1u << 2,     // a flag bit the format does not define
+  kInodeFaultSize = 1u << 3,      // the size is past its type's bound (below)
+};
+using InodeFaults = uint32_t;
+
+// The one validator of an inode's own fields, for an inode in use (its
+// bitmap bit set), used by the core wherever it loads one (FsOps::CheckIno,
+// so also orphan processing), by fsck and by nvfs-dump. The size bound by
+// type: a regular file at most `max_file_size` (FileMapLayout::max_size for
+// the block size: a damaged size near 2^64 would wrap every rounding up to
+// a block); a symlink SymlinkSizeValid; a special file 0; a directory's
+// (block_size * nodes) is checked with its tree, by fsck. Every field it
+// reads is stored whole by every change, so a copy taken without the
+// inode's lock (CopyRacing) never shows a fault the media does not have.
+// What it leaves to the callers: the orphan flag against the list
+// (OrphanMayBe), the map, links, and everything that needs other objects.
+// Returns 0 when the inode passes; kInodeFaultType alone when the mode
+// names no type (nothing else of such an inode means anything).
+inline InodeFaults ValidateInode(const format::Inode& inode, uint64_t max_file_size) {
+  const InodeType type = InodeTypeOf(inode.mode);
+  if (type == InodeType::kInvalid) return kInodeFaultType;
+  InodeFaults faults = 0;
+  if (inode.reserved0 != 0 || inode.reserved1 != 0) faults |= kInodeFaultReserved;
+  if ((inode.flags & ~format::kInodeFlagsKnown) != 0) faults |= kInodeFaultFlags;
+  switch (type) {
+    case InodeType::kRegular:
+      if (inode.size > max_file_size) faults |= kInodeFaultSize;
+      break;
+    case InodeType::kSymlink:
+      if (!SymlinkSizeValid(inode.size)) faults |= kInodeFaultSize;
+      break;
+    case InodeType::kSpecial:
+      if (inode.size != 0) faults |= kInodeFaultSize;
+      break;
+    case InodeType::kDirectory:
+    case InodeType::kInvalid:
+      break;
+  }
+  return faults;
+}
+
+// Words for the lowest fault in `faults` ("size past its type's bound").
+inline const char* InodeFaultName(InodeFaults faults) {
+  if (faults & kInodeFaultType) return "invalid mode";
+  if (faults & kInodeFaultReserved) return "reserved field not zero";
+  if (faults & kInodeFaultFlags) return "unknown flags";
+  if (faults & kInodeFaultSize) return "size past its type's bound";
+  return "no fault";
+}
+
 // ---------------------------------------------------------------------------
 // File maps (format.hpp, InodeFileMap)
 // ---------------------------------------------------------------------------

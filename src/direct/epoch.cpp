@@ -19,6 +19,7 @@ namespace epoch_detail {
 // Starts at 1: a record's 0 means "not in a section".
 std::atomic<uint64_t> global_epoch{1};
 std::atomic<bool> asymmetric{false};
+std::atomic<long (*)(int cmd)> reclaim_membarrier{nullptr};
 }  // namespace epoch_detail
 
 namespace {
@@ -67,14 +68,22 @@ void ReleaseRecord(void* p) {
 void MakeKey() { pthread_key_create(&record_key, ReleaseRecord); }
 
 // Makes every reader's mark that precedes its load of a replaced pointer
-// visible to the scan that follows.
-void Barrier() {
+// visible to the scan that follows; false when it could not, and then
+// nothing may be freed on the strength of the scan. Readers that fence
+// (no membarrier registered) need only this thread's fence. Readers that
+// rely on membarrier have only a compiler barrier: if the call fails
+// (it should not once registered, but a seccomp filter or a kernel may
+// refuse it), no fence here makes up for theirs, and the scan is not
+// trusted.
+bool Barrier() {
   if (asymmetric.load(std::memory_order_relaxed)) {
-    if (Membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0) return;
-    // Cannot fail once registered; if it does, the readers' compiler
-    // barrier is not enough and nothing here can make up for it.
+    long (*call)(int) = epoch_detail::reclaim_membarrier.load(std::memory_order_relaxed);
+    const long r = call != nullptr ? call(MEMBARRIER_CMD_PRIVATE_EXPEDITED)
+                                   : Membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED);
+    return r == 0;
   }
   std::atomic_thread_fence(std::memory_order_seq_cst);
+  return true;
 }
 
 // The oldest epoch a reader is in, or UINT64_MAX when none is.
@@ -87,16 +96,19 @@ uint64_t OldestActive() {
   return oldest;
 }
 
-// Moves the prefix of `retired` that no reader can hold to `out`.
+// Moves the prefix of `retired` that no reader can hold to `out`. False,
+// moving nothing, when the barrier is not to be trusted (Barrier): the
+// objects wait for a later collection whose barrier is.
 // REQUIRES: retired_mu held.
-void TakeReclaimable(RetiredQueue& out) {
-  Barrier();
+bool TakeReclaimable(RetiredQueue& out) {
+  if (!Barrier()) return false;
   const uint64_t oldest = OldestActive();
   size_t n = 0;
   while (n < retired.count && retired.items[n].epoch <= oldest) ++n;
   for (size_t i = 0; i < n; ++i) out.items[out.count++] = retired.items[i];
   std::copy(retired.items + n, retired.items + retired.count, retired.items);
   retired.count -= n;
+  return true;
 }
 
 }  // namespace
@@ -156,12 +168,14 @@ void Retire(void* object, void (*free_fn)(void*)) {
     // wait ends; a thread is never here inside its own section. Unless a
     // signal handler jumped out of a read (siglongjmp) and left its
     // thread's section open for good: then nothing retired after it can
-    // ever be freed, and the object is leaked rather than waited for.
+    // ever be freed, and the object is leaked rather than waited for. The
+    // same, at once, when the barrier fails: waiting would not make it
+    // trusted, and freeing without it might free under a reader.
     bool room = true;
     for (int yields = 0; retired.count == kMaxGarbage; ++yields) {
-      TakeReclaimable(ready);
+      const bool trusted = TakeReclaimable(ready);
       if (retired.count < kMaxGarbage) break;
-      if (yields == kMaxYields) {
+      if (!trusted || yields == kMaxYields) {
         leaked.fetch_add(1, std::memory_order_relaxed);
         room = false;
         break;

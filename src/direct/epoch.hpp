@@ -37,7 +37,10 @@
 // rare (a refresh of runs, a close), reads are not.
 //
 // Garbage is bounded: Retire collects when kCollectAt objects wait, and
-// waits for the readers (yielding) when kMaxGarbage do. Read sections are
+// waits for the readers (yielding) when kMaxGarbage do. Nothing is freed
+// on a scan whose barrier failed (membarrier refused with readers relying
+// on it): the objects wait for a collection whose barrier succeeds, and
+// with the queue full a retired object is leaked instead. Read sections are
 // short (one bounded copy, never a system call) and never nest: a thread
 // never retires or waits inside its own section. The one way a section
 // stays open for good is a signal handler that siglongjmps out of a read;
@@ -69,6 +72,9 @@ extern constinit thread_local ThreadState tls __attribute__((tls_model("initial-
 namespace epoch_detail {
 extern std::atomic<uint64_t> global_epoch;
 extern std::atomic<bool> asymmetric;  // membarrier is registered: readers need no fence
+// Tests only: the call Retire's collection makes instead of
+// membarrier(cmd) (null: the system call).
+extern std::atomic<long (*)(int cmd)> reclaim_membarrier;
 ReaderRecord* AcquireRecord();
 }  // namespace epoch_detail
 

@@ -32,10 +32,8 @@ void DamageRecorder::Damaged(const Error& error) {
 
 // One transaction on the dynamic superblock: errors = 1 and its checksum.
 void DamageRecorder::Record() {
-  std::unique_lock lock(FsOps::OrphanMu(fs_), std::defer_lock);  // before the Tx (fs_impl.hpp)
-  Tx tx(FsOps::Jnl(fs_), "errors");
+  OrphanTx tx(fs_, "errors");
   tx.CommitAfterMediaLoss();
-  lock.lock();
   FsOps::UpdateDynamic(fs_, tx, [](format::SuperDynamic& d) { d.errors = 1; });
   Status st = tx.Commit();
   if (!st.ok()) {

@@ -119,9 +119,8 @@ Status FsImpl::Fallocate(FileHandle file, int mode, uint64_t offset, uint64_t le
   // which zeroes every mapped byte it exposes; zeroing them here too would
   // write them twice.
   const bool extend = !(mode & FALLOC_FL_KEEP_SIZE) && end > inode.size;
-  std::unique_lock orphans(orphan_mu_, std::defer_lock);  // before the Tx (fs_impl.hpp)
-  std::optional<Tx> tx;
-  tx.emplace(*journal_, zero_range ? "zero range" : "fallocate");
+  std::optional<OrphanTx> tx;
+  tx.emplace(*this, zero_range ? "zero range" : "fallocate");
   // ZERO_RANGE: first the mapped bytes of the range inside the file are
   // zeroed in place (ZeroMapped; drained by the commit below); mapped bytes
   // past the end need nothing, as above.
@@ -141,10 +140,10 @@ Status FsImpl::Fallocate(FileHandle file, int mode, uint64_t offset, uint64_t le
     index += run;
     if (tx->room() < 8192 && index < end_index) {
       NVFS_TRY(tx->Commit());
-      tx.emplace(*journal_, "fallocate");
+      tx.emplace(*this, "fallocate");
     }
   }
-  if (extend) NVFS_TRY(FsOps::Resize(*this, ci->ino, end, &*tx, orphans));
+  if (extend) NVFS_TRY(FsOps::Resize(*this, ci->ino, end, &*tx));
   FsOps::Touch(*tx, inode, false, true, now);
   return tx->Commit();
 }

@@ -40,6 +40,7 @@ struct OpenFile {
 
 class InodeRef;
 class DamageRecorder;
+class OrphanTx;
 
 // The mounted filesystem behind nvfs::Filesystem (include/nvfs/fs.hpp, whose
 // contracts the overrides keep). Its state is for FsOps and the files of
@@ -60,8 +61,8 @@ class FsImpl final : public Filesystem {
   Status Unmount() override;
   Result<Attr> Lookup(uint64_t parent, std::string_view name) override;
   Result<Attr> LookupInode(uint64_t ino) override;
-  void Forget(uint64_t ino, uint64_t count) override;
-  void ForgetAll() override;
+  void Forget(uint64_t ino, uint64_t count) noexcept override;
+  void ForgetAll() noexcept override;
   Result<Attr> Mknod(uint64_t parent, std::string_view name, uint32_t mode, uint64_t rdev,
                      const Cred& cred) override;
   Result<Attr> Mkdir(uint64_t parent, std::string_view name, uint32_t mode, const Cred& cred) override;
@@ -84,7 +85,7 @@ class FsImpl final : public Filesystem {
   Result<FileHandle> Open(uint64_t ino, int flags, unsigned io_flags = 0) override;
   Result<FileHandle> Create(uint64_t parent, std::string_view name, uint32_t mode, int flags,
                             const Cred& cred, Attr* attr) override;
-  void Release(FileHandle file) override;
+  void Release(FileHandle file) noexcept override;
   Result<FileHandle> Tmpfile(uint64_t parent, uint32_t mode, int flags, const Cred& cred,
                              Attr* attr) override;
   Result<size_t> Read(FileHandle file, uint64_t offset, void* buf, size_t len) override;
@@ -122,6 +123,7 @@ class FsImpl final : public Filesystem {
 
  private:
   friend struct FsOps;  // the implementation's helpers (src/fs/)
+  friend class OrphanTx;
 
   // Locking (the order, outermost first):
   //   1. tree_mu_: taken exclusively by every operation that changes a
@@ -137,8 +139,13 @@ class FsImpl final : public Filesystem {
   //   2. inode locks (CachedInode::lock), shared for reads, exclusive for
   //      changes. Under tree_mu_ in any order (one writer at a time); otherwise
   //      one at a time.
-  //   3. orphan_mu_ (the orphan list and the dynamic superblock).
-  //   4. leaf locks: the inode cache's mutex, the allocator's group mutexes, the
+  //   3. a journal slot (Tx's constructor waits for one).
+  //   4. orphan_mu_ (the orphan list and the dynamic superblock), taken only
+  //      through an OrphanTx, which holds its slot first and keeps the lock
+  //      until the transaction has finished. Waiting for a slot while holding
+  //      orphan_mu_ deadlocks once every slot's holder waits for orphan_mu_
+  //      (more serving threads than slots).
+  //   5. leaf locks: the inode cache's mutex, the allocator's group mutexes, the
   //      journal's slot mutex.
   // File data readers (Read, ReadIter, Map) take no lock: they copy under the
   // inode's sequence counter (CachedInode::data_seq), which every change of the
@@ -174,15 +181,15 @@ class FsImpl final : public Filesystem {
   std::function<bool(uint32_t gid)> caller_in_group_;  // MountOptions::caller_in_group
   std::function<void(uint64_t ino)> reclaim_fault_;    // MountOptions::reclaim_fault
 
-  std::mutex grow_mu_;  // one Grow at a time; taken before orphan_mu_
+  std::mutex grow_mu_;  // one Grow at a time; taken before its journal slot
   std::shared_mutex tree_mu_;  // see the lock order above
   // Protects the orphan list (SuperDynamic::orphan_head, Inode::orphan_next,
   // the orphan bit of Inode::flags) and the rest of the dynamic superblock.
   // orphan_next is written under this mutex alone, also the predecessor's,
   // whose inode lock OrphanRemove does not take: no other store may cover
-  // it (FsOps::StoreInodeDiff cuts its range around it). A Tx that stores
-  // under this mutex finishes (commits or aborts) before the mutex is
-  // released: a unique_lock for it is declared before the Tx.
+  // it (FsOps::StoreInodeDiff cuts its range around it). Locked only by
+  // OrphanTx (below), after its journal slot; a transaction that stores
+  // under it finishes (commits or aborts) before it is released.
   std::mutex orphan_mu_;
   // For each inode on the orphan list, the inode before it (0: the head):
   // what lets FsOps::OrphanRemove unlink it without walking the singly
@@ -326,15 +333,15 @@ struct FsOps {
                                    uint64_t parent, uint32_t mode, uint64_t rdev,
                                    const Cred& cred, timespec now);
 
-  // Orphan list, logged in `tx`. REQUIRES: orphan_mu_ held until tx commits
-  // or aborts: by a lock declared before `tx` (orphan_mu_), so that an abort's
-  // undo, even one a throw starts, runs under it.
-  static void OrphanAdd(FsImpl& fs, Tx& tx, uint64_t ino);
-  static Status OrphanRemove(FsImpl& fs, Tx& tx, uint64_t ino);
-  // Stores fields of the dynamic superblock with its checksum, logged.
-  // REQUIRES: orphan_mu_ held until tx commits or aborts (as OrphanAdd).
+  // Orphan list, logged in `tx`; each takes tx's orphan lock (held until
+  // tx finishes, so that an abort's undo, even one a throw starts, runs
+  // under it).
+  static void OrphanAdd(FsImpl& fs, OrphanTx& tx, uint64_t ino);
+  static Status OrphanRemove(FsImpl& fs, OrphanTx& tx, uint64_t ino);
+  // Stores fields of the dynamic superblock with its checksum, logged; takes
+  // tx's orphan lock as OrphanAdd does.
   template <class Fn>
-  static void UpdateDynamic(FsImpl& fs, Tx& tx, Fn&& change);
+  static void UpdateDynamic(FsImpl& fs, OrphanTx& tx, Fn&& change);
 
   // Frees the blocks of `ino` from file block `from` on, in as many
   // transactions as it takes; the inode must be on the orphan list if more
@@ -343,12 +350,11 @@ struct FsOps {
   // inode lock held exclusively.
   static Status FreeBlocksFrom(FsImpl& fs, uint64_t ino, uint64_t from);
   // Changes the size of a regular file (truncate up or down), atomically as
-  // seen after a crash. `orphan_lock` is the caller's, on orphan_mu_, not
-  // held, declared before *first_tx (orphan_mu_): a truncation too long for one
-  // transaction locks it to put the file on the orphan list in *first_tx,
-  // and commits that. REQUIRES: inode lock held exclusively.
-  static Status Resize(FsImpl& fs, uint64_t ino, uint64_t new_size, Tx* first_tx,
-                       std::unique_lock<std::mutex>& orphan_lock);
+  // seen after a crash. A truncation too long for one transaction puts the
+  // file on the orphan list in *first_tx, commits that (its orphan lock is
+  // released) and goes on in further transactions. REQUIRES: inode lock
+  // held exclusively.
+  static Status Resize(FsImpl& fs, uint64_t ino, uint64_t new_size, OrphanTx* first_tx);
 
   // Frees an unlinked inode and everything it holds, and takes it off the
   // orphan list. REQUIRES: no one else references it.
@@ -381,6 +387,9 @@ struct FsOps {
   // a reclaim that throws is said on stderr, and the inode stays on the
   // orphan list for its next pin or the next mount.
   static void UnpinNoThrow(FsImpl& fs, CachedInode* inode) noexcept;
+  // ReclaimIdle where nothing may throw (Forget, ForgetAll, Release): the
+  // same report. False if it threw.
+  static bool ReclaimIdleNoThrow(FsImpl& fs, CachedInode* inode) noexcept;
 
   static const format::Inode& InodeAt(const FsImpl& fs, uint64_t ino) {
     return fs.ctx_->InodeAt(ino);
@@ -401,7 +410,6 @@ struct FsOps {
   static Directory& DirOf(FsImpl& fs) { return *fs.dir_; }
   static InodeCache& Cache(FsImpl& fs) { return *fs.cache_; }
   static std::shared_mutex& TreeMu(FsImpl& fs) { return fs.tree_mu_; }
-  static std::mutex& OrphanMu(FsImpl& fs) { return fs.orphan_mu_; }
   static const Geometry& Geo(const FsImpl& fs) { return *fs.geometry_; }
   static uint64_t NextGeneration(FsImpl& fs);
   static uint32_t ExtentMapRuns(const FsImpl& fs) { return fs.extent_map_runs_; }
@@ -441,8 +449,39 @@ class InodeRef {
   CachedInode* inode_ = nullptr;
 };
 
+// A transaction that may store what orphan_mu_ protects (the orphan list,
+// the dynamic superblock, an inode's flags word, which holds the orphan bit).
+// It keeps the one order of the two (FsImpl's lock order, 3 and 4): the
+// journal slot first, in the constructor, then orphan_mu_ when the
+// operation first needs it (LockOrphans; OrphanAdd, OrphanRemove and
+// UpdateDynamic call it); and orphan_mu_ is released only once the
+// transaction has finished, committed or aborted (by the destructor, even
+// on a throw), so that an abort's undo of orphan_next runs under it.
+// Nothing else locks orphan_mu_. A thread that holds it begins no other
+// OrphanTx (checked: the process stops; it would wait for a slot under the
+// lock).
+class OrphanTx : public Tx {
+ public:
+  OrphanTx(FsImpl& fs, const char* op_name);  // waits for a slot; no lock yet
+  ~OrphanTx();                                // aborts if open, then unlocks
+  OrphanTx(const OrphanTx&) = delete;
+  OrphanTx& operator=(const OrphanTx&) = delete;
+
+  // Takes orphan_mu_ if this transaction does not hold it yet.
+  // REQUIRES: the transaction is open.
+  void LockOrphans();
+  // Tx::Commit, then orphan_mu_ is released (a truncation's later
+  // transactions each take it again).
+  Status Commit();
+
+ private:
+  FsImpl& fs_;
+  bool locked_ = false;
+};
+
 template <class Fn>
-void FsOps::UpdateDynamic(FsImpl& fs, Tx& tx, Fn&& change) {
+void FsOps::UpdateDynamic(FsImpl& fs, OrphanTx& tx, Fn&& change) {
+  tx.LockOrphans();
   const auto& current = *reinterpret_cast<const format::SuperDynamic*>(
       fs.media_->base() + format::kSuperDynamicOffset);
   format::SuperDynamic updated = current;

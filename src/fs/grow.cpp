@@ -11,7 +11,7 @@ namespace nvfs {
 // Order: the media grows (the image extended, the new part mapped after the
 // mapping, which does not move); the host backs what the grow stores; the
 // allocator is told the grow's own free is of real data blocks; the grow's
-// transaction (StoreGrow, under orphan_mu_, which guards the dynamic half)
+// transaction (StoreGrow, an OrphanTx: orphan_mu_ guards the dynamic half)
 // commits; only then does the allocator load the new groups and the
 // geometry publish the new block and group counts, so no block or inode of
 // the new space is handed out, and no pointer to one stored, before the grow
@@ -39,8 +39,8 @@ Result<Filesystem::GrowResult> FsImpl::Grow(uint64_t namespace_size) {
   NVFS_TRY(alloc_->BeginGrow(plan->to));
   Status committed;
   {
-    std::lock_guard orphan_lock(orphan_mu_);
-    Tx tx(*journal_, "grow");
+    OrphanTx tx(*this, "grow");
+    tx.LockOrphans();  // the dynamic half
     StoreGrow(tx, *plan);
     committed = tx.Commit();
   }

@@ -3,6 +3,9 @@
 #include <linux/fs.h>
 #include <sys/stat.h>
 
+#include <cinttypes>
+#include <cstdio>
+#include <new>
 #include <optional>
 
 #include "fs/fs_impl.hpp"
@@ -83,8 +86,7 @@ Result<Attr> FsImpl::SetAttr(uint64_t ino, const SetAttrRequest& req) {
     return Error(EPERM);
   }
   const timespec now = FsOps::Now();
-  std::unique_lock orphans(orphan_mu_, std::defer_lock);  // before the Tx (fs_impl.hpp)
-  Tx tx(*journal_, "setattr");
+  OrphanTx tx(*this, "setattr");
   // Privileges go in the same transaction as the size or owner change that
   // takes them away (include/nvfs/fs.hpp), after a requested mode, so that they go from
   // it too.
@@ -125,7 +127,7 @@ Result<Attr> FsImpl::SetAttr(uint64_t ino, const SetAttrRequest& req) {
     // POSIX: a size change updates mtime too, unless it was given.
     if (!(req.valid & (kSetMtime | kSetMtimeNow))) FsOps::Touch(tx, inode, true, false, now);
     change.emplace(ref->get());
-    NVFS_TRY(FsOps::Resize(*this, ino, req.size, &tx, orphans));
+    NVFS_TRY(FsOps::Resize(*this, ino, req.size, &tx));
   }
   NVFS_TRY(tx.Commit());  // a no-op if a long truncation committed it already
   return FsOps::MakeAttr(*this, ino, inode);
@@ -197,9 +199,8 @@ Status FsImpl::SetInodeFlags(uint64_t ino, uint32_t fs_flags, const Cred& cred) 
     return Error(EPERM);
   }
   if (changed == 0) return Status::Ok();
-  std::unique_lock orphans(orphan_mu_, std::defer_lock);  // before the Tx (fs_impl.hpp)
-  Tx tx(*journal_, "setflags");
-  orphans.lock();
+  OrphanTx tx(*this, "setflags");
+  tx.LockOrphans();  // the flags word holds the orphan bit
   tx.Set(inode.flags, (inode.flags & ~format::kInodeAttrFlags) | wanted);
   FsOps::Touch(tx, inode, false, true, FsOps::Now());
   return tx.Commit();
@@ -227,11 +228,10 @@ Result<FileHandle> FsImpl::Open(uint64_t ino, int flags, unsigned io_flags) {
       const MappingChange change(ref->get());  // lock-free readers retry
       const timespec now = FsOps::Now();
       const uint16_t mode = inode.mode;
-      std::unique_lock orphans(orphan_mu_, std::defer_lock);  // before the Tx (fs_impl.hpp)
-      Tx tx(*journal_, "open-truncate");
+      OrphanTx tx(*this, "open-truncate");
       NVFS_TRY(FsOps::KillPrivs(*this, ino, inode, suidgid, tx, now));
       FsOps::Touch(tx, inode, true, true, now);
-      NVFS_TRY(FsOps::Resize(*this, ino, 0, &tx, orphans));
+      NVFS_TRY(FsOps::Resize(*this, ino, 0, &tx));
       NVFS_TRY(tx.Commit());
       if (inode.mode != mode) FsOps::PrivsDropped(*this, ino);
     } else if (truncating) {
@@ -244,12 +244,12 @@ Result<FileHandle> FsImpl::Open(uint64_t ino, int flags, unsigned io_flags) {
   return new OpenFile{ref->get(), flags};
 }
 
-void FsImpl::Release(FileHandle file) {
+void FsImpl::Release(FileHandle file) noexcept {
   CachedInode* inode = file->inode;
   delete file;
   bool free_data = false;
   if (CachedInode* unlinked = cache_->CloseOpen(inode, &free_data)) {
-    FsOps::ReclaimIdle(*this, unlinked);
+    FsOps::ReclaimIdleNoThrow(*this, unlinked);
   } else if (free_data) {
     // The last open file of an unlinked inode the kernel still holds (an
     // O_PATH descriptor, a cached dentry): its data goes now, the inode at
@@ -258,10 +258,22 @@ void FsImpl::Release(FileHandle file) {
     // next): told, a reopen through /proc/self/fd fetches the new one and
     // drops the pages past it.
     const InodeRef ref(*this, inode);  // the pin CloseOpen took
-    std::unique_lock lock(inode->lock);
-    const uint64_t size = inode->media->size;
-    if (FsOps::FreeUnlinkedData(*this, inode).ok() && size != inode->media->size && data_freed_) {
-      data_freed_(inode->ino);
+    const char* what = nullptr;
+    try {
+      std::unique_lock lock(inode->lock);
+      const uint64_t size = inode->media->size;
+      if (FsOps::FreeUnlinkedData(*this, inode).ok() && size != inode->media->size &&
+          data_freed_) {
+        data_freed_(inode->ino);
+      }
+    } catch (const std::bad_alloc&) {
+      what = "out of memory";
+    } catch (...) {
+      what = "unexpected exception";
+    }
+    if (what != nullptr) {
+      std::fprintf(stderr, "nvfs: freeing the data of unlinked inode %" PRIu64 " failed (%s); "
+                   "it goes with the inode\n", inode->ino, what);
     }
   }
 }

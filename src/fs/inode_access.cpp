@@ -47,6 +47,16 @@ Status FsOps::CheckIno(const FsImpl& fs, uint64_t ino, bool wait_reclaim) {
     }
     return fs.ctx_->Damaged(MakeError(EUCLEAN, "inode %" PRIu64 " has an invalid mode", ino));
   }
+  // The rest of the inode's own fields (ValidateInode), on a copy: a writer
+  // holding the inode's lock may be changing it, but every field checked is
+  // stored whole. A type gone meanwhile is a reclaim's (above), not damage.
+  Inode copy;
+  CopyRacing(&copy, &InodeAt(fs, ino), sizeof copy);
+  const InodeFaults faults = ValidateInode(copy, fs.bmap_->max_size());
+  if (faults != 0 && faults != kInodeFaultType) [[unlikely]] {
+    return fs.ctx_->Damaged(MakeError(EUCLEAN, "inode %" PRIu64 " is damaged (%s); run fsck.nvfs",
+                                      ino, InodeFaultName(faults)));
+  }
   return Status::Ok();
 }
 

@@ -11,8 +11,10 @@
 #include <linux/fs.h>
 #include <sys/stat.h>
 
+#include <cstdio>
 #include <cstring>
 #include <exception>
+#include <new>
 #include <vector>
 
 #include "fs/fs_impl.hpp"
@@ -115,22 +117,24 @@ Result<Attr> FsImpl::LookupInode(uint64_t ino) {
   return FsOps::MakeAttr(*this, ino, inode->media());
 }
 
-void FsImpl::Forget(uint64_t ino, uint64_t count) {
-  if (CachedInode* unlinked = cache_->ForgetLookups(ino, count)) FsOps::ReclaimIdle(*this, unlinked);
+void FsImpl::Forget(uint64_t ino, uint64_t count) noexcept {
+  if (CachedInode* unlinked = cache_->ForgetLookups(ino, count)) {
+    FsOps::ReclaimIdleNoThrow(*this, unlinked);
+  }
 }
 
-void FsImpl::ForgetAll() {
+void FsImpl::ForgetAll() noexcept {
   // Each on its own: a reclaim that throws leaves its inode on the orphan
   // list, but every other one is still reclaimed and leaves the cache.
-  std::exception_ptr first_failure;
-  for (CachedInode* unlinked : cache_->ForgetAllLookups()) {
-    try {
-      FsOps::ReclaimIdle(*this, unlinked);
-    } catch (...) {
-      if (!first_failure) first_failure = std::current_exception();
-    }
+  std::vector<CachedInode*> unlinked;
+  try {
+    unlinked = cache_->ForgetAllLookups();
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "nvfs: forgetting every reference: out of memory; unlinked inodes "
+                 "stay on the orphan list until the next mount\n");
+    return;
   }
-  if (first_failure) std::rethrow_exception(first_failure);
+  for (CachedInode* inode : unlinked) FsOps::ReclaimIdleNoThrow(*this, inode);
 }
 
 namespace {
@@ -265,15 +269,13 @@ Result<FileHandle> FsImpl::Tmpfile(uint64_t parent, uint32_t mode, int flags,
         FsOps::InheritAcl(*this, parent, d, S_IFREG | (mode & 07777), cred.umask, &acl);
     if (!masked.ok()) return masked.take_error();
     const timespec now = FsOps::Now();
-    std::unique_lock orphans(orphan_mu_, std::defer_lock);  // before the Tx (fs_impl.hpp)
-    Tx tx(*journal_, "tmpfile");
+    OrphanTx tx(*this, "tmpfile");
     Result<uint64_t> made = FsOps::NewInode(*this, tx, d, parent, *masked, 0, cred, now);
     if (!made.ok()) return made.take_error();
     ino = *made;
     const Inode& inode = FsOps::InodeAt(*this, ino);
     NVFS_TRY(FsOps::StoreInheritedAcl(*this, tx, ino, inode, acl, now));
     tx.Set(inode.nlink, uint32_t{0});
-    orphans.lock();
     FsOps::OrphanAdd(*this, tx, ino);
     NVFS_TRY(tx.Commit());
   }
@@ -310,14 +312,10 @@ Result<Attr> FsImpl::Link(uint64_t ino, uint64_t new_parent, std::string_view ne
   if (existing.ok()) return Error(EEXIST);
   if (existing.error().code != ENOENT) return Error(EIO);
   const timespec now = FsOps::Now();
-  std::unique_lock orphan_lock(orphan_mu_, std::defer_lock);  // before the Tx (fs_impl.hpp)
-  Tx tx(*journal_, "link");
+  OrphanTx tx(*this, "link");
   NVFS_TRY(dir_->Insert(tx, d, new_name, ino, DirType(inode.mode)));
   tx.Set(inode.nlink, inode.nlink + 1);
-  if (first_name) {
-    orphan_lock.lock();
-    NVFS_TRY(FsOps::OrphanRemove(*this, tx, ino));
-  }
+  if (first_name) NVFS_TRY(FsOps::OrphanRemove(*this, tx, ino));
   FsOps::Touch(tx, inode, false, true, now);
   FsOps::Touch(tx, d, true, true, now);
   NVFS_TRY(tx.Commit());
@@ -359,24 +357,18 @@ static Status RemoveEntry(FsImpl& fs, uint64_t parent, std::string_view name, bo
     return Error(EISDIR);
   }
   const timespec now = FsOps::Now();
-  // Before the Tx: an abort runs under the lock too (orphan_mu_, fs_impl.hpp).
-  std::unique_lock orphan_lock(FsOps::OrphanMu(fs), std::defer_lock);
-  Tx tx(FsOps::Jnl(fs), rmdir ? "rmdir" : "unlink");
+  OrphanTx tx(fs, rmdir ? "rmdir" : "unlink");
   NVFS_TRY(FsOps::DirOf(fs).Remove(tx, d, name));
   const uint32_t nlink = rmdir ? 0 : inode.nlink - 1;
   tx.Set(inode.nlink, nlink);
   FsOps::Touch(tx, inode, false, true, now);
   if (rmdir) tx.Set(d.nlink, d.nlink - 1);
   FsOps::Touch(tx, d, true, true, now);
-  if (nlink == 0) {
-    orphan_lock.lock();
-    FsOps::OrphanAdd(fs, tx, child->ino());
-  }
+  if (nlink == 0) FsOps::OrphanAdd(fs, tx, child->ino());
   NVFS_TRY(tx.Commit());
   if (nlink == 0 && !rmdir) {
     // The name is gone: nothing else here needs the directory locks. A
     // failure leaves the blocks to reclaim; the unlink stands.
-    if (orphan_lock.owns_lock()) orphan_lock.unlock();
     dir->lock.unlock();
     tree.unlock();
     (void)FsOps::FreeUnlinkedData(fs, child.value().get());
@@ -496,8 +488,7 @@ Status FsImpl::Rename(uint64_t parent, std::string_view name, uint64_t new_paren
   if (src_dir_delta > 0 && sd.nlink >= kLinkMax) return Error(EMLINK);
 
   const timespec now = FsOps::Now();
-  std::unique_lock orphan_lock(orphan_mu_, std::defer_lock);  // before the Tx (fs_impl.hpp)
-  Tx tx(*journal_, exchange ? "rename-exchange" : whiteout ? "rename-whiteout" : "rename");
+  OrphanTx tx(*this, exchange ? "rename-exchange" : whiteout ? "rename-whiteout" : "rename");
   // The new name is made to point at the source before the old name goes, so
   // even inside the transaction the inode is never in neither directory.
   if (exchange) {
@@ -532,10 +523,7 @@ Status FsImpl::Rename(uint64_t parent, std::string_view name, uint64_t new_paren
     const uint32_t nlink = dst_is_dir ? 0 : t->nlink - 1;
     tx.Set(t->nlink, nlink);
     FsOps::Touch(tx, *t, false, true, now);
-    if (nlink == 0) {
-      orphan_lock.lock();
-      FsOps::OrphanAdd(*this, tx, dst_ino);
-    }
+    if (nlink == 0) FsOps::OrphanAdd(*this, tx, dst_ino);
   } else if (exchange) {
     FsOps::Touch(tx, *t, false, true, now);
   }
@@ -549,7 +537,6 @@ Status FsImpl::Rename(uint64_t parent, std::string_view name, uint64_t new_paren
     for (std::unique_lock<std::shared_mutex>* l : {&src_lock, &dst_dir_lock, &src_dir_lock}) {
       if (l->owns_lock()) l->unlock();
     }
-    if (orphan_lock.owns_lock()) orphan_lock.unlock();
     tree.unlock();
     if (dst_lock.owns_lock()) (void)FsOps::FreeUnlinkedData(*this, dst.get());
   }

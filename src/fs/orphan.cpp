@@ -3,6 +3,8 @@
 // from the dynamic superblock's orphan_head; adding, removing, and finishing
 // every orphan at mount.
 #include <cinttypes>
+#include <cstdio>
+#include <cstdlib>
 #include <unordered_set>
 
 #include "fs/fs_impl.hpp"
@@ -13,7 +15,58 @@ namespace nvfs {
 using format::Inode;
 using format::SuperDynamic;
 
-void FsOps::OrphanAdd(FsImpl& fs, Tx& tx, uint64_t ino) {
+namespace {
+
+// Set while the calling thread holds orphan_mu_ (through an OrphanTx).
+thread_local bool holds_orphan_mu = false;
+
+[[noreturn]] void OrphanLockBug(const char* what) {
+  std::fprintf(stderr, "nvfs: BUG: %s\n", what);
+  std::abort();
+}
+
+// The journal, for a transaction begun by a thread that does not hold
+// orphan_mu_ (FsImpl's lock order: the slot first).
+Journal& SlotFirst(FsImpl& fs) {
+  if (holds_orphan_mu) {
+    OrphanLockBug("a transaction begun under orphan_mu_ (the order is a journal slot, then "
+                  "orphan_mu_)");
+  }
+  return FsOps::Jnl(fs);
+}
+
+}  // namespace
+
+OrphanTx::OrphanTx(FsImpl& fs, const char* op_name) : Tx(SlotFirst(fs), op_name), fs_(fs) {}
+
+OrphanTx::~OrphanTx() {
+  Abort();  // a no-op once finished; before the lock goes
+  if (locked_) {
+    holds_orphan_mu = false;
+    fs_.orphan_mu_.unlock();
+  }
+}
+
+void OrphanTx::LockOrphans() {
+  if (locked_) return;
+  if (finished()) OrphanLockBug("orphan_mu_ taken for a transaction already finished");
+  fs_.orphan_mu_.lock();
+  locked_ = true;
+  holds_orphan_mu = true;
+}
+
+Status OrphanTx::Commit() {
+  Status committed = Tx::Commit();
+  if (locked_) {
+    locked_ = false;
+    holds_orphan_mu = false;
+    fs_.orphan_mu_.unlock();
+  }
+  return committed;
+}
+
+void FsOps::OrphanAdd(FsImpl& fs, OrphanTx& tx, uint64_t ino) {
+  tx.LockOrphans();
   const Inode& inode = InodeAt(fs, ino);
   if (inode.flags & format::kInodeFlagOrphan) return;
   const auto& dyn = *reinterpret_cast<const SuperDynamic*>(fs.media_->base() +
@@ -31,7 +84,8 @@ void FsOps::OrphanAdd(FsImpl& fs, Tx& tx, uint64_t ino) {
 // Every link is checked (an inode in use) before it is followed or stored:
 // a damaged link is reported and fails the operation with EIO, the list left
 // as it was for fsck.nvfs.
-Status FsOps::OrphanRemove(FsImpl& fs, Tx& tx, uint64_t ino) {
+Status FsOps::OrphanRemove(FsImpl& fs, OrphanTx& tx, uint64_t ino) {
+  tx.LockOrphans();
   const Inode& inode = InodeAt(fs, ino);
   if (!(inode.flags & format::kInodeFlagOrphan)) return Status::Ok();
   const auto& dyn = *reinterpret_cast<const SuperDynamic*>(fs.media_->base() +
@@ -83,8 +137,10 @@ Status FsOps::ProcessOrphans(FsImpl& fs) {
   const auto& dyn = *reinterpret_cast<const SuperDynamic*>(fs.media_->base() +
                                                            format::kSuperDynamicOffset);
   // The whole list is checked before the first orphan is touched: each inode
-  // in use, flagged, listed once, and either unlinked or a regular file whose
-  // truncation was cut short (nothing else is ever truncated).
+  // in use and valid (CheckIno: a damaged one is reported, EUCLEAN, and
+  // nothing of the list is freed), flagged, listed once, and either unlinked
+  // or a regular file whose truncation was cut short (nothing else is ever
+  // truncated).
   {
     std::unordered_set<uint64_t> listed;
     for (uint64_t ino = dyn.orphan_head; ino != 0; ino = InodeAt(fs, ino).orphan_next) {
@@ -107,8 +163,12 @@ Status FsOps::ProcessOrphans(FsImpl& fs) {
     if (inode.nlink == 0) {
       NVFS_TRY(Reclaim(fs, ino));
     } else {
-      const uint64_t from = (inode.size + fs.geometry_->block_size() - 1) >>
-                            fs.geometry_->block_shift();
+      // The size is within the largest file's (CheckIno: ValidateInode), so
+      // rounding it up to a block cannot wrap; written so that it cannot
+      // wrap anyway.
+      const uint32_t shift = fs.geometry_->block_shift();
+      const uint64_t from = (inode.size >> shift) +
+                            ((inode.size & (fs.geometry_->block_size() - 1)) != 0 ? 1 : 0);
       NVFS_TRY(FreeBlocksFrom(fs, ino, from));
     }
   }

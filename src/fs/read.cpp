@@ -36,12 +36,20 @@ namespace {
 // Holes in the `map` path point here.
 alignas(4096) const std::byte kZeros[1 << 20] = {};
 
+// Every sink notes a copy from a page lost to a media error (MediaLost: the
+// substitute's ones, never the file's bytes), asked after the copy; the
+// read then fails with EIO (LostRead).
 struct BufferSink {
   std::byte* const start;
   std::byte* out = start;
-  void Reset() { out = start; }
+  bool lost = false;
+  void Reset() {
+    out = start;
+    lost = false;
+  }
   size_t Copy(const std::byte* src, size_t n) {
     std::memcpy(out, src, n);  // under the caller's RacingReads
+    if (MediaLost(src, n)) [[unlikely]] lost = true;
     out += n;
     return n;
   }
@@ -58,9 +66,11 @@ struct IovecSink {
   const iovec* const end;
   const iovec* iov = first;
   size_t used = 0;  // bytes of *iov filled
+  bool lost = false;
   void Reset() {
     iov = first;
     used = 0;
+    lost = false;
   }
 
   template <class Fill>
@@ -80,7 +90,10 @@ struct IovecSink {
   }
   size_t Copy(const std::byte* src, size_t n) {
     // Under the caller's RacingReads.
-    return Put(n, [&](std::byte* dst, size_t at, size_t k) { std::memcpy(dst, src + at, k); });
+    const size_t put =
+        Put(n, [&](std::byte* dst, size_t at, size_t k) { std::memcpy(dst, src + at, k); });
+    if (MediaLost(src, put)) [[unlikely]] lost = true;
+    return put;
   }
   size_t Zero(size_t n) {
     return Put(n, [](std::byte* dst, size_t, size_t k) { std::memset(dst, 0, k); });
@@ -91,9 +104,14 @@ struct RunSink {
   ReadRun* const runs;
   const size_t max_runs;
   size_t count = 0;
-  void Reset() { count = 0; }
+  bool lost = false;
+  void Reset() {
+    count = 0;
+    lost = false;
+  }
   size_t Copy(const std::byte* src, size_t n) {
     if (count == max_runs) return 0;
+    if (MediaLost(src, n)) [[unlikely]] lost = true;
     runs[count++] = {src, n};
     return n;
   }
@@ -334,9 +352,18 @@ void FsOps::ReportMediaError(const char* what, uint64_t ino) {
 
 void FsImpl::ReportReadFault(FileHandle file) { FsOps::ReportMediaError("read", file->inode->ino); }
 
+// A read that copied bytes of a page lost to a media error (the sinks'
+// `lost`): said as a media error, failed with EIO.
+[[gnu::cold, gnu::noinline]] static Error LostRead(FileHandle file) {
+  FsOps::ReportMediaError("read of a page lost to a media error", file->inode->ino);
+  return Error(EIO);
+}
+
 Result<size_t> FsImpl::Read(FileHandle file, uint64_t offset, void* buf, size_t len) {
   BufferSink sink{static_cast<std::byte*>(buf)};
-  return ToResult(ReadInto(*this, file->inode, offset, len, sink));
+  const int64_t n = ReadInto(*this, file->inode, offset, len, sink);
+  if (sink.lost) [[unlikely]] return LostRead(file);
+  return ToResult(n);
 }
 
 // Out of line, so that ReadIter's one-segment case is a bare jump to Read.
@@ -344,7 +371,9 @@ Result<size_t> FsImpl::Read(FileHandle file, uint64_t offset, void* buf, size_t 
                                                      uint64_t offset, const iovec* iov,
                                                      int iovcnt) {
   IovecSink sink{iov, iov + iovcnt};
-  return ToResult(ReadInto(fs, file->inode, offset, IovecTotal(iov, iovcnt), sink));
+  const int64_t n = ReadInto(fs, file->inode, offset, IovecTotal(iov, iovcnt), sink);
+  if (sink.lost) [[unlikely]] return LostRead(file);
+  return ToResult(n);
 }
 
 Result<size_t> FsImpl::ReadIter(FileHandle file, uint64_t offset, const iovec* iov,
@@ -357,6 +386,10 @@ Result<size_t> FsImpl::Map(FileHandle file, uint64_t offset, size_t len, ReadRun
                            size_t max_runs, size_t* run_count, const MapGuard& /*held*/) {
   RunSink sink{runs, max_runs};
   const int64_t n = ReadInto</*kCallerGuarded=*/true>(*this, file->inode, offset, len, sink);
+  if (sink.lost) [[unlikely]] {
+    *run_count = 0;
+    return LostRead(file);
+  }
   *run_count = sink.count;
   return ToResult(n);
 }

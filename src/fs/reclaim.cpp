@@ -21,8 +21,7 @@ Status FsOps::Reclaim(FsImpl& fs, uint64_t ino) {
   // Free the contents in as many transactions as needed; the inode stays on
   // the orphan list until the last one, which frees the inode itself.
   for (;;) {
-    std::unique_lock lock(fs.orphan_mu_, std::defer_lock);  // before the Tx (fs_impl.hpp)
-    Tx tx(*fs.journal_, "reclaim");
+    OrphanTx tx(fs, "reclaim");
     Result<bool> done = true;
     if (S_ISDIR(inode.mode)) {
       done = fs.dir_->FreeTree(tx, inode);
@@ -40,7 +39,6 @@ Status FsOps::Reclaim(FsImpl& fs, uint64_t ino) {
       NVFS_TRY(tx.Commit());
       continue;
     }
-    lock.lock();
     NVFS_TRY(OrphanRemove(fs, tx, ino));
     tx.Set(inode.mode, uint16_t{0});
     NVFS_TRY(fs.alloc_->FreeInode(tx, ino));
@@ -69,22 +67,35 @@ void FsOps::ReclaimIdle(FsImpl& fs, CachedInode* inode) {
   (void)Reclaim(fs, inode->ino);
 }
 
-void FsOps::UnpinNoThrow(FsImpl& fs, CachedInode* inode) noexcept {
-  const uint64_t ino = inode->ino;
+namespace {
+
+// Runs `reclaim` of inode `ino`; a throw is said on stderr. False if it threw.
+template <class Fn>
+bool ReportThrow(uint64_t ino, Fn&& reclaim) noexcept {
   const char* what = nullptr;
   try {
-    Unpin(fs, inode);
+    reclaim();
   } catch (const std::bad_alloc&) {
     what = "out of memory";
   } catch (...) {
     what = "unexpected exception";
   }
-  if (what != nullptr) {
-    std::fprintf(stderr,
-                 "nvfs: reclaim of unlinked inode %" PRIu64 " failed (%s); it stays on the orphan "
-                 "list until its next use or the next mount\n",
-                 ino, what);
-  }
+  if (what == nullptr) return true;
+  std::fprintf(stderr,
+               "nvfs: reclaim of unlinked inode %" PRIu64 " failed (%s); it stays on the orphan "
+               "list until its next use or the next mount\n",
+               ino, what);
+  return false;
+}
+
+}  // namespace
+
+void FsOps::UnpinNoThrow(FsImpl& fs, CachedInode* inode) noexcept {
+  ReportThrow(inode->ino, [&] { Unpin(fs, inode); });
+}
+
+bool FsOps::ReclaimIdleNoThrow(FsImpl& fs, CachedInode* inode) noexcept {
+  return ReportThrow(inode->ino, [&] { ReclaimIdle(fs, inode); });
 }
 
 }  // namespace nvfs

@@ -206,8 +206,7 @@ Status FsImpl::MountInternal(std::unique_ptr<Media> media, const MountOptions& o
     if (!orphans.ok() && orphans.code() == EUCLEAN) damage_->Damaged(orphans.error());
     const bool damaged = damage_->seen();
     if (!orphans.ok() && !damaged) return orphans;
-    std::lock_guard lock(orphan_mu_);
-    Tx tx(*journal_, "mount");
+    OrphanTx tx(*this, "mount");
     const int64_t now = FsOps::Now().tv_sec;
     FsOps::UpdateDynamic(*this, tx, [&](SuperDynamic& d) {
       if (damaged) d.errors = 1;
@@ -257,10 +256,10 @@ Status FsImpl::Unmount() {
   // count as free in the group descriptors: nothing reads them any more.
   alloc_->ReleaseDeferred(/*wait=*/true);
   const Geometry& g = *geometry_;
-  std::lock_guard lock(orphan_mu_);
   uint32_t group = 0;
   while (group < g.group_count()) {
-    Tx tx(*journal_, "unmount");
+    OrphanTx tx(*this, "unmount");
+    tx.LockOrphans();  // the counters, as the dynamic superblock's
     for (; group < g.group_count() && tx.room() > 1024; ++group) {
       const uint64_t offset = g.BlockOffset(g.GroupDescBlock(group));
       format::GroupDesc desc;
@@ -276,7 +275,7 @@ Status FsImpl::Unmount() {
     }
     NVFS_TRY(tx.Commit());
   }
-  Tx tx(*journal_, "unmount");
+  OrphanTx tx(*this, "unmount");
   const int64_t now = FsOps::Now().tv_sec;
   FsOps::UpdateDynamic(*this, tx, [&](SuperDynamic& d) {
     d.state = static_cast<uint32_t>(format::FsState::kClean);

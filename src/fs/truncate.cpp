@@ -16,31 +16,26 @@ using format::Inode;
 Status FsOps::FreeBlocksFrom(FsImpl& fs, uint64_t ino, uint64_t from) {
   const Inode& inode = InodeAt(fs, ino);
   for (;;) {
-    std::unique_lock lock(fs.orphan_mu_, std::defer_lock);  // before the Tx (fs_impl.hpp)
-    Tx tx(*fs.journal_, "truncate-more");
+    OrphanTx tx(fs, "truncate-more");
     Result<bool> done = fs.bmap_->Truncate(tx, inode, from);
     if (!done.ok()) return done.take_error();
     if (*done) {
       // An unlinked inode (still open) was on the list before the truncation
       // and stays there until reclaim frees it: taking it off here would
       // leak it, and its blocks, if the machine crashed before the release.
-      if (inode.nlink != 0) {
-        lock.lock();
-        NVFS_TRY(OrphanRemove(fs, tx, ino));
-      }
+      if (inode.nlink != 0) NVFS_TRY(OrphanRemove(fs, tx, ino));
       return tx.Commit();
     }
     NVFS_TRY(tx.Commit());
   }
 }
 
-Status FsOps::Resize(FsImpl& fs, uint64_t ino, uint64_t new_size, Tx* first_tx,
-                     std::unique_lock<std::mutex>& orphan_lock) {
+Status FsOps::Resize(FsImpl& fs, uint64_t ino, uint64_t new_size, OrphanTx* first_tx) {
   const Inode& inode = InodeAt(fs, ino);
   const Geometry& g = *fs.geometry_;
   if (new_size > fs.bmap_->max_size()) return Error(EFBIG);
   const uint64_t old_size = inode.size;
-  Tx& tx = *first_tx;
+  OrphanTx& tx = *first_tx;
   if (new_size >= old_size) {
     // Every byte past the old end is undefined, in the old last block and in
     // any block fallocate kept past the end: a write that extended the file
@@ -78,10 +73,8 @@ Status FsOps::Resize(FsImpl& fs, uint64_t ino, uint64_t new_size, Tx* first_tx,
   // Too much for one transaction: the rest happens in further ones, and the
   // orphan list makes a crash in between finish the job at mount. The bytes
   // past the new size are invisible from this first commit on.
-  orphan_lock.lock();
   OrphanAdd(fs, tx, ino);
-  NVFS_TRY(tx.Commit());
-  orphan_lock.unlock();
+  NVFS_TRY(tx.Commit());  // and orphan_mu_ is released
   return FreeBlocksFrom(fs, ino, from);
 }
 

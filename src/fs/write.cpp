@@ -83,9 +83,8 @@ static Result<size_t> WriteCore(FsImpl& fs, FileHandle file, uint64_t offset, So
 
   Media& media = fs.media();
   Bmap& bmap = FsOps::BmapOf(fs);
-  std::unique_lock orphans(FsOps::OrphanMu(fs), std::defer_lock);  // before the Tx (fs_impl.hpp)
-  std::optional<Tx> tx;
-  tx.emplace(FsOps::Jnl(fs), "write");
+  std::optional<OrphanTx> tx;
+  tx.emplace(fs, "write");
   // The new size, once data up to `end` is on the media.
   const auto grow_to = [&](uint64_t end) {
     if (end <= inode.size) return;
@@ -96,7 +95,7 @@ static Result<size_t> WriteCore(FsImpl& fs, FileHandle file, uint64_t offset, So
   // Past the end: the bytes between the old end and the write, inside the old
   // last block, must read as zeros.
   if (offset > inode.size) changing();
-  NVFS_TRY(FsOps::Resize(fs, ci->ino, std::max<uint64_t>(inode.size, offset), &*tx, orphans));
+  NVFS_TRY(FsOps::Resize(fs, ci->ino, std::max<uint64_t>(inode.size, offset), &*tx));
 
   size_t done = 0;
   Error failure;
@@ -144,7 +143,7 @@ static Result<size_t> WriteCore(FsImpl& fs, FileHandle file, uint64_t offset, So
       // Long writes commit as they go: write() is not atomic, only durable.
       grow_to(offset + done);
       NVFS_TRY(tx->Commit());
-      tx.emplace(FsOps::Jnl(fs), "write");
+      tx.emplace(fs, "write");
     }
   }
   if (done == 0 && failed) return failure;  // the Tx aborts: nothing happened

@@ -116,8 +116,8 @@ void Checker::CheckInodes() {
 bool Checker::WellFormedUnmarked(const Inode& inode, bool directory) {
   const uint8_t kind = KindOfMode(inode.mode);
   return kind != kFree && (kind == kDirectory) == directory && inode.nlink != 0 &&
-         inode.reserved0 == 0 && inode.reserved1 == 0 &&
-         (inode.flags & ~format::kInodeFlagsKnown) == 0 &&
+         (ValidateInode(inode, /*max_file_size=*/~uint64_t{0}) &
+          (kInodeFaultReserved | kInodeFaultFlags)) == 0 &&
          (inode.flags & format::kInodeFlagOrphan) == 0;
 }
 
@@ -218,15 +218,25 @@ bool Checker::ClearInode(uint64_t ino, const char* why) {
 
 void Checker::CheckInode(uint64_t ino, const Inode& inode) {
   const uint8_t kind = KindOfMode(inode.mode);
+  // The inode's own fields, as the core checks them (ValidateInode); the
+  // repairs below go by its faults.
+  const InodeFaults faults = ValidateInode(inode, max_file_size_);
   if (kind == kFree) {
     char why[64];
     std::snprintf(why, sizeof why, "invalid mode 0%o", inode.mode);
     ClearInode(ino, why);
     return;
   }
-  if ((inode.flags & ~format::kInodeFlagsKnown) != 0) {
+  if (faults & kInodeFaultFlags) {
     if (Problem(Repair::kSafe, "inode %" PRIu64 ": unknown flags 0x%x", ino, inode.flags)) {
       WriteField(ino, inode.flags, inode.flags & format::kInodeFlagsKnown);
+      Fixed();
+    }
+  }
+  if (faults & kInodeFaultReserved) {
+    if (Problem(Repair::kSafe, "inode %" PRIu64 ": reserved fields not zero", ino)) {
+      WriteField(ino, inode.reserved0, uint16_t{0});
+      WriteField(ino, inode.reserved1, uint64_t{0});
       Fixed();
     }
   }
@@ -243,7 +253,7 @@ void Checker::CheckInode(uint64_t ino, const Inode& inode) {
   // it leaves nothing behind.
   if (kind == kSymlink) {
     const uint64_t size = inode.size;
-    if (!SymlinkSizeValid(size)) {
+    if (faults & kInodeFaultSize) {
       char why[64];
       std::snprintf(why, sizeof why, "symlink of %" PRIu64 " bytes", size);
       if (ClearInode(ino, why) || !CanWrite()) return;
@@ -260,7 +270,7 @@ void Checker::CheckInode(uint64_t ino, const Inode& inode) {
   switch (kind) {
     case kRegular: {
       blocks += CheckFileMap(ino, inode, &mapped_end);
-      if (inode.size > max_file_size_ &&
+      if ((faults & kInodeFaultSize) &&
           Problem(Repair::kSafe, "inode %" PRIu64 ": size %" PRIu64 " past the largest file",
                   ino, inode.size)) {
         WriteField(ino, inode.size, mapped_end << block_shift_);
@@ -276,7 +286,7 @@ void Checker::CheckInode(uint64_t ino, const Inode& inode) {
     case kDirectory:
       break;
     case kSpecial:
-      if (inode.size != 0 &&
+      if ((faults & kInodeFaultSize) &&
           Problem(Repair::kSafe, "inode %" PRIu64 ": special file of size %" PRIu64, ino,
                   inode.size)) {
         WriteField(ino, inode.size, uint64_t{0});

@@ -112,7 +112,7 @@ void FuseAdapter::TrackOpen(FileHandle file) {
   open_.insert(file);
 }
 
-void FuseAdapter::UntrackOpen(FileHandle file) {
+void FuseAdapter::UntrackOpen(FileHandle file) noexcept {
   std::lock_guard lock(open_mu_);
   open_.erase(file);
 }
@@ -123,34 +123,16 @@ void FuseAdapter::EndSession() {
     std::lock_guard lock(open_mu_);
     left.swap(open_);
   }
-  // Each on its own, and nothing thrown out of here: the daemon goes on to
-  // the clean unmount. A reclaim that failed (an allocation, Release and
-  // ForgetAll rethrow it) leaves its inode on the orphan list, which the
-  // next mount finishes.
-  size_t failed = 0;
-  for (FileHandle file : left) {
-    try {
-      fs_->Release(file);
-    } catch (...) {
-      ++failed;
-    }
-  }
-  try {
-    fs_->ForgetAll();
-  } catch (...) {
-    ++failed;
-  }
-  if (failed != 0) {
-    std::fprintf(stderr,
-                 "nvfs: end of session: %zu reclaim(s) of unlinked inodes failed; they stay on "
-                 "the orphan list until the next mount\n",
-                 failed);
-  }
+  // Neither throws: a reclaim that failed (an allocation) is said on
+  // stderr and leaves its inode on the orphan list, which the next mount
+  // finishes; the daemon goes on to the clean unmount.
+  for (FileHandle file : left) fs_->Release(file);
+  fs_->ForgetAll();
 }
 
 namespace fuse_ops {
 
-void OpInit(void* userdata, fuse_conn_info* conn) {
+void OpInit(void* userdata, fuse_conn_info* conn) noexcept {
   auto& adapter = *static_cast<FuseAdapter*>(userdata);
   auto want = [conn](unsigned cap) {
     if (conn->capable & cap) conn->want |= cap;
@@ -211,45 +193,58 @@ void OpInit(void* userdata, fuse_conn_info* conn) {
 
 }  // namespace fuse_ops
 
+namespace {
+
+// Only a callback declared noexcept goes into the table: an exception
+// thrown into libfuse's C frames would unwind through them or terminate,
+// and one caught by a callback after its reply would reply twice (ops.hpp,
+// Guarded).
+template <class... Args>
+constexpr auto NoThrow(void (*callback)(Args...) noexcept) {
+  return callback;
+}
+
+}  // namespace
+
 const fuse_lowlevel_ops& FuseAdapter::Ops() {
   static const fuse_lowlevel_ops ops = [] {
     using namespace fuse_ops;
     fuse_lowlevel_ops o{};
-    o.init = OpInit;
-    o.lookup = OpLookup;
-    o.forget = OpForget;
-    o.forget_multi = OpForgetMulti;
-    o.getattr = OpGetattr;
-    o.setattr = OpSetattr;
-    o.readlink = OpReadlink;
-    o.mknod = OpMknod;
-    o.mkdir = OpMkdir;
-    o.unlink = OpUnlink;
-    o.rmdir = OpRmdir;
-    o.symlink = OpSymlink;
-    o.rename = OpRename;
-    o.link = OpLink;
-    o.open = OpOpen;
-    o.read = OpRead;
-    o.write = OpWrite;
-    o.write_buf = OpWriteBuf;
-    o.flush = OpFlush;
-    o.release = OpRelease;
-    o.fsync = OpFsync;
-    o.opendir = OpOpendir;
-    o.readdir = OpReaddir;
-    o.readdirplus = OpReaddirplus;
-    o.releasedir = OpReleasedir;
-    o.fsyncdir = OpFsyncdir;
-    o.statfs = OpStatfs;
-    o.setxattr = OpSetxattr;
-    o.getxattr = OpGetxattr;
-    o.listxattr = OpListxattr;
-    o.removexattr = OpRemovexattr;
-    o.create = OpCreate;
-    o.fallocate = OpFallocate;
-    o.lseek = OpLseek;
-    o.ioctl = OpIoctl;
+    o.init = NoThrow(OpInit);
+    o.lookup = NoThrow(OpLookup);
+    o.forget = NoThrow(OpForget);
+    o.forget_multi = NoThrow(OpForgetMulti);
+    o.getattr = NoThrow(OpGetattr);
+    o.setattr = NoThrow(OpSetattr);
+    o.readlink = NoThrow(OpReadlink);
+    o.mknod = NoThrow(OpMknod);
+    o.mkdir = NoThrow(OpMkdir);
+    o.unlink = NoThrow(OpUnlink);
+    o.rmdir = NoThrow(OpRmdir);
+    o.symlink = NoThrow(OpSymlink);
+    o.rename = NoThrow(OpRename);
+    o.link = NoThrow(OpLink);
+    o.open = NoThrow(OpOpen);
+    o.read = NoThrow(OpRead);
+    o.write = NoThrow(OpWrite);
+    o.write_buf = NoThrow(OpWriteBuf);
+    o.flush = NoThrow(OpFlush);
+    o.release = NoThrow(OpRelease);
+    o.fsync = NoThrow(OpFsync);
+    o.opendir = NoThrow(OpOpendir);
+    o.readdir = NoThrow(OpReaddir);
+    o.readdirplus = NoThrow(OpReaddirplus);
+    o.releasedir = NoThrow(OpReleasedir);
+    o.fsyncdir = NoThrow(OpFsyncdir);
+    o.statfs = NoThrow(OpStatfs);
+    o.setxattr = NoThrow(OpSetxattr);
+    o.getxattr = NoThrow(OpGetxattr);
+    o.listxattr = NoThrow(OpListxattr);
+    o.removexattr = NoThrow(OpRemovexattr);
+    o.create = NoThrow(OpCreate);
+    o.fallocate = NoThrow(OpFallocate);
+    o.lseek = NoThrow(OpLseek);
+    o.ioctl = NoThrow(OpIoctl);
     return o;
   }();
   return ops;

@@ -246,7 +246,7 @@ class FuseAdapter {
   // file still open is freed at unmount rather than at the next mount.
   // REQUIRES for EndSession: the session loop has returned.
   void TrackOpen(FileHandle file);
-  void UntrackOpen(FileHandle file);
+  void UntrackOpen(FileHandle file) noexcept;
   void EndSession();
 
  private:

@@ -77,7 +77,7 @@ void ReplyStatx(fuse_req_t req, FuseAdapter& adapter, fuse_ino_t ino, const Attr
 }  // namespace
 
 // GETATTR, and FUSE_STATX served as one (transport.hpp).
-void OpGetattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info* /*fi*/) {
+void OpGetattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info* /*fi*/) noexcept {
   Guarded(req, [&] {
     FuseAdapter& adapter = AdapterOf(req);
     Result<Attr> attr = adapter.fs().GetAttr(ino);
@@ -98,7 +98,7 @@ void OpGetattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info* /*fi*/) {
 // the inode whether or not the kernel names a handle (ftruncate): the
 // handle's inode is `ino`, and an open handle keeps it alive.
 void OpSetattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set,
-               fuse_file_info* /*fi*/) {
+               fuse_file_info* /*fi*/) noexcept {
   Guarded(req, [&] {
     FuseAdapter& adapter = AdapterOf(req);
     SetAttrRequest r;
@@ -151,7 +151,7 @@ void OpSetattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set,
   });
 }
 
-void OpStatfs(fuse_req_t req, fuse_ino_t /*ino*/) {
+void OpStatfs(fuse_req_t req, fuse_ino_t /*ino*/) noexcept {
   Guarded(req, [&] {
     Result<StatFs> s = AdapterOf(req).fs().GetStatFs();
     if (!s.ok()) {
@@ -177,7 +177,7 @@ void OpStatfs(fuse_req_t req, fuse_ino_t /*ino*/) {
 // an access ACL clears set-group-ID where the kernel marks the request
 // (FUSE_SETXATTR_ACL_KILL_SGID, read by the transport).
 void OpSetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value, size_t size,
-                int flags) {
+                int flags) noexcept {
   Guarded(req, [&] {
     const unsigned xattr_flags = RequestKillsSgid() ? unsigned{kXattrKillSgid} : 0u;
     ReplyStatus(req, AdapterOf(req).fs().SetXattr(ino, name, value, size, flags, xattr_flags));
@@ -202,7 +202,7 @@ static void ReplyXattrQuery(fuse_req_t req, size_t size, Query&& query) {
   }
 }
 
-void OpGetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
+void OpGetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) noexcept {
   Guarded(req, [&] {
     ReplyXattrQuery(req, size, [&](Filesystem& fs, char* buf) {
       return fs.GetXattr(ino, name, buf, size);
@@ -210,7 +210,7 @@ void OpGetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
   });
 }
 
-void OpListxattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
+void OpListxattr(fuse_req_t req, fuse_ino_t ino, size_t size) noexcept {
   Guarded(req, [&] {
     const Cred cred = CredOf(req);
     ReplyXattrQuery(req, size, [&](Filesystem& fs, char* buf) {
@@ -219,7 +219,7 @@ void OpListxattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
   });
 }
 
-void OpRemovexattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
+void OpRemovexattr(fuse_req_t req, fuse_ino_t ino, const char* name) noexcept {
   Guarded(req, [&] {
     ReplyStatus(req, AdapterOf(req).fs().RemoveXattr(ino, name));
   });
@@ -250,7 +250,7 @@ constexpr struct {
 // struct fsxattr. Every other command is ENOTTY, as for a filesystem
 // without ioctls.
 void OpIoctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void* /*arg*/, fuse_file_info* /*fi*/,
-             unsigned /*flags*/, const void* in_buf, size_t in_bufsz, size_t out_bufsz) {
+             unsigned /*flags*/, const void* in_buf, size_t in_bufsz, size_t out_bufsz) noexcept {
   Guarded(req, [&] {
     FuseAdapter& adapter = AdapterOf(req);
     Filesystem& fs = adapter.fs();

@@ -18,7 +18,7 @@ namespace nvfs::fuse_ops {
 // kernel changes a directory, and it drops a listing when it changes its
 // entries (fs/fuse/dir.c, fuse_dir_changed bumps the i_version the cache
 // is checked against).
-void OpOpendir(fuse_req_t req, fuse_ino_t /*ino*/, fuse_file_info* fi) {
+void OpOpendir(fuse_req_t req, fuse_ino_t /*ino*/, fuse_file_info* fi) noexcept {
   const FuseAdapter::Protocol& protocol = AdapterOf(req).protocol();
   if (protocol.no_opendir) {
     fuse_reply_err(req, ENOSYS);
@@ -30,13 +30,14 @@ void OpOpendir(fuse_req_t req, fuse_ino_t /*ino*/, fuse_file_info* fi) {
   fuse_reply_open(req, fi);
 }
 
-void OpReleasedir(fuse_req_t req, fuse_ino_t /*ino*/, fuse_file_info* /*fi*/) {
+void OpReleasedir(fuse_req_t req, fuse_ino_t /*ino*/, fuse_file_info* /*fi*/) noexcept {
   fuse_reply_err(req, 0);
 }
 
 // Directory operations are durable when they return: ENOSYS, as for FSYNC
 // (file.cpp), and the kernel stops sending FSYNCDIR (fc->no_fsyncdir).
-void OpFsyncdir(fuse_req_t req, fuse_ino_t /*ino*/, int /*datasync*/, fuse_file_info* /*fi*/) {
+void OpFsyncdir(fuse_req_t req, fuse_ino_t /*ino*/, int /*datasync*/,
+                fuse_file_info* /*fi*/) noexcept {
   fuse_reply_err(req, ENOSYS);
 }
 
@@ -120,12 +121,13 @@ static void ListDirectory(fuse_req_t req, fuse_ino_t ino, size_t size, off_t coo
   }
 }
 
-void OpReaddir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* /*fi*/) {
+void OpReaddir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+               fuse_file_info* /*fi*/) noexcept {
   Guarded(req, [&] { ListDirectory(req, ino, size, off, false); });
 }
 
 void OpReaddirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
-                   fuse_file_info* /*fi*/) {
+                   fuse_file_info* /*fi*/) noexcept {
   Guarded(req, [&] { ListDirectory(req, ino, size, off, true); });
 }
 

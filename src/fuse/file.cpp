@@ -58,7 +58,7 @@ fuse_bufvec MemoryBufvec(void* mem, size_t size) {
 
 }  // namespace
 
-void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) noexcept {
   Guarded(req, [&] {
     FuseAdapter& adapter = AdapterOf(req);
     // O_TRUNC by a caller without CAP_FSETID (FUSE_OPEN_KILL_SUIDGID).
@@ -94,7 +94,7 @@ void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
 // with its own checks. Only if the name vanishes and reappears again in
 // between does the caller see ESTALE.
 void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
-              fuse_file_info* fi) {
+              fuse_file_info* fi) noexcept {
   Guarded(req, [&] {
     FuseAdapter& adapter = AdapterOf(req);
     Filesystem& fs = adapter.fs();
@@ -127,7 +127,7 @@ void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
   });
 }
 
-void OpRelease(fuse_req_t req, fuse_ino_t /*ino*/, fuse_file_info* fi) {
+void OpRelease(fuse_req_t req, fuse_ino_t /*ino*/, fuse_file_info* fi) noexcept {
   Guarded(req, [&] {
     FuseAdapter& adapter = AdapterOf(req);
     adapter.UntrackOpen(HandleOf(fi));
@@ -136,7 +136,7 @@ void OpRelease(fuse_req_t req, fuse_ino_t /*ino*/, fuse_file_info* fi) {
   });
 }
 
-void OpFlush(fuse_req_t req, fuse_ino_t /*ino*/, fuse_file_info* /*fi*/) {
+void OpFlush(fuse_req_t req, fuse_ino_t /*ino*/, fuse_file_info* /*fi*/) noexcept {
   fuse_reply_err(req, 0);  // every write is durable already (and open sets noflush)
 }
 
@@ -148,7 +148,8 @@ void OpFlush(fuse_req_t req, fuse_ino_t /*ino*/, fuse_file_info* /*fi*/) {
 // FUSE_WRITEs that are durable when answered, and waits for them and their
 // errors before it would send FSYNC). That spares every fsync a round trip:
 // an append + fsync loop takes one request per append instead of two.
-void OpFsync(fuse_req_t req, fuse_ino_t /*ino*/, int /*datasync*/, fuse_file_info* /*fi*/) {
+void OpFsync(fuse_req_t req, fuse_ino_t /*ino*/, int /*datasync*/,
+             fuse_file_info* /*fi*/) noexcept {
   fuse_reply_err(req, ENOSYS);
 }
 
@@ -167,7 +168,8 @@ void OpFsync(fuse_req_t req, fuse_ino_t /*ino*/, int /*datasync*/, fuse_file_inf
 //         is not given to another file until the writev is done. A write
 //         racing with the read may show in it, as with any read racing a
 //         write. The page cache's fills (cache=page) come here too.
-void OpRead(fuse_req_t req, fuse_ino_t /*ino*/, size_t size, off_t off, fuse_file_info* fi) {
+void OpRead(fuse_req_t req, fuse_ino_t /*ino*/, size_t size, off_t off,
+            fuse_file_info* fi) noexcept {
   Guarded(req, [&] {
     FuseAdapter& adapter = AdapterOf(req);
     Filesystem& fs = adapter.fs();
@@ -252,7 +254,7 @@ static void AfterWrite(FuseAdapter& adapter, fuse_ino_t ino, const fuse_file_inf
 }
 
 void OpWrite(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, off_t off,
-             fuse_file_info* fi) {
+             fuse_file_info* fi) noexcept {
   Guarded(req, [&] {
     FuseAdapter& adapter = AdapterOf(req);
     Filesystem& fs = adapter.fs();
@@ -271,7 +273,7 @@ void OpWrite(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, off_t
 // buffers go to WriteIter as they are, with no copy in the daemon. A buffer
 // that is a file descriptor (splice) is copied into the thread's buffer.
 void OpWriteBuf(fuse_req_t req, fuse_ino_t ino, fuse_bufvec* bufv, off_t off,
-                fuse_file_info* fi) {
+                fuse_file_info* fi) noexcept {
   Guarded(req, [&] {
     FuseAdapter& adapter = AdapterOf(req);
     Filesystem& fs = adapter.fs();
@@ -317,7 +319,7 @@ void OpWriteBuf(fuse_req_t req, fuse_ino_t ino, fuse_bufvec* bufv, off_t off,
 }
 
 void OpFallocate(fuse_req_t req, fuse_ino_t /*ino*/, int mode, off_t offset, off_t length,
-                 fuse_file_info* fi) {
+                 fuse_file_info* fi) noexcept {
   Guarded(req, [&] {
     if (offset < 0 || length <= 0) {
       fuse_reply_err(req, EINVAL);
@@ -336,7 +338,8 @@ void OpFallocate(fuse_req_t req, fuse_ino_t /*ino*/, int mode, off_t offset, off
 }
 
 // The kernel answers SEEK_SET/CUR/END itself; SEEK_DATA and SEEK_HOLE come here.
-void OpLseek(fuse_req_t req, fuse_ino_t /*ino*/, off_t off, int whence, fuse_file_info* fi) {
+void OpLseek(fuse_req_t req, fuse_ino_t /*ino*/, off_t off, int whence,
+             fuse_file_info* fi) noexcept {
   Guarded(req, [&] {
     if (off < 0) {
       fuse_reply_err(req, ENXIO);

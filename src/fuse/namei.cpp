@@ -10,7 +10,7 @@
 
 namespace nvfs::fuse_ops {
 
-void OpLookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
+void OpLookup(fuse_req_t req, fuse_ino_t parent, const char* name) noexcept {
   Guarded(req, [&] {
     FuseAdapter& adapter = AdapterOf(req);
     const std::string_view n(name);
@@ -30,91 +30,73 @@ void OpLookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
 
 namespace {
 
-// Drops the references of a batch of forgets, each on its own: one whose
-// reclaim throws (an allocation failure; the inode stays on the orphan list
-// for the next mount, and leaves the cache all the same) does not keep the
-// others from being dropped. Forget has no error reply, so a failure is
-// told on stderr, once for the batch.
-void ForgetEach(fuse_req_t req, size_t count, const fuse_forget_data* forgets) {
+// Drops the references of a batch of forgets, each on its own. Forget never
+// throws: a reclaim that fails (an allocation) is said on stderr by the
+// core, and the inode stays on the orphan list for the next mount.
+void ForgetEach(fuse_req_t req, size_t count, const fuse_forget_data* forgets) noexcept {
   Filesystem& fs = AdapterOf(req).fs();
-  size_t failed = 0;
-  uint64_t first_ino = 0;
-  const char* first_what = nullptr;
-  for (size_t i = 0; i < count; ++i) {
-    try {
-      fs.Forget(forgets[i].ino, forgets[i].nlookup);
-    } catch (const std::bad_alloc&) {
-      if (failed++ == 0) first_ino = forgets[i].ino, first_what = "out of memory";
-    } catch (...) {
-      if (failed++ == 0) first_ino = forgets[i].ino, first_what = "unexpected exception";
-    }
-  }
-  if (failed != 0) {
-    std::fprintf(stderr,
-                 "nvfs: forget: reclaim of %zu of %zu unlinked inodes failed (first: inode %llu, "
-                 "%s); they stay on the orphan list until the next mount\n",
-                 failed, count, static_cast<unsigned long long>(first_ino), first_what);
-  }
+  for (size_t i = 0; i < count; ++i) fs.Forget(forgets[i].ino, forgets[i].nlookup);
 }
 
 }  // namespace
 
-void OpForget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup) {
+void OpForget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup) noexcept {
   const fuse_forget_data one{ino, nlookup};
   ForgetEach(req, 1, &one);
   fuse_reply_none(req);
 }
 
-void OpForgetMulti(fuse_req_t req, size_t count, fuse_forget_data* forgets) {
+void OpForgetMulti(fuse_req_t req, size_t count, fuse_forget_data* forgets) noexcept {
   ForgetEach(req, count, forgets);
   fuse_reply_none(req);
 }
 
-void OpMknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t rdev) {
+void OpMknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
+             dev_t rdev) noexcept {
   Guarded(req, [&] {
     FuseAdapter& adapter = AdapterOf(req);
     ReplyEntry(req, adapter, adapter.fs().Mknod(parent, name, mode, rdev, CredOf(req)));
   });
 }
 
-void OpMkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
+void OpMkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) noexcept {
   Guarded(req, [&] {
     FuseAdapter& adapter = AdapterOf(req);
     ReplyEntry(req, adapter, adapter.fs().Mkdir(parent, name, mode, CredOf(req)));
   });
 }
 
-void OpSymlink(fuse_req_t req, const char* target, fuse_ino_t parent, const char* name) {
+void OpSymlink(fuse_req_t req, const char* target, fuse_ino_t parent, const char* name) noexcept {
   Guarded(req, [&] {
     FuseAdapter& adapter = AdapterOf(req);
     ReplyEntry(req, adapter, adapter.fs().Symlink(parent, name, target, CredOf(req)));
   });
 }
 
-void OpLink(fuse_req_t req, fuse_ino_t ino, fuse_ino_t new_parent, const char* new_name) {
+void OpLink(fuse_req_t req, fuse_ino_t ino, fuse_ino_t new_parent, const char* new_name) noexcept {
   Guarded(req, [&] {
     FuseAdapter& adapter = AdapterOf(req);
     ReplyEntry(req, adapter, adapter.fs().Link(ino, new_parent, new_name));
   });
 }
 
-void OpUnlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
+void OpUnlink(fuse_req_t req, fuse_ino_t parent, const char* name) noexcept {
   Guarded(req, [&] { ReplyStatus(req, AdapterOf(req).fs().Unlink(parent, name)); });
 }
 
-void OpRmdir(fuse_req_t req, fuse_ino_t parent, const char* name) {
+void OpRmdir(fuse_req_t req, fuse_ino_t parent, const char* name) noexcept {
   Guarded(req, [&] { ReplyStatus(req, AdapterOf(req).fs().Rmdir(parent, name)); });
 }
 
 void OpRename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t new_parent,
-              const char* new_name, unsigned int flags) {
+              const char* new_name, unsigned int flags) noexcept {
   Guarded(req, [&] {
     ReplyStatus(req, AdapterOf(req).fs().Rename(parent, name, new_parent, new_name, flags,
                                                   CredOf(req)));
   });
 }
 
-void OpReadlink(fuse_req_t req, fuse_ino_t ino) {
+void OpReadlink(fuse_req_t req, fuse_ino_t ino) noexcept {
   Guarded(req, [&] {
     Result<std::string> target = AdapterOf(req).fs().Readlink(ino);
     if (!target.ok()) {

@@ -59,8 +59,10 @@ inline fuse_entry_param ToEntry(const FuseAdapter& adapter, const Attr& a) {
 inline thread_local fuse_req_t current_request = nullptr;
 
 // Runs a callback body; an exception still owes the request its one reply
-// (bodies reply last, and fuse_reply_* do not throw, so an exception always
-// comes before the reply).
+// (bodies reply last; fuse_reply_* do not throw, nor does what may follow a
+// reply that failed: Forget, Release and UntrackOpen are noexcept. So an
+// exception always comes before the reply, and the catch never answers a
+// request libfuse has already freed).
 template <class Body>
 void Guarded(fuse_req_t req, Body&& body) noexcept {
   const fuse_req_t outer = current_request;
@@ -88,57 +90,57 @@ inline void ReplyEntry(fuse_req_t req, FuseAdapter& adapter, const Result<Attr>&
 inline void ReplyStatus(fuse_req_t req, const Status& status) { fuse_reply_err(req, status.code()); }
 
 // Session (adapter.cpp)
-void OpInit(void* userdata, fuse_conn_info* conn);
+void OpInit(void* userdata, fuse_conn_info* conn) noexcept;
 
 // Names (namei.cpp)
-void OpLookup(fuse_req_t req, fuse_ino_t parent, const char* name);
-void OpForget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup);
-void OpForgetMulti(fuse_req_t req, size_t count, fuse_forget_data* forgets);
-void OpMknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t rdev);
-void OpMkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode);
-void OpSymlink(fuse_req_t req, const char* target, fuse_ino_t parent, const char* name);
-void OpLink(fuse_req_t req, fuse_ino_t ino, fuse_ino_t new_parent, const char* new_name);
-void OpUnlink(fuse_req_t req, fuse_ino_t parent, const char* name);
-void OpRmdir(fuse_req_t req, fuse_ino_t parent, const char* name);
+void OpLookup(fuse_req_t req, fuse_ino_t parent, const char* name) noexcept;
+void OpForget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup) noexcept;
+void OpForgetMulti(fuse_req_t req, size_t count, fuse_forget_data* forgets) noexcept;
+void OpMknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t rdev) noexcept;
+void OpMkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) noexcept;
+void OpSymlink(fuse_req_t req, const char* target, fuse_ino_t parent, const char* name) noexcept;
+void OpLink(fuse_req_t req, fuse_ino_t ino, fuse_ino_t new_parent, const char* new_name) noexcept;
+void OpUnlink(fuse_req_t req, fuse_ino_t parent, const char* name) noexcept;
+void OpRmdir(fuse_req_t req, fuse_ino_t parent, const char* name) noexcept;
 void OpRename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t new_parent,
-              const char* new_name, unsigned int flags);
-void OpReadlink(fuse_req_t req, fuse_ino_t ino);
+              const char* new_name, unsigned int flags) noexcept;
+void OpReadlink(fuse_req_t req, fuse_ino_t ino) noexcept;
 
 // Attributes and extended attributes (attr.cpp)
-void OpGetattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi);
+void OpGetattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) noexcept;
 void OpSetattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set,
-               fuse_file_info* fi);
-void OpStatfs(fuse_req_t req, fuse_ino_t ino);
+               fuse_file_info* fi) noexcept;
+void OpStatfs(fuse_req_t req, fuse_ino_t ino) noexcept;
 void OpSetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value, size_t size,
-                int flags);
-void OpGetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size);
-void OpListxattr(fuse_req_t req, fuse_ino_t ino, size_t size);
-void OpRemovexattr(fuse_req_t req, fuse_ino_t ino, const char* name);
+                int flags) noexcept;
+void OpGetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) noexcept;
+void OpListxattr(fuse_req_t req, fuse_ino_t ino, size_t size) noexcept;
+void OpRemovexattr(fuse_req_t req, fuse_ino_t ino, const char* name) noexcept;
 void OpIoctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void* arg, fuse_file_info* fi,
-             unsigned flags, const void* in_buf, size_t in_bufsz, size_t out_bufsz);
+             unsigned flags, const void* in_buf, size_t in_bufsz, size_t out_bufsz) noexcept;
 
 // Files and the data path (file.cpp)
-void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi);
+void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) noexcept;
 void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
-              fuse_file_info* fi);
-void OpRelease(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi);
-void OpFlush(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi);
-void OpFsync(fuse_req_t req, fuse_ino_t ino, int datasync, fuse_file_info* fi);
-void OpRead(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi);
+              fuse_file_info* fi) noexcept;
+void OpRelease(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) noexcept;
+void OpFlush(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) noexcept;
+void OpFsync(fuse_req_t req, fuse_ino_t ino, int datasync, fuse_file_info* fi) noexcept;
+void OpRead(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) noexcept;
 void OpWrite(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, off_t off,
-             fuse_file_info* fi);
+             fuse_file_info* fi) noexcept;
 void OpWriteBuf(fuse_req_t req, fuse_ino_t ino, fuse_bufvec* bufv, off_t off,
-                fuse_file_info* fi);
+                fuse_file_info* fi) noexcept;
 void OpFallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset, off_t length,
-                 fuse_file_info* fi);
-void OpLseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence, fuse_file_info* fi);
+                 fuse_file_info* fi) noexcept;
+void OpLseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence, fuse_file_info* fi) noexcept;
 
 // Directories (dir.cpp)
-void OpOpendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi);
-void OpReleasedir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi);
-void OpFsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, fuse_file_info* fi);
-void OpReaddir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi);
+void OpOpendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) noexcept;
+void OpReleasedir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) noexcept;
+void OpFsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, fuse_file_info* fi) noexcept;
+void OpReaddir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) noexcept;
 void OpReaddirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
-                   fuse_file_info* fi);
+                   fuse_file_info* fi) noexcept;
 
 }  // namespace nvfs::fuse_ops

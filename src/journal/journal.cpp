@@ -351,7 +351,15 @@ void Tx::CheckRange(uint64_t offset, size_t len) const {
   }
 }
 
+void Tx::CheckOpen(const char* what) const {
+  if (!open_) [[unlikely]] {
+    std::fprintf(stderr, "nvfs: BUG: %s through a transaction already finished\n", what);
+    std::abort();
+  }
+}
+
 void Tx::Store(uint64_t offset, const void* src, size_t len) {
+  CheckOpen("logged store");
   if (len == 0) return;
   CheckRange(offset, len);
   if (offset >> journal_.geometry().block_shift() !=
@@ -370,6 +378,7 @@ void Tx::Store(uint64_t offset, const void* src, size_t len) {
 }
 
 void Tx::Store64(uint64_t offset, uint64_t value) {
+  CheckOpen("logged store");
   CheckRange(offset, 8);
   if (!AppendRecord(JournalRecordType::kUndo, offset, 8, journal_.media_.base() + offset)) return;
   journal_.media_.Store64(offset, value);
@@ -377,12 +386,14 @@ void Tx::Store64(uint64_t offset, uint64_t value) {
 }
 
 void Tx::StoreFresh(uint64_t offset, const void* src, size_t len) {
+  CheckOpen("fresh store");
   if (len == 0) return;
   journal_.media_.Store(offset, src, len);
   NoteDirty(offset, len);
 }
 
 void Tx::FillFresh(uint64_t offset, int byte, size_t len) {
+  CheckOpen("fresh store");
   if (len == 0) return;
   journal_.media_.Fill(offset, byte, len);
   NoteDirty(offset, len);
@@ -393,6 +404,7 @@ void Tx::FillFresh(uint64_t offset, int byte, size_t len) {
 // in the slot.
 bool Tx::LogRuns(JournalRecordType type, BitmapKind kind, uint64_t first, uint64_t count,
                  std::vector<Allocation>* noted) {
+  CheckOpen("record");
   for (uint64_t done = 0; done < count;) {
     const uint32_t n = static_cast<uint32_t>(std::min<uint64_t>(count - done, UINT32_MAX));
     if (!AppendRecord(type, first + done, n, nullptr)) return false;

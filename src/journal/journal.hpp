@@ -51,6 +51,10 @@ class Journal;
 
 // One operation's transaction. Driven by one thread. Until Commit or Abort the
 // caller holds the locks that protect every byte it stores through the Tx.
+// Once it has committed or aborted it stores nothing more: its slot may be
+// another transaction's already, and nothing would undo the store. Every
+// store and record after the end is a bug that stops the process (abort)
+// before it writes.
 class Tx {
  public:
   Tx(Journal& journal, const char* op_name);  // waits for a free slot
@@ -84,6 +88,8 @@ class Tx {
 
   // Bytes left in the slot for records.
   size_t room() const;
+  // True once committed or aborted.
+  bool finished() const { return !open_; }
   // False once a record did not fit: later stores are skipped and Commit
   // aborts and fails.
   bool ok() const { return ok_; }
@@ -109,6 +115,7 @@ class Tx {
                     const void* payload);
   void NoteDirty(uint64_t offset, size_t len);
   void CheckRange(uint64_t offset, size_t len) const;  // aborts the process on a bug
+  void CheckOpen(const char* what) const;              // the same
   void FlushDirty();
   void SetState(format::JournalState state);
   void Finish();

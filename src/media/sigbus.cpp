@@ -16,6 +16,7 @@ namespace nvfs {
 
 namespace media_detail {
 constinit thread_local FaultPoint* fault_point = nullptr;
+std::atomic<uint64_t> pages_lost{0};
 }  // namespace media_detail
 
 namespace {
@@ -23,10 +24,18 @@ namespace {
 // The mappings the SIGBUS handler recognises: a fixed table, written under
 // mappings_mu (open and close), read by the handler without a lock.
 constexpr int kMaxMappings = 64;
+// Replaced units remembered per mapping (LostIn); past that many, every
+// byte of the mapping counts as lost.
+constexpr uint32_t kMaxLostUnits = 64;
 struct MappingSlot {
   std::atomic<uintptr_t> base{0};
   std::atomic<uint64_t> size{0};
   std::atomic<uint64_t> lost{0};  // pages replaced by SubstituteLostPage
+  // Each replaced unit: its offset in the mapping, | 1 for 4 KiB, | 2 for
+  // 2 MiB; 0 while its entry is being written. `units` counts the entries
+  // claimed (it may pass kMaxLostUnits).
+  std::atomic<uint64_t> lost_at[kMaxLostUnits] = {};
+  std::atomic<uint32_t> units{0};
 };
 MappingSlot mappings[kMaxMappings];
 std::mutex mappings_mu;
@@ -50,6 +59,14 @@ bool SubstituteLostPage(MappingSlot& m, uintptr_t base, uintptr_t addr) {
   for (uintptr_t unit : {uintptr_t{4096}, uintptr_t{2} << 20}) {
     const uintptr_t page = addr & ~(unit - 1);
     if (page < base || page + unit > base + size) continue;
+    // Told before the page changes (MediaLost): a read that copies the
+    // substitute and then asks sees it. An attempt the kernel refuses
+    // leaves its entry, which only makes LostIn cautious.
+    const uint32_t entry = m.units.fetch_add(1, std::memory_order_relaxed);
+    if (entry < kMaxLostUnits) {
+      m.lost_at[entry].store((page - base) | (unit == 4096 ? 1 : 2), std::memory_order_relaxed);
+    }
+    media_detail::pages_lost.fetch_add(unit / 4096, std::memory_order_seq_cst);
     void* p = mmap(reinterpret_cast<void*>(page), unit, PROT_READ | PROT_WRITE,
                    MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) continue;
@@ -87,6 +104,31 @@ void OnSigbus(int sig, siginfo_t* info, void*) {
 
 }  // namespace
 
+namespace media_detail {
+
+bool LostIn(const std::byte* addr, size_t len) {
+  const auto at = reinterpret_cast<uintptr_t>(addr);
+  for (const MappingSlot& m : mappings) {
+    const uintptr_t base = m.base.load(std::memory_order_acquire);
+    if (base == 0 || at < base || at - base >= m.size.load(std::memory_order_relaxed)) continue;
+    const uint32_t units = m.units.load(std::memory_order_acquire);
+    if (units > kMaxLostUnits) return true;
+    const uint64_t first = at - base;
+    const uint64_t end = first + len;
+    for (uint32_t i = 0; i < units; ++i) {
+      const uint64_t entry = m.lost_at[i].load(std::memory_order_acquire);
+      if (entry == 0) return true;  // being written: cautious
+      const uint64_t unit = (entry & 2) ? uint64_t{2} << 20 : 4096;
+      const uint64_t start = entry & ~uint64_t{3};
+      if (first < start + unit && start < end) return true;
+    }
+    return false;
+  }
+  return false;
+}
+
+}  // namespace media_detail
+
 // The pages lost in the mapping at `base`.
 uint64_t LostPagesOf(const std::byte* base) {
   for (const MappingSlot& m : mappings) {
@@ -112,6 +154,8 @@ void RegisterMapping(const std::byte* base, uint64_t size) {
     if (m.base.load(std::memory_order_relaxed) != 0) continue;
     m.size.store(size, std::memory_order_relaxed);
     m.lost.store(0, std::memory_order_relaxed);
+    m.units.store(0, std::memory_order_relaxed);
+    for (std::atomic<uint64_t>& entry : m.lost_at) entry.store(0, std::memory_order_relaxed);
     m.base.store(reinterpret_cast<uintptr_t>(base), std::memory_order_release);
     return;
   }
