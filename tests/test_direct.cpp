@@ -714,10 +714,7 @@ TEST_CASE("direct: no client can make the daemon wait on a descriptor it passes"
   // Another client is served at once.
   const int sock = Connect(path);
   REQUIRE(sock >= 0);
-  REQUIRE(SendRequest(sock, kOpHello));
-  ReplyHeader hello{};
-  REQUIRE(Receive(sock, &hello, sizeof hello) == static_cast<ssize_t>(sizeof hello));  // 5 s at most
-  CHECK(hello.error == 0);
+  Hello(sock);  // answered within 5 s
   close(sock);
   Session s;
   Prove(m, &s);
@@ -799,10 +796,7 @@ TEST_CASE("direct: the bounds: root's reserve, unproven connections",
   CHECK(nvfs::test::WaitForExit(other, 10) == 0);
   const int sock = Connect(path);
   REQUIRE(sock >= 0);
-  REQUIRE(SendRequest(sock, kOpHello));
-  ReplyHeader hello{};
-  REQUIRE(Receive(sock, &hello, sizeof hello) == static_cast<ssize_t>(sizeof hello));
-  CHECK(hello.error == 0);
+  Hello(sock);
   // Not proven: closed once its time is up, and so are all the others.
   const auto start = std::chrono::steady_clock::now();
   timeval tv{kUnprovenSeconds + 5, 0};
