@@ -22,6 +22,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -183,6 +184,27 @@ void Direct() {
   char byte;
   Check(pread(w, &byte, 1, 0) < 0 && errno == EBADF, "pread of a write-only descriptor");
   close(w);
+}
+
+// RWF_DONTCACHE asks for buffered I/O that leaves nothing in the page
+// cache; the kernel's FUSE refuses it (EOPNOTSUPP on Linux 6.18). A direct
+// read caches nothing, so the library serves it. A flag only the kernel
+// can honour (RWF_HIPRI) gets the kernel's answer.
+void DontCache() {
+  const int fd = OpenRead("a");
+  std::vector<char> a(4096), b(5000);
+  iovec iov[2] = {{a.data(), a.size()}, {b.data(), b.size()}};
+  constexpr int kDontCache = 0x80;  // RWF_DONTCACHE (Linux 6.14)
+  Check(preadv2(fd, iov, 2, 100, kDontCache) == 4096 + 5000, "preadv2 RWF_DONTCACHE");
+  Check(a == std::vector<char>(4096, 'a') && b == std::vector<char>(5000, 'a'),
+        "preadv2 RWF_DONTCACHE bytes");
+  Check(Why(fd) == 0, "RWF_DONTCACHE descriptor not served directly");
+  errno = 0;
+  const ssize_t through = preadv2(fd, iov, 1, 0, RWF_HIPRI);
+  const int through_errno = errno;
+  const ssize_t kernel = syscall(SYS_preadv2, fd, iov, 1, 0, 0, RWF_HIPRI);
+  Check(through == kernel && (kernel >= 0 || through_errno == errno), "RWF_HIPRI not the kernel's");
+  close(fd);
 }
 
 void Threads() {
@@ -388,6 +410,8 @@ int main(int argc, char** argv) {
     ExecChild(std::atoi(argv[3]));
   } else if (scenario == "odirect") {
     Direct();
+  } else if (scenario == "dontcache") {
+    DontCache();
   } else if (scenario == "threads") {
     Threads();
   } else if (scenario == "sigbus") {

@@ -442,7 +442,7 @@ TEST_CASE("direct lib: the preload in ordinary programs", "[mount][direct]") {
   for (const char* name : {"a", "b", "c"}) WriteAt(m.path(name), std::string(65536, name[0]), 0);
   const std::string probe = Program("NVFS_DIRECT_PROBE");
   const std::string preload = "LD_PRELOAD=" + Program("NVFS_DIRECT_LIB");
-  for (const char* scenario : {"reuse", "fork", "exec", "odirect", "threads", "sigbus"}) {
+  for (const char* scenario : {"reuse", "fork", "exec", "odirect", "dontcache", "threads", "sigbus"}) {
     INFO("scenario " << scenario);
     std::string out;
     const int code = RunWith({probe, scenario, m.dir()}, {preload}, 60, &out);
@@ -754,3 +754,4 @@ TEST_CASE("direct lib: a file in the grown part reads direct after a mounted gro
   close(before);
   REQUIRE(m.Stop() == 0);
 }
+

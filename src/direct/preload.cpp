@@ -111,12 +111,20 @@ NVFS_DIRECT_EXPORT ssize_t preadv64(int fd, const struct iovec* iov, int iovcnt,
   return ServePreadv(fd, iov, iovcnt, offset, libc::Get(&libc::Table::preadv64));
 }
 
-// Flags 0 only: RWF_NOWAIT, RWF_HIPRI and the rest mean something to the
-// kernel; offset -1 (the file position) is the kernel's too.
+// Flags 0, or RWF_DONTCACHE (Linux 6.14: buffered I/O that leaves nothing
+// in the page cache): a direct read copies from the namespace and caches
+// nothing, so the request is met as asked. RWF_NOWAIT, RWF_HIPRI and the
+// rest mean something to the kernel, and get its answer; offset -1 (the
+// file position) is the kernel's too.
+#ifndef RWF_DONTCACHE
+#define RWF_DONTCACHE 0x00000080
+#endif
+static bool DirectFlags(int flags) { return flags == 0 || flags == RWF_DONTCACHE; }
+
 NVFS_DIRECT_EXPORT ssize_t preadv2(int fd, const struct iovec* iov, int iovcnt, off_t offset, int flags) {
   auto* real = libc::Get(&libc::Table::preadv2);
   ssize_t n;
-  if (flags == 0 && FdServe(fd, iov, iovcnt, offset, &n)) return n;
+  if (DirectFlags(flags) && FdServe(fd, iov, iovcnt, offset, &n)) return n;
   return real(fd, iov, iovcnt, offset, flags);
 }
 
@@ -124,7 +132,7 @@ NVFS_DIRECT_EXPORT ssize_t preadv64v2(int fd, const struct iovec* iov, int iovcn
                                       int flags) {
   auto* real = libc::Get(&libc::Table::preadv64v2);
   ssize_t n;
-  if (flags == 0 && FdServe(fd, iov, iovcnt, offset, &n)) return n;
+  if (DirectFlags(flags) && FdServe(fd, iov, iovcnt, offset, &n)) return n;
   return real(fd, iov, iovcnt, offset, flags);
 }
 
