@@ -362,13 +362,17 @@ void ForkMaps() {
   const int a = OpenRead("a");
   ExpectFile(a, 'a', "parent before fork");
   ExpectDirect(a, "parent before fork");
-  int go[2];
-  Check(pipe(go) == 0, "pipe");
+  int go[2], ready[2];
+  Check(pipe(go) == 0 && pipe(ready) == 0, "pipe");
   std::fflush(stdout);
   const pid_t pid = fork();
   Check(pid >= 0, "fork");
   if (pid == 0) {
+    // fork() has returned here, so the library's handlers have run: what
+    // the test sees in the child's maps from now on is what it keeps.
     close(go[1]);
+    close(ready[0]);
+    Check(write(ready[1], "r", 1) == 1, "tell the parent");
     char c;
     Check(read(go[0], &c, 1) == 1, "the parent went away");
     ExpectFile(a, 'a', "child, the inherited descriptor");
@@ -379,6 +383,9 @@ void ForkMaps() {
     std::_Exit(0);
   }
   close(go[0]);
+  close(ready[1]);
+  char r;
+  Check(read(ready[0], &r, 1) == 1, "the child did not start");
   Say("child " + std::to_string(pid));
   WaitForTest();
   Check(write(go[1], "g", 1) == 1, "write to the child");
