@@ -80,9 +80,11 @@ bool StatFd(int fd, struct statx* stx) {
 
 bool ClientDescriptors::IsNamespace(int fd) const {
   struct statx stx {};
-  if (!StatFd(fd, &stx) || (stx.stx_mode & S_IFMT) != (namespace_stat_.st_mode & S_IFMT)) {
-    return false;
-  }
+  return StatFd(fd, &stx) && IsNamespace(stx);
+}
+
+bool ClientDescriptors::IsNamespace(const struct statx& stx) const {
+  if ((stx.stx_mode & S_IFMT) != (namespace_stat_.st_mode & S_IFMT)) return false;
   if (S_ISCHR(namespace_stat_.st_mode)) {
     return makedev(stx.stx_rdev_major, stx.stx_rdev_minor) == namespace_stat_.st_rdev;
   }
@@ -93,10 +95,10 @@ bool ClientDescriptors::IsNamespace(int fd) const {
 void ClientDescriptors::Release(int fd, uid_t owner) const noexcept {
   if (fd < 0) return;
   struct statx stx {};
-  const bool here =
-      IsNamespace(fd) ||
-      (StatFd(fd, &stx) && makedev(stx.stx_dev_major, stx.stx_dev_minor) == mount_dev_ &&
-       (S_ISREG(stx.stx_mode) || S_ISDIR(stx.stx_mode)));
+  const bool here = StatFd(fd, &stx) &&
+                    (IsNamespace(stx) ||
+                     (makedev(stx.stx_dev_major, stx.stx_dev_minor) == mount_dev_ &&
+                      (S_ISREG(stx.stx_mode) || S_ISDIR(stx.stx_mode))));
   if (here) {
     close(fd);
   } else {

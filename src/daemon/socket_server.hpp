@@ -38,6 +38,7 @@ class ClientDescriptors {
 
   // The descriptor is of the very namespace (its file, or its device).
   bool IsNamespace(int fd) const;
+  bool IsNamespace(const struct statx& stx) const;
   // Closes `fd`, passed by `owner`, here if that cannot wait, else on the
   // reaper's thread.
   void Release(int fd, uid_t owner) const noexcept;
