@@ -229,7 +229,7 @@ class FuseAdapter {
   // thread's drop can come after the writer has seen its write complete and
   // a new open has read; and an open's drop happens in the opener's own
   // time, after the daemon replied, so one opener's reply says nothing of
-  // another's reads (session 6 marked only the next open, and generic/451
+  // another's reads (marking only the next open was tried: generic/451
   // still read stale pages when a reader's open took the mark).
   void DirectWritten(fuse_ino_t ino, uint64_t off, uint64_t len);
   // True while a DirectWritten(ino, ...) drop has not returned: the open
