@@ -302,7 +302,7 @@ TEST_CASE("containment: fsck -y trusts a damaged inode bitmap and drops live fil
   d.RequireContained();
 }
 
-// Found again on the merged tree (session 5), with the repair rules of
+// Found again once the pointer checks were merged, with the repair rules of
 // doc/integrity.md section 9.
 
 TEST_CASE("containment: fsck -y keeps the key the root directory agrees with when the primary "
