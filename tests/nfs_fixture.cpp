@@ -156,7 +156,7 @@ Ganesha::Ganesha(const std::string& export_dir) : export_dir_(export_dir) {
   config_ = scratch_ + "/ganesha.conf";
   log_ = scratch_ + "/ganesha.log";
   pid_file_ = scratch_ + "/ganesha.pid";
-  // The sample, as a reader of README would use it: only the mount point
+  // The sample, as a reader of doc/nfs.md would use it: only the mount point
   // differs.
   std::string text = ReadText(std::getenv("NVFS_GANESHA_CONF"));
   for (size_t at = text.find("/mnt/nvfs"); at != std::string::npos;

@@ -84,8 +84,7 @@ step dd if=/dev/urandom of="$mnt/bench.dat" bs=1M count=256 status=none
 step "$bin/nvfs-pread" file -r 3 -D 0.5 -b 4k,1m -P seq,rand -T "nvfs read_path=map" "$mnt/bench.dat"
 step "$bin/nvfs-pread" file -r 3 -D 0.5 -P same -b 4k -p getxattr "$mnt/bench.dat"
 # The same file read directly (libnvfs-direct: this process may read the
-# image, so it maps it and reads without a FUSE round trip; README, "Direct
-# reads").
+# image, so it maps it and reads without a FUSE round trip; doc/direct.md).
 step "$bin/nvfs-pread" file --direct -r 3 -D 0.5 -b 4k,1m -P seq,rand -T "nvfs direct" "$mnt/bench.dat"
 
 printf '\n\033[1m$ umount %s\033[0m\n' "$mnt"

@@ -1,6 +1,6 @@
 /* libnvfs-direct: reads of files on an nvfs mount straight from the
  * namespace, without a kernel crossing, for processes that may read the
- * namespace (README, "Direct reads"; doc/integrity.md section 10).
+ * namespace (doc/direct.md; doc/integrity.md section 10).
  *
  * A process that can read the namespace (the image file or DAX device)
  * can read every byte of every file in it already; this library only makes
