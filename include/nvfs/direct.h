@@ -1,6 +1,7 @@
-/* libnvfs-direct: reads of files on an nvfs mount straight from the
- * namespace, without a kernel crossing, for processes that may read the
- * namespace (doc/direct.md; doc/integrity.md section 10).
+/* libnvfs-direct: reads and writes of files on an nvfs mount straight
+ * from and to the namespace, without a kernel crossing, for processes that
+ * may read (for writes: write) the namespace (doc/direct.md;
+ * doc/integrity.md sections 10 and 11).
  *
  * A process that can read the namespace (the image file or DAX device)
  * can read every byte of every file in it already; this library only makes
@@ -11,7 +12,10 @@
  * size changed meanwhile, or the daemon is not the one that answered, the
  * copy is thrown away and the read is done again (or by the kernel). No
  * lock and no system call on the path of a read whose runs are known.
- * Writes go through the mount as always.
+ * Writes (nvfs_direct_pwrite below) are stored from the process's own
+ * shared mapping when the process may write the namespace; a store cannot
+ * be checked after the fact, so the daemon reuses no block a file gave up
+ * until every such store that might reach it has ended (section 11).
  *
  * Anything the library cannot serve falls back to the kernel: every call
  * below behaves as its system call on the descriptor would (same bytes,
@@ -20,7 +24,10 @@
  * Loaded with LD_PRELOAD=libnvfs-direct.so, the same library serves
  * pread, pread64, preadv, preadv64, preadv2 and preadv64v2 (flags 0) of
  * unmodified programs for regular files on nvfs mounts opened for reading
- * (not O_DIRECT), and hands every other call to the kernel.
+ * (not O_DIRECT), pwrite, pwrite64, pwritev, pwritev64, pwritev2 and
+ * pwritev64v2 (flags 0, RWF_DSYNC, RWF_SYNC) of those opened O_RDWR (not
+ * O_APPEND), fsync and fdatasync (which set the times of what was written
+ * directly), and hands every other call to the kernel.
  *
  * A session is bound to the namespace and to the credentials that proved
  * it. Linked or preloaded, the library also defines setuid, seteuid,
@@ -61,7 +68,14 @@ enum nvfs_direct_why {
   NVFS_DIRECT_REFUSED = 6,      /* the daemon refused (limits, a full table) */
   NVFS_DIRECT_GONE = 7,         /* the daemon that served it went away (unmount,
                                    restart): the kernel answers from now on */
-  NVFS_DIRECT_NO_MEMORY = 8
+  NVFS_DIRECT_NO_MEMORY = 8,
+  /* Why a handle is not written directly (nvfs_direct_write_why). */
+  NVFS_DIRECT_NOT_WRITABLE = 9,        /* not open for reading and writing, or O_APPEND */
+  NVFS_DIRECT_NO_WRITE_NAMESPACE = 10, /* this process may not write the namespace */
+  NVFS_DIRECT_NO_WRITES = 11,          /* the mount serves no direct writes (read-only,
+                                          cache=page, an older daemon) */
+  NVFS_DIRECT_PRIVILEGED = 12          /* set-user-ID, set-group-ID, a capability, immutable
+                                          or append-only: a write must go by the kernel */
 };
 
 /* Attaches to `fd` (not taken over: the caller still closes it, after
@@ -75,12 +89,31 @@ nvfs_direct *nvfs_direct_attach(int fd);
 ssize_t nvfs_direct_pread(nvfs_direct *f, void *buf, size_t count, off_t offset);
 ssize_t nvfs_direct_preadv(nvfs_direct *f, const struct iovec *iov, int iovcnt, off_t offset);
 
+/* As pwrite(2) and pwritev(2) on the attached descriptor. A process that
+ * may write the namespace (it can open the image or device for reading
+ * and writing) writes a file opened O_RDWR (not O_APPEND) from its own
+ * mapping: an overwrite of bytes the file has is a copy and a flush, with
+ * no system call; a write that extends the file or fills a hole costs one
+ * request to the daemon, never a FUSE round trip. Durable when it returns,
+ * as every write to nvfs. Everything else goes to the kernel. A media
+ * error fails the write with EIO; the process lives. */
+ssize_t nvfs_direct_pwrite(nvfs_direct *f, const void *buf, size_t count, off_t offset);
+ssize_t nvfs_direct_pwritev(nvfs_direct *f, const struct iovec *iov, int iovcnt, off_t offset);
+/* As fsync(2): the file's mtime and ctime are set for the direct writes
+ * before it (a stat that starts after it returns sees them; without it,
+ * within a second), then the kernel's fsync. */
+int nvfs_direct_fsync(nvfs_direct *f);
+
 /* NVFS_DIRECT_ACTIVE, or why reads go to the kernel. */
 int nvfs_direct_why(const nvfs_direct *f);
+/* NVFS_DIRECT_ACTIVE while writes may be stored directly (as far as is
+ * known before the first one), or why they go to the kernel. */
+int nvfs_direct_write_why(const nvfs_direct *f);
 /* A one-line description of a reason. */
 const char *nvfs_direct_strwhy(int why);
 
-/* Frees the handle; the descriptor stays open. */
+/* Frees the handle (after setting the times of a file written directly,
+ * and giving back blocks kept past its end); the descriptor stays open. */
 void nvfs_direct_detach(nvfs_direct *f);
 
 /* Loaded as LD_PRELOAD: what the preload does with pread and preadv of
@@ -88,6 +121,8 @@ void nvfs_direct_detach(nvfs_direct *f);
  * the kernel does (the descriptor is looked at now if no read did yet).
  * -1 with errno ENOSYS when the library was not preloaded. */
 int nvfs_direct_fd_why(int fd);
+/* The same for pwrite, pwritev and pwritev2 of `fd`. */
+int nvfs_direct_fd_write_why(int fd);
 
 #ifdef __cplusplus
 }

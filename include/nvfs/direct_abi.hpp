@@ -35,11 +35,68 @@ struct DirectTableHeader {
   uint64_t magic;  // kDirectTableMagic
   uint32_t version;
   uint32_t slot_count;
-  uint64_t reserved[6];
+  // 0 while direct writers may store; kDirectWritesStopped once the
+  // filesystem turned read-only (damage): a writer looks at it inside each
+  // store, as at its file's slot.
+  std::atomic<uint64_t> write_state;
+  uint64_t reserved[5];
 };
 static_assert(sizeof(DirectTableHeader) == sizeof(DirectSlot));
 inline constexpr uint64_t kDirectTableMagic = 0x656c6261742d766eULL;  // "nv-table"
-inline constexpr uint32_t kDirectTableVersion = 1;
+inline constexpr uint32_t kDirectTableVersion = 2;
+inline constexpr uint64_t kDirectWritesStopped = 1;
+
+// Direct writers (doc/integrity.md section 11). Every process that may
+// write the namespace and writes files from its own mapping of it has a
+// page of the writers' file (DIR/writers-UUID beside the sockets, root's,
+// 0600; it outlives the daemon, so that the next mount of the namespace
+// finds the writers of this one). Each thread that stores has a slot of
+// its page, whose `gen` it makes odd before it looks at its file's slot
+// and the namespace's identity, and even again after its store and flush;
+// the daemon reuses a block a file gave up only after every slot it saw
+// odd once the file's slot seq had moved has moved on (or its process is
+// gone).
+struct DirectWriterThread {
+  std::atomic<uint64_t> gen;    // odd: inside a store
+  std::atomic<uint64_t> owner;  // the thread's id in its process, 0: free
+  uint64_t reserved[6];
+};
+static_assert(sizeof(DirectWriterThread) == 64);
+
+inline constexpr uint32_t kDirectWriterThreads = 56;
+inline constexpr uint32_t kDirectWriterDirty = 56;
+
+struct DirectWriterPage {
+  // The daemon's, set when it gives the page to a process.
+  uint64_t pid;            // 0: free
+  uint64_t start_time;     // the process's, in clock ticks after boot (/proc/PID/stat)
+  uint64_t mount_count;    // of the mount whose daemon gave it
+  uint64_t reserved[5];
+  // Inodes the process wrote whose mtime and ctime are not yet set (0:
+  // free): the daemon sets them within a second, and takes the entry.
+  std::atomic<uint64_t> dirty[kDirectWriterDirty];
+  DirectWriterThread threads[kDirectWriterThreads];
+};
+static_assert(sizeof(DirectWriterPage) == 4096);
+
+// Page 0 of the writers' file.
+struct DirectWritersHeader {
+  uint64_t magic;  // kDirectWritersMagic
+  uint32_t version;
+  uint32_t page_count;  // pages after this one
+};
+inline constexpr uint64_t kDirectWritersMagic = 0x7372746972772d76ULL;  // "v-writrs"
+inline constexpr uint32_t kDirectWritersVersion = 1;
+inline constexpr uint32_t kDirectWriterPages = 128;
+
+// How a writer makes its stores durable: the namespace's own flush, as the
+// daemon's mapping has it (nvfs::Media's granularity).
+enum DirectFlush : uint32_t {
+  kDirectFlushNone = 0,       // memory (tmpfs): a store is all there is
+  kDirectFlushFence = 1,      // byte granularity (eADR): a store fence
+  kDirectFlushCacheLine = 2,  // CPU cache flushes, then a store fence
+  kDirectFlushPage = 3,       // msync of the pages
+};
 
 // A piece of a file: `len` bytes at byte `offset` of the namespace, or a
 // hole (offset kDirectHole: zeros).

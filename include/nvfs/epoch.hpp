@@ -138,4 +138,25 @@ uint64_t CompletedGrace();
 // Waits until GraceOver(ticket). REQUIRES: !InGuard().
 void WaitForGrace(uint64_t ticket);
 
+// Grace periods of stores made outside this process: direct writers
+// (src/direct/writers.hpp), which store into a file's blocks from their own
+// mapping of the namespace. A block a file gave up may go to another file
+// only once every such store that might have begun before the file's
+// change was published has ended. Unlike a guard in this process, such a
+// store may be held up for as long as its process is stopped: nothing
+// ever waits for one. The allocator keeps what it frees until Completed()
+// passes its ticket, and counts it as in use meanwhile (doc/integrity.md,
+// section 11).
+class ExternalGrace {
+ public:
+  virtual ~ExternalGrace() = default;
+  // A grace period beginning now: its ticket. Orders every store the caller
+  // made before (the change that unpublished the blocks: a file's slot seq
+  // moved) before the scan of the writers that follows (a full fence).
+  // Never waits; allocates nothing but under its own lock.
+  virtual uint64_t Start() = 0;
+  // Every ticket up to the value returned is over. Never waits.
+  virtual uint64_t Completed() = 0;
+};
+
 }  // namespace nvfs::epoch

@@ -468,6 +468,40 @@ class Filesystem {
   virtual Result<DirectMapping> DirectMap(uint64_t ino, uint64_t offset, DirectRun* runs,
                                           size_t max_runs) = 0;
 
+  // --- Direct writes (src/direct/, doc/integrity.md section 11) ---------------------
+  // Processes that may write the namespace store into a file's blocks from
+  // their own mapping of it; the daemon gives them blocks and commits what
+  // they stored. From this call on, a block freed is reused only once
+  // `grace` says that no such store begun before the free still runs.
+  // Call once, before the first DirectAllocate; `grace` must outlive the
+  // filesystem.
+  virtual void SetExternalGrace(epoch::ExternalGrace* grace) = 0;
+  // For a direct write of [offset, offset + len) of regular file `ino`
+  // (open, as for DirectMap): every hole of the range gets a block (zeroed
+  // inside the size), and so does every block past the end of the file up
+  // to `reserve_end` (kept past the size, as fallocate's KEEP_SIZE keeps
+  // them), committed before this returns; the size does not change.
+  // Returns the runs from the block holding `offset` on, as DirectMap's but
+  // reaching past the size over the blocks the file has there, up to
+  // `reserve_end`. EROFS, EPERM (immutable, append-only), EFBIG, ENOSPC
+  // (blocks allocated before stay: zeros in holes, or past the size).
+  virtual Result<DirectMapping> DirectAllocate(uint64_t ino, uint64_t offset, uint64_t len,
+                                               uint64_t reserve_end, DirectRun* runs,
+                                               size_t max_runs) = 0;
+  // After a direct writer made [start, end) durable in runs it was given at
+  // slot seq `seq`: if the slot's seq is still `seq` and every block of the
+  // range is mapped, zeroes the bytes between the size and `start`, makes
+  // the size at least `end`, and mtime and ctime now, in one transaction;
+  // EAGAIN if the file changed since (the writer stores again, into fresh
+  // runs). With start == end only the times change, whatever the seq.
+  // Returns the runs from `end` on, as DirectAllocate's, up to `map_end`.
+  virtual Result<DirectMapping> DirectCommit(uint64_t ino, uint64_t start, uint64_t end,
+                                             uint64_t seq, uint64_t map_end, DirectRun* runs,
+                                             size_t max_runs) = 0;
+  // Frees the blocks the file has past its end (DirectAllocate's reserve,
+  // or fallocate's KEEP_SIZE): its last direct writer is done with them.
+  virtual Status DirectTrim(uint64_t ino) = 0;
+
   // --- Information ----------------------------------------------------------------
   virtual uint32_t block_size() const = 0;
   // True if mounted read-only, or turned read-only since by damage.

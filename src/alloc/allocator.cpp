@@ -297,7 +297,10 @@ void Allocator::ReleaseFreed(BitmapKind kind, uint64_t first, uint64_t count) {
   size_t waiting;
   {
     std::lock_guard lock(deferred_mu_);
-    deferred_.push_back({epoch::StartGrace(), {first, count}});
+    // Both tickets under the lock: the list stays ordered by each.
+    epoch::ExternalGrace* external = external_.load(std::memory_order_acquire);
+    const uint64_t ticket = epoch::StartGrace();
+    deferred_.push_back({ticket, external != nullptr ? external->Start() : 0, {first, count}});
     deferred_blocks_.fetch_add(count, std::memory_order_relaxed);
     waiting = deferred_.size();
   }
@@ -308,10 +311,27 @@ void Allocator::ReleaseFreed(BitmapKind kind, uint64_t first, uint64_t count) {
   }
 }
 
-std::vector<Allocator::DeferredFree> Allocator::TakeDeferred(uint64_t done) {
+uint64_t Allocator::ExternalDone() {
+  epoch::ExternalGrace* external = external_.load(std::memory_order_acquire);
+  return external != nullptr ? external->Completed() : UINT64_MAX;
+}
+
+uint64_t Allocator::held_blocks() {
+  if (external_.load(std::memory_order_acquire) == nullptr) return 0;
+  const uint64_t done = ExternalDone();
   std::lock_guard lock(deferred_mu_);
-  const auto end = std::find_if(deferred_.begin(), deferred_.end(),
-                                [&](const DeferredFree& f) { return f.ticket > done; });
+  uint64_t held = 0;
+  for (const DeferredFree& f : deferred_) {
+    if (f.external > done) held += f.extent.count;
+  }
+  return held;
+}
+
+std::vector<Allocator::DeferredFree> Allocator::TakeDeferred(uint64_t done, uint64_t external_done) {
+  std::lock_guard lock(deferred_mu_);
+  const auto end = std::find_if(deferred_.begin(), deferred_.end(), [&](const DeferredFree& f) {
+    return f.ticket > done || f.external > external_done;
+  });
   std::vector<DeferredFree> ready(deferred_.begin(), end);
   deferred_.erase(deferred_.begin(), end);
   return ready;
@@ -324,18 +344,21 @@ void Allocator::ReleaseAll(const std::vector<DeferredFree>& frees) {
   }
 }
 
-void Allocator::ReleaseDeferred(bool wait) {
+void Allocator::ReleaseDeferred(bool wait, bool outside_too) {
   uint64_t newest = 0;
   {
     std::lock_guard lock(deferred_mu_);
     if (deferred_.empty()) return;
     newest = deferred_.back().ticket;
   }
+  // Asked before this process's grace: a store that ended by now ended
+  // before the frees it lets go were made allocatable.
+  const uint64_t external_done = outside_too ? UINT64_MAX : ExternalDone();
   if (wait) {
     epoch::WaitForGrace(newest);
-    ReleaseAll(TakeDeferred(newest));
+    ReleaseAll(TakeDeferred(newest, external_done));
   } else {
-    ReleaseAll(TakeDeferred(epoch::CompletedGrace()));
+    ReleaseAll(TakeDeferred(epoch::CompletedGrace(), external_done));
   }
 }
 

@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "journal/journal.hpp"
+#include "nvfs/epoch.hpp"
 #include "nvfs/geometry.hpp"
 #include "nvfs/media.hpp"
 #include "nvfs/result.hpp"
@@ -99,9 +100,22 @@ class Allocator final : public AllocationSink {
   // Blocks freed and waiting for a grace period.
   uint64_t deferred_blocks() const { return deferred_blocks_.load(std::memory_order_relaxed); }
   // Makes allocatable every deferred free whose grace period is over; with
-  // `wait`, first waits until all of them are. REQUIRES for `wait`:
-  // !epoch::InGuard(). Unmount waits, so the counters it writes are exact.
-  void ReleaseDeferred(bool wait);
+  // `wait`, first waits until all of them are, this process's readers'
+  // part (an external grace period is never waited for: its blocks stay
+  // deferred, and an allocation that finds only them gets ENOSPC). With
+  // `outside_too` the external part is not asked either: unmount releases
+  // everything, so the counters it writes are exact (the next mount's
+  // guard keeps writers of this one out: doc/integrity.md, section 11).
+  // REQUIRES for `wait`: !epoch::InGuard().
+  void ReleaseDeferred(bool wait, bool outside_too = false);
+  // Stores made outside this process that freed blocks must also wait out
+  // (nvfs/epoch.hpp). Set once, before such stores can begin; null: none.
+  void SetExternalGrace(epoch::ExternalGrace* grace) {
+    external_.store(grace, std::memory_order_release);
+  }
+  // Deferred blocks whose external grace period is not over: held back by
+  // a direct writer inside a store (statfs counts them as in use).
+  uint64_t held_blocks();
   uint64_t free_inodes() const { return free_inodes_.load(std::memory_order_relaxed); }
   // Per-group free counts (for the group descriptors at unmount).
   uint32_t group_free_blocks(uint32_t group) const;
@@ -166,11 +180,15 @@ class Allocator final : public AllocationSink {
   uint64_t PerGroup(BitmapKind kind) const;
 
   struct DeferredFree {
-    uint64_t ticket;  // epoch::StartGrace
+    uint64_t ticket;    // epoch::StartGrace
+    uint64_t external;  // ExternalGrace::Start, 0 without one
     Extent extent;
   };
-  // Moves out the deferred frees whose ticket is at most `done`.
-  std::vector<DeferredFree> TakeDeferred(uint64_t done);
+  // Moves out the deferred frees, from the oldest, while their ticket is at
+  // most `done` and their external ticket at most `external_done`.
+  std::vector<DeferredFree> TakeDeferred(uint64_t done, uint64_t external_done);
+  // What the external grace says is over (everything without one).
+  uint64_t ExternalDone();
   void ReleaseAll(const std::vector<DeferredFree>& frees);
 
   // The group's DRAM state from the media bitmaps of `g`; its free counts.
@@ -183,6 +201,7 @@ class Allocator final : public AllocationSink {
   std::mutex deferred_mu_;
   std::vector<DeferredFree> deferred_;  // protected by deferred_mu_; tickets ascending
   std::atomic<uint64_t> deferred_blocks_{0};
+  std::atomic<epoch::ExternalGrace*> external_{nullptr};
   std::unique_ptr<Group[]> groups_;
   std::atomic<uint64_t> free_blocks_{0};
   std::atomic<uint64_t> free_inodes_{0};

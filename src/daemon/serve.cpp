@@ -12,12 +12,17 @@
 
 #include "daemon/host.hpp"
 #include "daemon/say.hpp"
+#include "direct/writers.hpp"
 #include "fuse/transport.hpp"
 #include "nvfs/media.hpp"
 
 namespace nvfs::daemon {
 
 namespace {
+
+// How long a mount waits for a direct writer of an earlier mount to leave
+// its store (a store is microseconds; a stopped process is refused).
+constexpr int kEarlierWritersSeconds = 10;
 
 // Unmounts the core; the one place a failure to leave the namespace clean
 // is reported.
@@ -107,6 +112,19 @@ int Daemon::Mount(fuse_args* args) {
     Say("%s: warning: the filesystem has recorded errors; %s; run fsck.nvfs", device.c_str(),
         fs_->read_only() ? "mounted read-only" : "mounted read-write (errors=continue)");
   }
+  // A daemon killed under direct writers leaves them running: before this
+  // mount can give any block to another file, none of them may still be
+  // inside a store (src/direct/writers.hpp, doc/integrity.md section 11).
+  if (!fs_->read_only()) {
+    const nvfs::direct::NamespaceIdentity id = nvfs::direct::IdentityAt(fs_->media().base());
+    std::string why;
+    if (!nvfs::direct::WaitForEarlierWriters(id.uuid, id.mount_count, kEarlierWritersSeconds,
+                                             &why)) {
+      Say("%s: %s", device.c_str(), why.c_str());
+      (void)UnmountCore(std::move(fs_), device);
+      return 1;
+    }
+  }
 
   if (fuse_set_signal_handlers(se) != 0) {
     Say("cannot set signal handlers");
@@ -156,11 +174,21 @@ void Daemon::OpenSockets() {
   // the backlog until the thread starts, below).
   if (options_.direct_reads) {
     std::string why = "the mount's device number is unknown";
+    std::string writes_why;
     if (mount_dev_.has_value()) {
-      direct_ = nvfs::direct::Server::Create(*fs_, *mount_dev_, device, &why);
+      nvfs::direct::ServerOptions direct_options;
+      // With cache=page the kernel's cached pages would miss a direct
+      // write: such mounts' files are written through the kernel.
+      direct_options.writes = options_.adapter.cache == nvfs::CacheMode::kNone;
+      direct_options.attrs_changed = [this](uint64_t ino) { adapter_.ForgetCachedAttr(ino); };
+      direct_ = nvfs::direct::Server::Create(*fs_, *mount_dev_, device, direct_options, &why,
+                                             &writes_why);
     }
-    direct_note_ = direct_ != nullptr ? "direct reads on " + direct_->socket_path()
-                                      : "direct reads off: " + why;
+    direct_note_ = direct_ == nullptr ? "direct reads off: " + why
+                   : direct_->writes()
+                       ? "direct reads and writes on " + direct_->socket_path()
+                       : "direct reads on " + direct_->socket_path() + " (writes off: " +
+                             writes_why + ")";
   }
   // The control socket (nvfs-resize of the mounted filesystem): root only.
   if (!fs_->read_only() && mount_dev_.has_value()) {

@@ -47,6 +47,15 @@ int WhyOfMapError(int err) {
   }
 }
 
+// Whether a descriptor's writes may go direct, as far as its flags tell.
+int ClassifyWrite(int fd) {
+  const int flags = libc::Get(&libc::Table::fcntl)(fd, F_GETFL);
+  if (flags < 0 || (flags & O_ACCMODE) != O_RDWR || (flags & (O_APPEND | O_PATH | O_DIRECT)) != 0) {
+    return NVFS_DIRECT_NOT_WRITABLE;
+  }
+  return NVFS_DIRECT_ACTIVE;
+}
+
 // What a descriptor is, before any session: NVFS_DIRECT_ACTIVE when it may
 // be read directly as far as the process can tell.
 int Classify(int fd, struct stat* st) {
@@ -91,7 +100,7 @@ __attribute__((constructor)) void LibraryInit() {
 nvfs_direct* Attach(int fd, uint64_t offset) {
   struct stat st;
   const int why = Classify(fd, &st);
-  auto* f = new (std::nothrow) nvfs_direct(fd, why);
+  auto* f = new (std::nothrow) nvfs_direct(fd, why, why == NVFS_DIRECT_ACTIVE ? ClassifyWrite(fd) : why);
   if (f == nullptr) {
     errno = ENOMEM;
     return nullptr;
@@ -173,6 +182,35 @@ NVFS_DIRECT_EXPORT ssize_t nvfs_direct_preadv(nvfs_direct* f, const struct iovec
   return ReadSlow(f, iov, iovcnt, offset);
 }
 
+NVFS_DIRECT_EXPORT ssize_t nvfs_direct_pwrite(nvfs_direct* f, const void* buf, size_t count,
+                                              off_t offset) {
+  if (tls.depth != 0) return libc::Get(&libc::Table::pwrite)(f->fd, buf, count, offset);
+  DepthGuard depth;
+  const iovec one{const_cast<void*>(buf), count};
+  return Write(f, &one, 1, offset, 0);
+}
+
+NVFS_DIRECT_EXPORT ssize_t nvfs_direct_pwritev(nvfs_direct* f, const struct iovec* iov, int iovcnt,
+                                               off_t offset) {
+  if (tls.depth != 0) return libc::Get(&libc::Table::pwritev)(f->fd, iov, iovcnt, offset);
+  DepthGuard depth;
+  return Write(f, iov, iovcnt, offset, 0);
+}
+
+NVFS_DIRECT_EXPORT int nvfs_direct_fsync(nvfs_direct* f) {
+  if (tls.depth == 0) {
+    DepthGuard depth;
+    Settle(f, /*closing=*/false);
+  }
+  return libc::Get(&libc::Table::fsync)(f->fd);
+}
+
+NVFS_DIRECT_EXPORT int nvfs_direct_write_why(const nvfs_direct* f) {
+  if (f == nullptr) return NVFS_DIRECT_NO_MEMORY;
+  const int why = f->why.load(std::memory_order_acquire);
+  return why != NVFS_DIRECT_ACTIVE ? why : f->write_why.load(std::memory_order_acquire);
+}
+
 NVFS_DIRECT_EXPORT int nvfs_direct_why(const nvfs_direct* f) {
   return f == nullptr ? NVFS_DIRECT_NO_MEMORY : f->why.load(std::memory_order_acquire);
 }
@@ -188,14 +226,23 @@ NVFS_DIRECT_EXPORT const char* nvfs_direct_strwhy(int why) {
     case NVFS_DIRECT_REFUSED: return "the daemon refused the session or the file";
     case NVFS_DIRECT_GONE: return "the daemon that served the file went away";
     case NVFS_DIRECT_NO_MEMORY: return "out of memory";
+    case NVFS_DIRECT_NOT_WRITABLE: return "the descriptor is not open for reading and writing (or is O_APPEND)";
+    case NVFS_DIRECT_NO_WRITE_NAMESPACE: return "this process may not write the namespace";
+    case NVFS_DIRECT_NO_WRITES: return "the mount serves no direct writes";
+    case NVFS_DIRECT_PRIVILEGED: return "set-ID, capability, immutable or append-only: the kernel writes it";
     default: return "unknown reason";
   }
 }
 
 NVFS_DIRECT_EXPORT void nvfs_direct_detach(nvfs_direct* f) {
   if (f == nullptr) return;
+  if (tls.depth == 0) {
+    DepthGuard depth;
+    Settle(f, /*closing=*/true);
+  }
   DepthGuard depth;
   RetireHandle(f);
 }
 
-NVFS_DIRECT_EXPORT int nvfs_direct_fd_why(int fd) { return FdWhy(fd); }
+NVFS_DIRECT_EXPORT int nvfs_direct_fd_why(int fd) { return FdWhy(fd, /*write=*/false); }
+NVFS_DIRECT_EXPORT int nvfs_direct_fd_write_why(int fd) { return FdWhy(fd, /*write=*/true); }

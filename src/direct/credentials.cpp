@@ -56,7 +56,7 @@ std::atomic<uint32_t> walking{0};
 }
 
 void Zero(uintptr_t base, uint64_t size) {
-  void* p = mmap(reinterpret_cast<void*>(base), size, PROT_READ,
+  void* p = mmap(reinterpret_cast<void*>(base), size, PROT_READ | PROT_WRITE,
                  MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED) Die("cannot take the namespace out of the process before a change of credentials");
 }

@@ -160,6 +160,59 @@ bool Classify(int fd, off_t offset) {
 
 }  // namespace
 
+bool FdServeWrite(int fd, const iovec* iov, int iovcnt, off_t offset, int flags,
+                  ssize_t* result) {
+  if (!preloaded.load(std::memory_order_relaxed) || tls.depth != 0 || offset < 0 || iovcnt <= 0) {
+    return false;
+  }
+  DepthGuard depth;
+  for (int pass = 0; pass < 2; ++pass) {
+    FdEntry* e = Find(fd);
+    nvfs_direct* h = nullptr;
+    {
+      ReadSection section;
+      if (!section.Enter()) return false;
+      h = e == nullptr ? nullptr : e->handle.load(std::memory_order_acquire);
+      if (IsNotDirect(h)) return false;
+      if (h != nullptr) {
+        if (h->write_why.load(std::memory_order_acquire) != NVFS_DIRECT_ACTIVE) return false;
+        HandleRef(h);
+      }
+    }
+    if (h == nullptr) {
+      if (pass == 1 || !Classify(fd, offset)) return false;
+      continue;
+    }
+    *result = Write(h, iov, iovcnt, offset, flags);
+    const int saved = errno;
+    HandleUnref(h);
+    errno = saved;
+    return true;
+  }
+  return false;
+}
+
+void FdSettle(int fd, bool closing) {
+  if (!preloaded.load(std::memory_order_relaxed) || tls.depth != 0) return;
+  DepthGuard depth;
+  FdEntry* e = Find(fd);
+  nvfs_direct* h = nullptr;
+  {
+    ReadSection section;
+    if (!section.Enter()) return;
+    h = e == nullptr ? nullptr : e->handle.load(std::memory_order_acquire);
+    if (h == nullptr || IsNotDirect(h)) return;
+    if (!h->written.load(std::memory_order_relaxed) && !(closing && h->reserved.load(std::memory_order_relaxed))) {
+      return;
+    }
+    HandleRef(h);
+  }
+  const int saved = errno;
+  Settle(h, closing);
+  HandleUnref(h);
+  errno = saved;
+}
+
 bool FdServe(int fd, const iovec* iov, int iovcnt, off_t offset, ssize_t* result) {
   if (!preloaded.load(std::memory_order_relaxed) || tls.depth != 0 || offset < 0 || iovcnt <= 0) {
     return false;
@@ -202,7 +255,7 @@ bool FdServe(int fd, const iovec* iov, int iovcnt, off_t offset, ssize_t* result
 }
 
 
-int FdWhy(int fd) {
+int FdWhy(int fd, bool write) {
   if (!preloaded.load(std::memory_order_relaxed)) {
     errno = ENOSYS;
     return -1;
@@ -216,7 +269,9 @@ int FdWhy(int fd) {
       if (!section.Enter()) return NVFS_DIRECT_REFUSED;
       nvfs_direct* h = e == nullptr ? nullptr : e->handle.load(std::memory_order_acquire);
       if (h != nullptr) {
-        return IsNotDirect(h) ? NotDirectWhy(h) : h->why.load(std::memory_order_relaxed);
+        if (IsNotDirect(h)) return NotDirectWhy(h);
+        const int why = h->why.load(std::memory_order_relaxed);
+        return why != NVFS_DIRECT_ACTIVE || !write ? why : h->write_why.load(std::memory_order_relaxed);
       }
     }
     if (!Classify(fd, 0)) break;

@@ -39,11 +39,18 @@ bool Preloaded();
 // at its first read): true with the result (and errno) in *result; false:
 // the caller reads through the kernel.
 bool FdServe(int fd, const struct iovec* iov, int iovcnt, off_t offset, ssize_t* result);
+// The same for a pwrite, pwritev or pwritev2 (`flags`) of `fd` (write.cpp:
+// what is not stored directly goes to the kernel from there).
+bool FdServeWrite(int fd, const struct iovec* iov, int iovcnt, off_t offset, int flags,
+                  ssize_t* result);
+// Before `fd` is closed (closing) or fsync'ed: Settle (file.hpp) on its
+// handle, if it has one. Nothing from a signal handler inside the library.
+void FdSettle(int fd, bool closing);
 
 // What the preload does with reads of `fd` (classifying it now if it was
 // not yet): NVFS_DIRECT_ACTIVE, or why the kernel serves them; -1 (ENOSYS)
 // when the library was not preloaded.
-int FdWhy(int fd);
+int FdWhy(int fd, bool write);
 
 // Forgets a number freed or made anew. errno is kept: these run around
 // the program's own calls. Async-signal-safe (a handle forgotten in a

@@ -45,6 +45,9 @@ struct Snapshot {
   uint64_t seq;   // even: the state the extents and size are valid for
   uint64_t size;  // the file's size at seq
   uint32_t slot;
+  // The daemon said the file may be written directly at seq (kMapWritable):
+  // its extents past `size` are blocks it keeps there (a reserve).
+  bool writable;
   uint32_t count;  // extents, sorted, not overlapping
   Extent* extents() { return reinterpret_cast<Extent*>(this + 1); }
   const Extent* extents() const { return reinterpret_cast<const Extent*>(this + 1); }
@@ -89,7 +92,19 @@ struct nvfs_direct {
   // handler that interrupted the library (preload.cpp); retired later.
   nvfs_direct* pending_next = nullptr;
 
-  nvfs_direct(int f, int w) : fd(f), why(w) {}
+  // Writes (write.cpp): NVFS_DIRECT_ACTIVE while pwrite may store
+  // directly (as far as is known before the first write), else why the
+  // kernel writes.
+  std::atomic<int> write_why;
+  // Stored into since its times were last set by a request (fsync, close).
+  std::atomic<bool> written{false};
+  // Blocks were kept past the end for it: given back when it is closed.
+  std::atomic<bool> reserved{false};
+  // Its entry in the writers' page's list of inodes to set the times of,
+  // while it holds the inode (-1: none).
+  std::atomic<int> dirty_index{-1};
+
+  nvfs_direct(int f, int w, int ww) : fd(f), why(w), write_why(ww) {}
 };
 
 namespace nvfs::direct {
@@ -167,6 +182,17 @@ ssize_t ReadSlow(nvfs_direct* f, const struct iovec* iov, int iovcnt, off_t offs
 
 // Through the kernel, on the handle's descriptor.
 ssize_t ReadKernel(const nvfs_direct* f, const struct iovec* iov, int iovcnt, off_t offset);
+
+// A pwritev(2) (flags: pwritev2's, of which only 0, RWF_DSYNC and RWF_SYNC
+// are served directly: every direct write is durable when it returns)
+// on the handle: stored from the process's own mapping where the file may
+// be written directly, through the kernel otherwise (write.cpp,
+// doc/integrity.md section 11). REQUIRES: as ReadSlow.
+ssize_t Write(nvfs_direct* f, const struct iovec* iov, int iovcnt, off_t offset, int flags);
+// Before the handle's descriptor is closed, or fsync'ed: the times of a
+// file written directly are set (one request), and a reserve kept for it
+// past the end is given back (close only).
+void Settle(nvfs_direct* f, bool closing);
 
 // The snapshot of a reply, keeping what `old` (may be null) knew of the
 // same state of the file; null without memory. (read.cpp)

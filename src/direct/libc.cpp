@@ -24,6 +24,14 @@ NVFS_DIRECT_UNINSTRUMENTED void Resolve() {
   Find(real.preadv64, "preadv64");
   Find(real.preadv2, "preadv2");
   Find(real.preadv64v2, "preadv64v2");
+  Find(real.pwrite, "pwrite");
+  Find(real.pwrite64, "pwrite64");
+  Find(real.pwritev, "pwritev");
+  Find(real.pwritev64, "pwritev64");
+  Find(real.pwritev2, "pwritev2");
+  Find(real.pwritev64v2, "pwritev64v2");
+  Find(real.fsync, "fsync");
+  Find(real.fdatasync, "fdatasync");
   Find(real.close, "close");
   Find(real.close_range, "close_range");
   Find(real.closefrom, "closefrom");

@@ -28,6 +28,14 @@ struct Table {
   ssize_t (*preadv64)(int, const struct iovec*, int, off_t);
   ssize_t (*preadv2)(int, const struct iovec*, int, off_t, int);
   ssize_t (*preadv64v2)(int, const struct iovec*, int, off_t, int);
+  ssize_t (*pwrite)(int, const void*, size_t, off_t);
+  ssize_t (*pwrite64)(int, const void*, size_t, off_t);
+  ssize_t (*pwritev)(int, const struct iovec*, int, off_t);
+  ssize_t (*pwritev64)(int, const struct iovec*, int, off_t);
+  ssize_t (*pwritev2)(int, const struct iovec*, int, off_t, int);
+  ssize_t (*pwritev64v2)(int, const struct iovec*, int, off_t, int);
+  int (*fsync)(int);
+  int (*fdatasync)(int);
 
   int (*close)(int);
   int (*close_range)(unsigned, unsigned, int);

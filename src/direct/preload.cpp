@@ -136,9 +136,75 @@ NVFS_DIRECT_EXPORT ssize_t preadv64v2(int fd, const struct iovec* iov, int iovcn
   return real(fd, iov, iovcnt, offset, flags);
 }
 
+// --- writes --------------------------------------------------------------------
+// Of a file opened O_RDWR (not O_APPEND) on an nvfs mount, by a process
+// that may write the namespace: stored from its own mapping (write.cpp).
+// Flags 0, RWF_DSYNC and RWF_SYNC (every direct write is durable when it
+// returns); the rest, and offset -1, are the kernel's.
+
+#ifndef RWF_DSYNC
+#define RWF_DSYNC 0x00000002
+#endif
+#ifndef RWF_SYNC
+#define RWF_SYNC 0x00000004
+#endif
+static bool DirectWriteFlags(int flags) { return (flags & ~(RWF_DSYNC | RWF_SYNC)) == 0; }
+
+NVFS_DIRECT_EXPORT ssize_t pwrite(int fd, const void* buf, size_t count, off_t offset) {
+  const iovec one{const_cast<void*>(buf), count};
+  ssize_t n;
+  if (FdServeWrite(fd, &one, 1, offset, 0, &n)) return n;
+  return libc::Get(&libc::Table::pwrite)(fd, buf, count, offset);
+}
+
+NVFS_DIRECT_EXPORT ssize_t pwrite64(int fd, const void* buf, size_t count, off_t offset) {
+  const iovec one{const_cast<void*>(buf), count};
+  ssize_t n;
+  if (FdServeWrite(fd, &one, 1, offset, 0, &n)) return n;
+  return libc::Get(&libc::Table::pwrite64)(fd, buf, count, offset);
+}
+
+NVFS_DIRECT_EXPORT ssize_t pwritev(int fd, const struct iovec* iov, int iovcnt, off_t offset) {
+  ssize_t n;
+  if (FdServeWrite(fd, iov, iovcnt, offset, 0, &n)) return n;
+  return libc::Get(&libc::Table::pwritev)(fd, iov, iovcnt, offset);
+}
+
+NVFS_DIRECT_EXPORT ssize_t pwritev64(int fd, const struct iovec* iov, int iovcnt, off_t offset) {
+  ssize_t n;
+  if (FdServeWrite(fd, iov, iovcnt, offset, 0, &n)) return n;
+  return libc::Get(&libc::Table::pwritev64)(fd, iov, iovcnt, offset);
+}
+
+NVFS_DIRECT_EXPORT ssize_t pwritev2(int fd, const struct iovec* iov, int iovcnt, off_t offset,
+                                    int flags) {
+  ssize_t n;
+  if (DirectWriteFlags(flags) && FdServeWrite(fd, iov, iovcnt, offset, flags, &n)) return n;
+  return libc::Get(&libc::Table::pwritev2)(fd, iov, iovcnt, offset, flags);
+}
+
+NVFS_DIRECT_EXPORT ssize_t pwritev64v2(int fd, const struct iovec* iov, int iovcnt, off_t offset,
+                                       int flags) {
+  ssize_t n;
+  if (DirectWriteFlags(flags) && FdServeWrite(fd, iov, iovcnt, offset, flags, &n)) return n;
+  return libc::Get(&libc::Table::pwritev64v2)(fd, iov, iovcnt, offset, flags);
+}
+
+// The times of what was written directly, set before the kernel's fsync.
+NVFS_DIRECT_EXPORT int fsync(int fd) {
+  FdSettle(fd, /*closing=*/false);
+  return libc::Get(&libc::Table::fsync)(fd);
+}
+
+NVFS_DIRECT_EXPORT int fdatasync(int fd) {
+  FdSettle(fd, /*closing=*/false);
+  return libc::Get(&libc::Table::fdatasync)(fd);
+}
+
 // --- calls that free a number --------------------------------------------------
 
 NVFS_DIRECT_EXPORT int close(int fd) {
+  FdSettle(fd, /*closing=*/true);
   FdClosing(fd);
   const int r = libc::Get(&libc::Table::close)(fd);
   FdForget(fd);

@@ -31,6 +31,32 @@
 //      before it answers, and a client asks again, with the descriptor
 //      again, when the slot's seq has moved or it needs runs past those it
 //      has.
+//   4. kOpWriteProve with one descriptor: the namespace, opened for reading
+//      and writing by the client itself. The daemon checks it as for
+//      kOpProve and that it is open for writing, that the mount is
+//      read-write and serves direct writes, and gives the process a page
+//      of the writers' file (direct_abi.hpp): the reply carries the file's
+//      descriptor, the page's offset in it and how stores are made durable
+//      (DirectFlush). The client maps the namespace shared and writable
+//      itself, over its read-only mapping: it is given nothing it could
+//      not write already.
+//   5. kOpMap with kMapForWrite: as kOpMap, for a file the client stores
+//      into. The descriptor must be open for reading and writing (not
+//      O_APPEND); the reply's flags say kMapWritable when the file may be
+//      written directly at this state (a regular file, not immutable nor
+//      append-only, no set-user-ID, set-group-ID with group execution or
+//      security.capability, which a write must drop first).
+//   6. kOpAllocate (a descriptor, as 5): blocks for [offset, offset +
+//      length): every hole gets one, and past the end up to `limit` (kept
+//      past the size, for the appends that follow). The reply is a MapReply
+//      from `offset`, reaching past the size over the file's blocks there.
+//   7. kOpCommit (a descriptor, as 5): the client made [offset, length)
+//      durable in runs it had at slot seq `seq`; the daemon checks the seq
+//      still holds, exposes the bytes (size at least `length`, the gap
+//      before `offset` zeroed), sets mtime and ctime, in one transaction,
+//      and replies with the runs from `length` up to `limit` (EAGAIN: the
+//      file changed; store again). offset == length: the times only.
+//   8. kOpTrim (a descriptor, as 5): the blocks kept past the end go.
 // Anything before a successful kOpProve but kOpHello, a malformed message, a
 // wrong magic or version: one reply with an error, then the daemon closes
 // the connection. A connection not proven within kUnprovenSeconds is closed.
@@ -52,7 +78,7 @@
 namespace nvfs::direct {
 
 inline constexpr uint32_t kMagic = 0x7264766eu;  // "nvdr"
-inline constexpr uint32_t kVersion = 2;
+inline constexpr uint32_t kVersion = 3;
 
 // Where a root daemon makes the sockets (0755, root's): only root can put a
 // socket there, so a client that finds one trusts it is the mount's daemon.
@@ -74,19 +100,29 @@ inline std::string SocketPath(dev_t dev) {
 
 enum Op : uint32_t {
   kOpHello = 1,
-  kOpProve = 2,  // one descriptor: the namespace, opened for reading
-  kOpMap = 3,    // one descriptor: a file on the mount, opened for reading
+  kOpProve = 2,       // one descriptor: the namespace, opened for reading
+  kOpMap = 3,         // one descriptor: a file on the mount, opened for reading
+  kOpWriteProve = 4,  // one descriptor: the namespace, opened for writing
+  kOpAllocate = 5,    // one descriptor: a file, opened for reading and writing
+  kOpCommit = 6,      // the same
+  kOpTrim = 7,        // the same
 };
+
+// Request::flags
+inline constexpr uint32_t kMapForWrite = 1;
 
 struct Request {
   uint32_t magic;    // kMagic
   uint32_t version;  // kVersion
   uint32_t op;       // Op
-  uint32_t reserved0;
-  uint64_t offset;   // kOpMap: the file offset the runs must cover
-  uint64_t reserved1;
+  uint32_t flags;    // kOpMap: kMapForWrite
+  uint64_t offset;   // kOpMap, kOpAllocate: the file offset the runs must cover;
+                     // kOpCommit: the first byte stored
+  uint64_t length;   // kOpAllocate: bytes to store; kOpCommit: the end of what was stored
+  uint64_t seq;      // kOpCommit: the slot's seq of the runs stored into
+  uint64_t limit;    // kOpAllocate, kOpCommit: how far past the size runs may go
 };
-static_assert(sizeof(Request) == 32);
+static_assert(sizeof(Request) == 48);
 
 struct ReplyHeader {
   uint32_t magic;  // kMagic
@@ -117,7 +153,20 @@ struct MapReply {
   uint64_t namespace_size;  // the namespace's size now (it grows while mounted)
   uint32_t slot;   // index into the table (>= 1)
   uint32_t run_count;
+  uint32_t flags;  // kMapWritable
+  uint32_t reserved;
   DirectRun runs[kMaxRuns];  // consecutive in the file from `start`
+};
+
+// MapReply::flags: the file may be written directly at `seq`.
+inline constexpr uint32_t kMapWritable = 1;
+
+// Carries the writers' file's descriptor (SCM_RIGHTS) when error == 0.
+struct WriteProveReply {
+  ReplyHeader h;
+  uint64_t page_offset;  // the process's page, in bytes from the file's start
+  uint32_t flush;        // DirectFlush
+  uint32_t reserved;
 };
 
 // SendWithFd: one message with a descriptor (src/util/fd_passing.hpp), what
@@ -134,5 +183,12 @@ inline constexpr unsigned kUnprovenSeconds = 5;         // from connect to a pro
 // Descriptors of one user whose close has not returned (daemon/reaper.hpp):
 // past this, that user's connections are not heard until some return.
 inline constexpr unsigned kMaxPendingCloses = 64;
+// A direct writer's reserve: blocks past the end for the appends that
+// follow, twice the write, between these.
+inline constexpr uint64_t kMinReserve = uint64_t{64} << 10;
+inline constexpr uint64_t kMaxReserve = uint64_t{8} << 20;
+// How often the daemon sets the times of files written directly (the
+// writers' pages' dirty lists), and the bound on how late a stat sees them.
+inline constexpr unsigned kTimesMilliseconds = 1000;
 
 }  // namespace nvfs::direct

@@ -39,6 +39,7 @@ Snapshot* NewSnapshot(Session* session, const MapReply& r, uint32_t count) {
   s->seq = r.seq;
   s->size = r.size;
   s->slot = r.slot;
+  s->writable = (r.flags & kMapWritable) != 0;
   s->count = count;
   return s;
 }
@@ -237,7 +238,8 @@ Snapshot* BuildSnapshot(Session* session, const MapReply& r, const Snapshot* old
   uint64_t end = r.start;
   for (uint32_t i = 0; i < r.run_count; ++i) end += r.runs[i].len;
   const bool same_state = old != nullptr && old->session == session && old->seq == r.seq &&
-                          old->slot == r.slot && old->size == r.size;
+                          old->slot == r.slot && old->size == r.size &&
+                          old->writable == ((r.flags & kMapWritable) != 0);
   uint32_t before = 0, after = 0;  // old extents (pieces of) before and after the window
   if (same_state) {
     for (uint32_t i = 0; i < old->count; ++i) {

@@ -29,8 +29,11 @@
 #include <new>
 #include <vector>
 
+#include <linux/fs.h>
+
 #include "daemon/socket_server.hpp"
 #include "direct/protocol.hpp"
+#include "direct/writers.hpp"
 #include "nvfs/format.hpp"
 #include "util/fd_passing.hpp"
 
@@ -43,8 +46,10 @@ using Clock = std::chrono::steady_clock;
 struct Connection {
   int fd = -1;
   uid_t uid = 0;
+  pid_t pid = 0;
   bool passes_fds = false;  // its peer may send descriptors (SO_PASSRIGHTS)
   bool proven = false;
+  bool write_proven = false;  // kOpWriteProve succeeded: a page is the process's
   Clock::time_point accepted;
   size_t have = 0;  // bytes of `request` received so far
   Request request{};
@@ -79,6 +84,24 @@ bool Readable(int fd) {
   return (flags & O_ACCMODE) == O_RDONLY || (flags & O_ACCMODE) == O_RDWR;
 }
 
+// Open for reading and writing, not O_APPEND (whose writes the kernel
+// places at the end, whatever the offset): what a direct writer's file
+// descriptor, and the namespace it maps shared and writable, must be.
+bool ReadWrite(int fd, bool append_ok) {
+  const int flags = fcntl(fd, F_GETFL);
+  if (flags < 0 || (flags & O_PATH) || (flags & O_ACCMODE) != O_RDWR) return false;
+  return append_ok || (flags & O_APPEND) == 0;
+}
+
+DirectFlush FlushOf(Granularity g) {
+  switch (g) {
+    case Granularity::kMemory: return kDirectFlushNone;
+    case Granularity::kByte: return kDirectFlushFence;
+    case Granularity::kCacheLine: return kDirectFlushCacheLine;
+    default: return kDirectFlushPage;
+  }
+}
+
 int MillisecondsUntil(Clock::time_point now, Clock::time_point then) {
   if (then <= now) return 0;
   return static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(then - now).count());
@@ -88,6 +111,9 @@ int MillisecondsUntil(Clock::time_point now, Clock::time_point then) {
 
 struct Server::State {
   Filesystem* fs = nullptr;
+  ServerOptions options;
+  std::unique_ptr<Writers> writers;  // direct writes served
+  Clock::time_point next_times;      // when the writers' dirty lists are taken next
   dev_t mount_dev = 0;
   std::string socket_path;
   struct stat namespace_stat {};
@@ -120,6 +146,21 @@ struct Server::State {
   void Hello(Connection& c);
   void Prove(Connection& c);
   void Map(Connection& c);
+  void WriteProve(Connection& c);
+  // kOpAllocate, kOpCommit and kOpTrim: the file of `c.passed`, checked and
+  // released, then the core's call.
+  void WriteOp(Connection& c);
+  // The passed descriptor's inode, if it is a regular file of this mount
+  // open for reading and writing (not O_APPEND): else 0 and the errno in
+  // *error. The descriptor is released either way.
+  uint64_t WriterFile(Connection& c, int* error);
+  // Whether `ino` may be written directly at the state just mapped: none of
+  // what a write must take away first (set-ID bits, a capability), nor
+  // chattr's immutable or append-only.
+  bool MayWriteDirectly(uint64_t ino);
+  // Sets the times of the files writers listed, and stops direct writes
+  // if the filesystem turned read-only.
+  void Times(Clock::time_point now);
   // Sends the whole reply at once, or drops the connection (a client that
   // does not read its replies fills its socket; nothing is queued for it).
   void Send(Connection& c, const void* reply, size_t size, int fd = -1);
@@ -156,6 +197,11 @@ bool Server::State::Round(std::vector<pollfd>& fds, std::vector<size_t>& which) 
     if (c.done) Close(c);
   }
   std::erase_if(connections, [](const Connection& c) { return c.fd < 0; });
+
+  if (writers != nullptr) {
+    if (now >= next_times) Times(now);
+    wake_at(next_times);
+  }
 
   fds.assign({{socket.wake_fd(), POLLIN, 0}, {socket.listen_fd(), POLLIN, 0}});
   which.clear();
@@ -217,6 +263,7 @@ void Server::State::Accept() {
     Connection c;
     c.fd = fd;
     c.uid = cred.uid;
+    c.pid = cred.pid;
     c.accepted = Clock::now();
     User& user = users[cred.uid];
     const unsigned limit = cred.uid == 0 ? kMaxConnections : kMaxConnections - kRootReserve;
@@ -254,6 +301,11 @@ void Server::State::Receive(Connection& c) {
       }
     }
     c.have += static_cast<size_t>(got);
+    if (c.have >= 8 && (c.request.magic != kMagic || c.request.version != kVersion)) {
+      // Another version's requests may be of another size: said at once.
+      Refuse(c, 0, EPROTO);
+      return;
+    }
     if (c.have < sizeof(Request)) continue;
     user.tokens -= 1;
     try {
@@ -282,11 +334,21 @@ void Server::State::Handle(Connection& c) {
       Prove(c);
       return;
     case kOpMap:
+    case kOpWriteProve:
+    case kOpAllocate:
+    case kOpCommit:
+    case kOpTrim:
       if (!c.proven) {
         Refuse(c, r.op, EACCES);
         return;
       }
-      Map(c);
+      if (r.op == kOpMap) {
+        Map(c);
+      } else if (r.op == kOpWriteProve) {
+        WriteProve(c);
+      } else {
+        WriteOp(c);
+      }
       return;
     default:
       Refuse(c, r.op, EPROTO);
@@ -338,6 +400,8 @@ void Server::State::Map(Connection& c) {
   } else if (!Readable(c.passed)) {
     reply.h.error = EBADF;
   } else {
+    const bool for_write = (c.request.flags & kMapForWrite) != 0 && c.write_proven &&
+                           ReadWrite(c.passed, /*append_ok=*/false);
     // The inode stays open (the client's descriptor) while DirectMap runs
     // only if the client keeps it; ours goes first, so that a last close
     // here never runs under the core's locks. DirectMap refuses an inode
@@ -356,9 +420,120 @@ void Server::State::Map(Connection& c) {
       reply.namespace_size = fs->media().size();
       reply.slot = m->slot;
       reply.run_count = static_cast<uint32_t>(m->run_count);
+      // Looked at after the runs: a change of mode or owner after them
+      // moves the seq they are valid for.
+      if (for_write && MayWriteDirectly(stx.stx_ino)) reply.flags = kMapWritable;
     }
   }
   Send(c, &reply, sizeof reply);
+}
+
+bool Server::State::MayWriteDirectly(uint64_t ino) {
+  Result<Attr> attr = fs->GetAttr(ino);
+  if (!attr.ok()) return false;
+  const uint32_t mode = attr->mode;
+  if ((mode & S_ISUID) || (mode & (S_ISGID | S_IXGRP)) == (S_ISGID | S_IXGRP)) return false;
+  Result<size_t> cap = fs->GetXattr(ino, "security.capability", nullptr, 0);
+  if (cap.ok() || cap.code() != ENODATA) return false;
+  Result<uint32_t> flags = fs->GetInodeFlags(ino);
+  return flags.ok() && (*flags & (FS_IMMUTABLE_FL | FS_APPEND_FL)) == 0;
+}
+
+// The proof for writing: this very namespace, open for reading and
+// writing, which the client maps shared and writable itself.
+void Server::State::WriteProve(Connection& c) {
+  WriteProveReply reply{};
+  reply.h = {kMagic, kOpWriteProve, 0, sizeof reply};
+  if (writers == nullptr) {
+    reply.h.error = fs->read_only() ? EROFS : EOPNOTSUPP;
+  } else if (c.passed < 0 || !descriptors.IsNamespace(c.passed) ||
+             !ReadWrite(c.passed, /*append_ok=*/true)) {
+    reply.h.error = EACCES;
+  } else if (fs->read_only()) {
+    reply.h.error = EROFS;
+  } else {
+    const uint64_t page = writers->Assign(static_cast<uint64_t>(c.pid));
+    if (page == 0) {
+      reply.h.error = EUSERS;
+    } else {
+      c.write_proven = true;
+      reply.page_offset = page;
+      reply.flush = FlushOf(fs->media().granularity());
+    }
+  }
+  Send(c, &reply, sizeof reply, reply.h.error == 0 ? writers->fd() : -1);
+}
+
+uint64_t Server::State::WriterFile(Connection& c, int* error) {
+  struct statx stx {};
+  *error = 0;
+  if (!c.write_proven) {
+    *error = EACCES;
+  } else if (c.passed < 0 || !StatFd(c.passed, &stx) ||
+             makedev(stx.stx_dev_major, stx.stx_dev_minor) != mount_dev) {
+    *error = EXDEV;
+  } else if (!S_ISREG(stx.stx_mode)) {
+    *error = EINVAL;
+  } else if (!ReadWrite(c.passed, /*append_ok=*/false)) {
+    *error = EBADF;
+  }
+  // Ours goes first, as in Map: the client's keeps the inode open.
+  descriptors.Release(c.passed, c.uid);
+  c.passed = -1;
+  return *error == 0 ? stx.stx_ino : 0;
+}
+
+void Server::State::WriteOp(Connection& c) {
+  const Request& r = c.request;
+  int error = 0;
+  const uint64_t ino = WriterFile(c, &error);
+  if (r.op == kOpTrim) {
+    if (error == 0) {
+      Status st = fs->DirectTrim(ino);
+      error = st.ok() ? 0 : st.code();
+      if (st.ok() && options.attrs_changed) options.attrs_changed(ino);
+    }
+    const ReplyHeader h{kMagic, kOpTrim, error, sizeof(ReplyHeader)};
+    Send(c, &h, sizeof h);
+    return;
+  }
+  MapReply reply{};
+  reply.h = {kMagic, r.op, error, sizeof reply};
+  if (error == 0) {
+    Result<Filesystem::DirectMapping> m =
+        r.op == kOpAllocate
+            ? fs->DirectAllocate(ino, r.offset, r.length, r.limit, reply.runs, kMaxRuns)
+            : fs->DirectCommit(ino, r.offset, r.length, r.seq, r.limit, reply.runs, kMaxRuns);
+    if (!m.ok()) {
+      reply.h.error = m.code();
+    } else {
+      reply.ino = ino;
+      reply.seq = m->seq;
+      reply.size = m->size;
+      reply.start = m->start;
+      reply.namespace_size = fs->media().size();
+      reply.slot = m->slot;
+      reply.run_count = static_cast<uint32_t>(m->run_count);
+      if (MayWriteDirectly(ino)) reply.flags = kMapWritable;
+      if (r.op == kOpCommit && options.attrs_changed) options.attrs_changed(ino);
+    }
+  }
+  Send(c, &reply, sizeof reply);
+}
+
+void Server::State::Times(Clock::time_point now) {
+  next_times = now + std::chrono::milliseconds(kTimesMilliseconds);
+  auto* header = reinterpret_cast<DirectTableHeader*>(table);
+  if (fs->read_only() && header->write_state.load(std::memory_order_relaxed) == 0) {
+    // Writers look at it inside every store; those inside one finish it.
+    header->write_state.store(kDirectWritesStopped, std::memory_order_seq_cst);
+  }
+  DirectRun run;
+  writers->TakeDirty([&](uint64_t ino) {
+    if (fs->DirectCommit(ino, 0, 0, 0, 0, &run, 1).ok() && options.attrs_changed) {
+      options.attrs_changed(ino);
+    }
+  });
 }
 
 void Server::State::Send(Connection& c, const void* reply, size_t size, int fd) {
@@ -384,10 +559,13 @@ void Server::State::Close(Connection& c) {
 }
 
 std::unique_ptr<Server> Server::Create(Filesystem& fs, dev_t mount_dev,
-                                       const std::string& namespace_path, std::string* why) {
+                                       const std::string& namespace_path,
+                                       const ServerOptions& options, std::string* why,
+                                       std::string* writes_why) {
   auto s = std::make_unique<State>();
   if (!daemon::RootAndNamespace(namespace_path, &s->namespace_stat, why)) return nullptr;
   s->fs = &fs;
+  s->options = options;
   s->mount_dev = mount_dev;
   s->namespace_has_acl = getxattr(namespace_path.c_str(), "system.posix_acl_access", nullptr, 0) > 0;
   s->socket_path = SocketPath(mount_dev);
@@ -434,6 +612,15 @@ std::unique_ptr<Server> Server::Create(Filesystem& fs, dev_t mount_dev,
     return nullptr;
   }
   fs.SetDirectTable(s->table, kSlots);
+  if (options.writes && !fs.read_only()) {
+    const NamespaceIdentity id = IdentityAt(fs.media().base());
+    s->writers = Writers::Open(id.uuid, id.mount_count, writes_why);
+    // Before the first block a writer could be given: every free from now
+    // on waits out the writers' stores.
+    if (s->writers != nullptr) fs.SetExternalGrace(s->writers.get());
+  } else {
+    *writes_why = fs.read_only() ? "the mount is read-only" : "cache=page";
+  }
   return std::unique_ptr<Server>(new Server(std::move(s)));
 }
 
@@ -455,5 +642,7 @@ void Server::Stop() {
 }
 
 const std::string& Server::socket_path() const { return state_->socket_path; }
+
+bool Server::writes() const { return state_->writers != nullptr; }
 
 }  // namespace nvfs::direct

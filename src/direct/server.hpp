@@ -6,12 +6,23 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
 #include "nvfs/fs.hpp"
 
 namespace nvfs::direct {
+
+struct ServerOptions {
+  // Direct writes (doc/integrity.md section 11): a read-write mount whose
+  // kernel keeps no page cache of its files (cache=none).
+  bool writes = false;
+  // After a direct writer changed `ino`'s size or times: the kernel's
+  // cached attributes of it are dropped. Must not wait for anything.
+  std::function<void(uint64_t ino)> attrs_changed;
+};
 
 class Server {
  public:
@@ -21,8 +32,16 @@ class Server {
   // `fs` serves. On failure returns nullptr and says why in *why (one
   // line); the mount goes on without direct reads.
   // The table must outlive `fs`: destroy the Server after the filesystem.
+  // With options.writes, also the writers' file (writers.hpp), whose grace
+  // the filesystem then waits out (Filesystem::SetExternalGrace); if it
+  // cannot be made the mount serves direct reads only, and *writes_why says
+  // why.
   static std::unique_ptr<Server> Create(Filesystem& fs, dev_t mount_dev,
-                                        const std::string& namespace_path, std::string* why);
+                                        const std::string& namespace_path,
+                                        const ServerOptions& options, std::string* why,
+                                        std::string* writes_why);
+  // Whether direct writes are served.
+  bool writes() const;
   ~Server();  // Stop(), then the table goes
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;

@@ -327,7 +327,8 @@ int Session::ConnectLocked() {
   sock_ino_ = sock_fd_st.st_ino;
   internal_index_ = slot;
 
-  Request req{kMagic, kVersion, kOpHello, 0, 0, 0};
+  write_connection_ = false;
+  Request req{kMagic, kVersion, kOpHello, 0, 0, 0, 0, 0};
   ReplyHeader hello{};
   err = TransportCall(sock_, req, -1, &hello, sizeof hello, sizeof hello, nullptr);
   if (err != 0 || hello.error != 0) {
@@ -522,9 +523,119 @@ bool Session::RemapLocked(int ns_fd, int table_fd) {
     RevocableZero(ns_range);
     return false;
   }
+  // Read-only again: a proof for writing, as the process now is, maps it
+  // writable when it next writes.
+  writable.store(false, std::memory_order_seq_cst);
   table_range_->revoked.store(false, std::memory_order_seq_cst);
   ns_range->revoked.store(false, std::memory_order_seq_cst);
   return true;
+}
+
+int Session::EnsureWriterLocked() {
+  if (writable.load(std::memory_order_acquire) && write_connection_ && !Revoked()) {
+    return NVFS_DIRECT_ACTIVE;
+  }
+  return WriteProveLocked();
+}
+
+int Session::WriteProveLocked() {
+  const uint64_t generation = CredentialsGeneration();
+  if (write_why_ != NVFS_DIRECT_ACTIVE && write_why_generation_ == generation) return write_why_;
+  auto fail = [&](int why) {
+    write_why_ = why;
+    write_why_generation_ = generation;
+    return why;
+  };
+  const int why = ConnectLocked();
+  if (why != NVFS_DIRECT_ACTIVE) return why;  // not remembered: the read side's
+  if (Revoked()) return NVFS_DIRECT_REFUSED;
+  char path[PATH_MAX];
+  if (!NamespacePath(dev_, path, sizeof path)) return fail(NVFS_DIRECT_NO_WRITE_NAMESPACE);
+  // As OpenNamespace, for reading and writing.
+  const int rw = libc::Get(&libc::Table::open)(
+      path, O_RDWR | O_CLOEXEC | O_NOCTTY | O_NOFOLLOW | O_NONBLOCK);
+  if (rw < 0) return fail(errno == ENOMEM ? NVFS_DIRECT_NO_MEMORY : NVFS_DIRECT_NO_WRITE_NAMESPACE);
+  struct NsFd {
+    int fd;
+    ~NsFd() { CloseFd(fd); }
+  } const ns{rw};
+  struct stat st {};
+  if (fstat(ns.fd, &st) != 0 || static_cast<uint64_t>(st.st_dev) != ns_dev_ ||
+      static_cast<uint64_t>(st.st_ino) != ns_ino_ || static_cast<uint64_t>(st.st_rdev) != ns_rdev_) {
+    return fail(NVFS_DIRECT_NO_WRITE_NAMESPACE);  // not the file mapped
+  }
+  const Request req{kMagic, kVersion, kOpWriteProve, 0, 0, 0, 0, 0};
+  WriteProveReply reply{};
+  int writers_fd = -1;
+  const int err = TransportCall(sock_, req, ns.fd, &reply, sizeof reply, sizeof reply, &writers_fd);
+  if (err != 0) {
+    DropSocketLocked();
+    return NVFS_DIRECT_REFUSED;  // this time only
+  }
+  if (reply.h.error != 0) {
+    CloseFd(writers_fd);
+    switch (reply.h.error) {
+      case EROFS: case EOPNOTSUPP: case EPROTO: return fail(NVFS_DIRECT_NO_WRITES);
+      case EACCES: case EPERM: case EBADF: return fail(NVFS_DIRECT_NO_WRITE_NAMESPACE);
+      default: return fail(NVFS_DIRECT_REFUSED);
+    }
+  }
+  struct stat wst {};
+  if (writers_fd < 0 || fstat(writers_fd, &wst) != 0 || !S_ISREG(wst.st_mode) ||
+      reply.page_offset % sizeof(DirectWriterPage) != 0 || reply.page_offset == 0 ||
+      reply.page_offset + sizeof(DirectWriterPage) > static_cast<uint64_t>(wst.st_size) ||
+      reply.flush > kDirectFlushPage) {
+    CloseFd(writers_fd);
+    DropSocketLocked();
+    return fail(NVFS_DIRECT_NO_WRITES);
+  }
+  void* page = mmap(nullptr, sizeof(DirectWriterPage), PROT_READ | PROT_WRITE, MAP_SHARED,
+                    writers_fd, static_cast<off_t>(reply.page_offset));
+  CloseFd(writers_fd);
+  if (page == MAP_FAILED) return fail(NVFS_DIRECT_NO_MEMORY);
+  // The namespace, shared and writable, over the read-only mapping at the
+  // same addresses (snapshots point there). On persistent memory behind a
+  // DAX file system, MAP_SYNC: the file's blocks are durable before a
+  // store can reach them, so CPU flushes make stores durable.
+  uint32_t flush_kind = reply.flush;
+  const bool cpu_flush = flush_kind == kDirectFlushCacheLine || flush_kind == kDirectFlushFence;
+  void* base = const_cast<std::byte*>(ns_base);
+  const uint64_t size = ns_size;
+  void* n = MAP_FAILED;
+  if (!CredentialsUnchangedSince(generation)) {
+    munmap(page, sizeof(DirectWriterPage));
+    return NVFS_DIRECT_REFUSED;
+  }
+  if (cpu_flush && S_ISREG(st.st_mode)) {
+    n = mmap(base, size, PROT_READ | PROT_WRITE, MAP_SHARED_VALIDATE | MAP_SYNC | MAP_FIXED, ns.fd, 0);
+    if (n == MAP_FAILED) flush_kind = kDirectFlushPage;  // not DAX here: msync instead
+  }
+  if (n == MAP_FAILED) n = mmap(base, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, ns.fd, 0);
+  if (n == MAP_FAILED) {
+    // A failed MAP_FIXED may have left the range unmapped: read-only
+    // again, or zeros.
+    if (mmap(base, size, PROT_READ, MAP_SHARED | MAP_FIXED, ns.fd, 0) == MAP_FAILED) {
+      RevocableZero(ns_range);
+    }
+    munmap(page, sizeof(DirectWriterPage));
+    return fail(NVFS_DIRECT_NO_MEMORY);
+  }
+  if (!CredentialsUnchangedSince(generation)) {
+    // A change walked past meanwhile: its zeros again.
+    RevocableZero(ns_range);
+    munmap(page, sizeof(DirectWriterPage));
+    return NVFS_DIRECT_REFUSED;
+  }
+  // The old page (an earlier connection's) stays mapped: a thread may be
+  // between loading it and its store; it is no one's now.
+  writer_page = static_cast<DirectWriterPage*>(page);
+  flush = flush_kind;
+  writable_size.store(size, std::memory_order_release);
+  writer_generation.fetch_add(1, std::memory_order_release);
+  write_connection_ = true;
+  writable.store(true, std::memory_order_seq_cst);
+  write_why_ = NVFS_DIRECT_ACTIVE;
+  return NVFS_DIRECT_ACTIVE;
 }
 
 void Session::EndLocked() {
@@ -589,15 +700,16 @@ bool Session::ExtendLocked(uint64_t new_size) {
   return extended;
 }
 
-int Session::MapOnceLocked(int fd, uint64_t offset, MapReply* reply) {
-  const Request req{kMagic, kVersion, kOpMap, 0, offset, 0};
-  const int err = TransportCall(sock_, req, fd, reply, sizeof *reply, offsetof(MapReply, runs), nullptr);
+int Session::CallOnceLocked(const Request& req, int fd, MapReply* reply) {
+  const size_t min_ok = req.op == kOpTrim ? sizeof(ReplyHeader) : offsetof(MapReply, runs);
+  const int err = TransportCall(sock_, req, fd, reply, sizeof *reply, min_ok, nullptr);
   if (err == EBADF) return EBADF;  // the descriptor, not the connection: nothing was sent
   if (err != 0) {
     DropSocketLocked();
     return kMapUnavailable;
   }
   if (reply->h.error != 0) return reply->h.error;
+  if (req.op == kOpTrim) return kMapOk;
   if (reply->namespace_size > ns_size && !ExtendLocked(reply->namespace_size)) {
     // Grown past what this session can map: its files go through the
     // kernel, and a new session maps the namespace whole; asking again
@@ -605,7 +717,9 @@ int Session::MapOnceLocked(int fd, uint64_t offset, MapReply* reply) {
     gone.store(true, std::memory_order_release);
     return kMapGone;
   }
-  if (CheckReply(*reply, offset) != 0) {
+  // A commit of the times alone (offset == length) answers no runs.
+  const bool times_only = req.op == kOpCommit && req.offset == req.length;
+  if (!times_only && CheckReply(*reply, req.op == kOpCommit ? req.length : req.offset) != 0) {
     DropSocketLocked();  // a daemon that says nonsense is not asked again on this connection
     return kMapUnavailable;
   }
@@ -613,6 +727,10 @@ int Session::MapOnceLocked(int fd, uint64_t offset, MapReply* reply) {
 }
 
 int Session::MapLocked(int fd, uint64_t offset, MapReply* reply) {
+  return CallLocked(Request{kMagic, kVersion, kOpMap, 0, offset, 0, 0, 0}, fd, reply);
+}
+
+int Session::CallLocked(const Request& req, int fd, MapReply* reply) {
   if (gone.load(std::memory_order_acquire)) return kMapGone;
   // A connection that failed is made again once per request.
   for (int attempt = 0; attempt < 2; ++attempt) {
@@ -628,7 +746,13 @@ int Session::MapLocked(int fd, uint64_t offset, MapReply* reply) {
       }
       return kMapUnavailable;
     }
-    const int r = MapOnceLocked(fd, offset, reply);
+    // A write request on a connection made anew needs its proof for
+    // writing again (the daemon knows the writer by the connection).
+    if (req.op != kOpMap || (req.flags & kMapForWrite) != 0) {
+      const int w = EnsureWriterLocked();
+      if (w != NVFS_DIRECT_ACTIVE) return kMapNoWrites;
+    }
+    const int r = CallOnceLocked(req, fd, reply);
     if (r != kMapUnavailable) return r;
   }
   return kMapUnavailable;
@@ -736,6 +860,12 @@ void SessionsParentAfterFork() {
 
 void SessionsChildAfterFork() {
   for (Session* s = all_sessions; s != nullptr; s = s->next_) {
+    // The parent's page is the parent's: the child proves itself for
+    // writing on its own, and gets its own.
+    s->writable.store(false, std::memory_order_relaxed);
+    s->writer_page = nullptr;
+    s->write_why_ = NVFS_DIRECT_ACTIVE;
+    s->writer_generation.fetch_add(1, std::memory_order_relaxed);
     if (s->sock_ >= 0) s->DropSocketLocked();
     s->mu.unlock();
   }

@@ -37,6 +37,8 @@ class Session {
     kMapUnavailable = -2,  // no answer this time (timeout, a reconnect that failed)
     kMapEnded = -3,        // the process may no longer read the namespace (a new
                            // proof failed after a change of credentials)
+    kMapNoWrites = -4,     // a write request, and no proof for writing
+                           // (write_why() says why)
     // > 0: the daemon refused the file with this errno, or a local errno
     // about the descriptor (EBADF)
   };
@@ -56,6 +58,33 @@ class Session {
 
   // Set once when the session is found gone; never cleared.
   std::atomic<bool> gone{false};
+
+  // Direct writes (WriteProveLocked): set while the namespace's mapping is
+  // shared and writable, from the proof for writing of this process as it
+  // is now, and `writer_page` is its page of the writers' file. Cleared by
+  // a new proof (which maps it read-only again) and in a child of fork().
+  std::atomic<bool> writable{false};
+  DirectWriterPage* writer_page = nullptr;  // mapped while the library lives
+  uint32_t flush = kDirectFlushPage;        // DirectFlush, the daemon's
+  // Bytes of the namespace mapped writable (a grow maps more read-only).
+  std::atomic<uint64_t> writable_size{0};
+  // Moved whenever writer_page changes: a thread's slot (write.cpp) is
+  // claimed again after it moved.
+  std::atomic<uint64_t> writer_generation{0};
+
+  // Proves the process may write the namespace and maps it writable:
+  // NVFS_DIRECT_ACTIVE, or why writes go through the kernel. A refusal is
+  // remembered until the credentials change. REQUIRES: mu held.
+  int WriteProveLocked();
+  // WriteProveLocked unless this connection proved itself for writing and
+  // the mapping is writable. REQUIRES: mu held.
+  int EnsureWriterLocked();
+  // Why the last proof for writing failed. REQUIRES: mu held.
+  int write_why() const { return write_why_; }
+  // A request about `fd` (kOpMap with flags, kOpAllocate, kOpCommit,
+  // kOpTrim) answered by a MapReply (kOpTrim: its header), checked as
+  // MapLocked's. REQUIRES: mu held.
+  int CallLocked(const Request& req, int fd, MapReply* reply);
 
   // The identity in the mapping is still the one the session was made for
   // (a remount or a daemon restart moves mount_count first).
@@ -111,7 +140,7 @@ class Session {
   // Connects, says hello, proves with the namespace and, the first time,
   // maps it: NVFS_DIRECT_ACTIVE or why not. REQUIRES: mu held.
   int ConnectLocked();
-  int MapOnceLocked(int fd, uint64_t offset, MapReply* reply);
+  int CallOnceLocked(const Request& req, int fd, MapReply* reply);
   // Maps the namespace on to `new_size` bytes, in the room kept after it,
   // from `ns_fd` (or the namespace opened again), if it is still the file
   // mapped. False if it cannot. REQUIRES: mu held.
@@ -145,6 +174,9 @@ class Session {
   uint64_t socket_ino_ = 0;            // the socket file that refused us
   int64_t socket_mtime_ = 0;
   bool mapped_ = false;
+  bool write_connection_ = false;   // this connection made a proof for writing
+  int write_why_ = 0;               // why the last proof for writing failed
+  uint64_t write_why_generation_ = 0;  // ... as the process was then
 
   Session* prev_ = nullptr;  // the list of all sessions; protected by the registry's lock
   Session* next_ = nullptr;

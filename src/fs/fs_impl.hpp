@@ -109,6 +109,13 @@ class FsImpl final : public Filesystem {
   void SetDirectTable(DirectSlot* table, uint32_t count) override;
   Result<DirectMapping> DirectMap(uint64_t ino, uint64_t offset, DirectRun* runs,
                                   size_t max_runs) override;
+  void SetExternalGrace(epoch::ExternalGrace* grace) override;
+  Result<DirectMapping> DirectAllocate(uint64_t ino, uint64_t offset, uint64_t len,
+                                       uint64_t reserve_end, DirectRun* runs,
+                                       size_t max_runs) override;
+  Result<DirectMapping> DirectCommit(uint64_t ino, uint64_t start, uint64_t end, uint64_t seq,
+                                     uint64_t map_end, DirectRun* runs, size_t max_runs) override;
+  Status DirectTrim(uint64_t ino) override;
   uint32_t block_size() const override;
   bool read_only() const override { return read_only_.load(std::memory_order_relaxed); }
   bool recorded_errors() const override { return recorded_errors_; }

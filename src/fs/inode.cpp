@@ -70,8 +70,9 @@ Result<Attr> FsImpl::SetAttr(uint64_t ino, const SetAttrRequest& req) {
   if (!ref.ok()) return ref.take_error();
   std::unique_lock lock(ref.value()->lock);
   // Lock-free readers care only about the size (and the mapping a
-  // truncation changes): begun only for a size change, before the Tx so
-  // that an abort's undo happens under it too.
+  // truncation changes), direct writers also about the mode and owner:
+  // begun only for those, before the Tx so that an abort's undo happens
+  // under it too.
   std::optional<MappingChange> change;
   const Inode& inode = ref->media();
   if (req.valid & kSetSize) {
@@ -85,6 +86,9 @@ Result<Attr> FsImpl::SetAttr(uint64_t ino, const SetAttrRequest& req) {
       (req.valid & (kSetMode | kSetUid | kSetGid | kSetSize | kSetAtime | kSetMtime))) {
     return Error(EPERM);
   }
+  // A direct writer maps again after a change of mode or owner, and the
+  // daemon looks at the set-ID bits again (src/direct/server.cpp).
+  if (req.valid & (kSetSize | kSetMode | kSetUid | kSetGid)) change.emplace(ref->get());
   const timespec now = FsOps::Now();
   OrphanTx tx(*this, "setattr");
   // Privileges go in the same transaction as the size or owner change that
@@ -126,7 +130,6 @@ Result<Attr> FsImpl::SetAttr(uint64_t ino, const SetAttrRequest& req) {
   if ((req.valid & kSetSize) && req.size != inode.size) {
     // POSIX: a size change updates mtime too, unless it was given.
     if (!(req.valid & (kSetMtime | kSetMtimeNow))) FsOps::Touch(tx, inode, true, false, now);
-    change.emplace(ref->get());
     NVFS_TRY(FsOps::Resize(*this, ino, req.size, &tx));
   }
   NVFS_TRY(tx.Commit());  // a no-op if a long truncation committed it already

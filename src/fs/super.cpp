@@ -254,7 +254,7 @@ Status FsImpl::Unmount() {
   if (read_only_) return Status::Ok();
   // Blocks freed while mounted and still waiting for their grace period
   // count as free in the group descriptors: nothing reads them any more.
-  alloc_->ReleaseDeferred(/*wait=*/true);
+  alloc_->ReleaseDeferred(/*wait=*/true, /*outside_too=*/true);
   const Geometry& g = *geometry_;
   uint32_t group = 0;
   while (group < g.group_count()) {
@@ -290,7 +290,9 @@ Result<StatFs> FsImpl::GetStatFs() {
   StatFs st;
   st.block_size = geometry_->block_size();
   st.blocks = geometry_->block_count();
-  st.blocks_free = alloc_->free_blocks();
+  // Blocks a direct writer inside a store holds back are in use until it
+  // leaves it (nvfs/epoch.hpp, ExternalGrace).
+  st.blocks_free = alloc_->free_blocks() - std::min(alloc_->free_blocks(), alloc_->held_blocks());
   // Never promise what the host cannot back: free blocks already backed
   // (every block in use is backed, so at least BackedBytes minus those in
   // use) plus what the host filesystem has left.

@@ -1,0 +1,527 @@
+// The write path (file.hpp, Write; doc/integrity.md section 11).
+//
+// A store cannot be checked after the fact, as a read's copy is: the
+// check comes first, and the daemon's grace period covers the time between
+// it and the end of the store. Each thread that stores has a slot in its
+// process's page of the writers' file (direct_abi.hpp). It makes the
+// slot's gen odd, fences, and then checks what its runs were given for:
+// the file's slot seq, the namespace's identity in its own mapping, that
+// its mapping is the writable one of this proof and that the daemon has
+// not stopped direct writes. Only then does it store and flush, and it
+// makes the gen even after. The daemon moves the file's seq before a
+// block leaves the file, and reuses the block only once every gen it saw
+// odd after that has moved (writers.cpp): a store that passed its check
+// lands in a block of its own file, or in one still waiting to be reused.
+//
+// An overwrite of bytes the file has: no lock, no request, no system call
+// (but msync where the namespace's flush is by the page). A write past the
+// end or into a hole: one request for the blocks (kOpAllocate, which keeps
+// a reserve past the end for the appends that follow), the store, and one
+// request that exposes what was stored (kOpCommit: the size, the times,
+// in one transaction). An append into the reserve costs the commit alone.
+#include <errno.h>
+#include <limits.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cpuid.h>
+#include <cstring>
+#include <new>
+
+#include "direct/epoch.hpp"
+#include "direct/fault.hpp"
+#include "direct/file.hpp"
+#include "direct/libc.hpp"
+#include "direct/session.hpp"
+#include "nvfs/direct.h"
+
+#ifndef RWF_DSYNC
+#define RWF_DSYNC 0x00000002
+#endif
+#ifndef RWF_SYNC
+#define RWF_SYNC 0x00000004
+#endif
+
+namespace nvfs::direct {
+
+namespace {
+
+constexpr int kMaxRefreshes = 8;
+constexpr size_t kLine = 64;
+
+// --- flushes ---------------------------------------------------------------------
+
+enum class LineFlush { kUnknown, kClwb, kClflushopt, kClflush };
+std::atomic<LineFlush> line_flush{LineFlush::kUnknown};
+
+LineFlush DetectLineFlush() {
+  unsigned a, b, c, d;
+  LineFlush f = LineFlush::kClflush;
+  if (__get_cpuid_count(7, 0, &a, &b, &c, &d)) {
+    if (b & (1u << 24)) {
+      f = LineFlush::kClwb;
+    } else if (b & (1u << 23)) {
+      f = LineFlush::kClflushopt;
+    }
+  }
+  line_flush.store(f, std::memory_order_relaxed);
+  return f;
+}
+
+__attribute__((target("clwb"))) void FlushClwb(const char* p, const char* end) {
+  for (; p < end; p += kLine) __builtin_ia32_clwb(p);
+}
+__attribute__((target("clflushopt"))) void FlushClflushopt(const char* p, const char* end) {
+  for (; p < end; p += kLine) __builtin_ia32_clflushopt(p);
+}
+
+// Makes [p, p + len) of the namespace's mapping durable, as the daemon's
+// own flush does (nvfs::Media): false if it could not (msync failed).
+bool Persist(const Session* s, std::byte* p, size_t len) {
+  switch (s->flush) {
+    case kDirectFlushNone:
+      return true;  // memory: the store is all there is
+    case kDirectFlushFence:
+      __builtin_ia32_sfence();
+      return true;
+    case kDirectFlushCacheLine: {
+      const char* begin = reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(p) & ~(kLine - 1));
+      const char* end = reinterpret_cast<const char*>(p) + len;
+      LineFlush f = line_flush.load(std::memory_order_relaxed);
+      if (f == LineFlush::kUnknown) f = DetectLineFlush();
+      if (f == LineFlush::kClwb) {
+        FlushClwb(begin, end);
+      } else if (f == LineFlush::kClflushopt) {
+        FlushClflushopt(begin, end);
+      } else {
+        for (const char* q = begin; q < end; q += kLine) __builtin_ia32_clflush(q);
+      }
+      __builtin_ia32_sfence();
+      return true;
+    }
+    default: {
+      const uintptr_t page = 4096;
+      const uintptr_t start = reinterpret_cast<uintptr_t>(p) & ~(page - 1);
+      const uintptr_t end = reinterpret_cast<uintptr_t>(p) + len;
+      return msync(reinterpret_cast<void*>(start), end - start, MS_SYNC) == 0;
+    }
+  }
+}
+
+// --- the thread's slot in the writers' page -------------------------------------
+
+struct SlotCache {
+  const Session* session = nullptr;
+  uint64_t generation = 0;
+  DirectWriterThread* slot = nullptr;
+};
+
+// Gives the thread's slots back when it exits (the pages stay mapped while
+// the library lives, so this never touches freed memory).
+struct ThreadSlots {
+  static constexpr int kCached = 4;
+  SlotCache cache[kCached];
+  int next = 0;
+  ~ThreadSlots() {
+    for (SlotCache& c : cache) {
+      if (c.slot != nullptr) c.slot->owner.store(0, std::memory_order_release);
+    }
+  }
+};
+thread_local ThreadSlots thread_slots;
+
+uint64_t ThreadId() {
+  static thread_local uint64_t tid = 0;
+  if (tid == 0) tid = static_cast<uint64_t>(syscall(SYS_gettid));
+  return tid;
+}
+
+// This thread's slot in `s`'s page: claimed at its first store there. Null
+// when every slot is another thread's (the write goes to the kernel).
+DirectWriterThread* ThreadSlot(Session* s, DirectWriterPage* page) {
+  const uint64_t generation = s->writer_generation.load(std::memory_order_acquire);
+  ThreadSlots& t = thread_slots;
+  for (SlotCache& c : t.cache) {
+    if (c.session == s && c.generation == generation && c.slot != nullptr) return c.slot;
+  }
+  const uint64_t me = ThreadId();
+  for (DirectWriterThread& slot : page->threads) {
+    uint64_t free = 0;
+    if (slot.owner.load(std::memory_order_relaxed) == 0 &&
+        slot.owner.compare_exchange_strong(free, me, std::memory_order_acq_rel)) {
+      SlotCache& c = t.cache[t.next];
+      t.next = (t.next + 1) % ThreadSlots::kCached;
+      if (c.slot != nullptr) c.slot->owner.store(0, std::memory_order_release);
+      c = {s, generation, &slot};
+      return &slot;
+    }
+  }
+  return nullptr;
+}
+
+// --- the source of a write: a position in an iovec array ---------------------------
+
+struct Source {
+  const iovec* iov;
+  int iovcnt;
+  int index = 0;
+  size_t in = 0;
+
+  void Take(std::byte* dst, size_t n) {
+    while (n > 0) {
+      while (iov[index].iov_len == in) {
+        ++index;
+        in = 0;
+      }
+      const size_t k = std::min(n, iov[index].iov_len - in);
+      std::memcpy(dst, static_cast<const char*>(iov[index].iov_base) + in, k);
+      dst += k;
+      in += k;
+      n -= k;
+    }
+  }
+};
+
+enum class Step { kStored, kRefresh, kAllocate, kGone, kMediaError, kKernel };
+
+// Calls fn(ns offset, len) for the pieces of [offset, offset + n) in `s`;
+// false, with *gap at the first byte that lies in a hole or in no extent.
+template <class Fn>
+bool ForEachBlockPiece(const Snapshot* s, uint64_t offset, uint64_t n, uint64_t* gap, Fn&& fn) {
+  uint64_t pos = offset;
+  while (pos < offset + n) {
+    const Extent* e = s->Find(pos);
+    if (e == nullptr || e->ns_offset == kDirectHole) {
+      *gap = pos;
+      return false;
+    }
+    const uint64_t within = pos - e->file_offset;
+    const uint64_t k = std::min(e->len - within, offset + n - pos);
+    fn(e->ns_offset + within, k);
+    pos += k;
+  }
+  return true;
+}
+
+// The inode goes on the writers' page's list of those whose times the
+// daemon sets within kTimesMilliseconds, unless it is there already.
+void NoteWritten(nvfs_direct* f, DirectWriterPage* page, uint64_t ino) {
+  f->written.store(true, std::memory_order_relaxed);
+  const int index = f->dirty_index.load(std::memory_order_relaxed);
+  if (index >= 0 && page->dirty[index].load(std::memory_order_relaxed) == ino) return;
+  for (uint32_t i = 0; i < kDirectWriterDirty; ++i) {
+    uint64_t expected = 0;
+    if (page->dirty[i].load(std::memory_order_relaxed) == ino) {
+      f->dirty_index.store(static_cast<int>(i), std::memory_order_relaxed);
+      return;
+    }
+    if (page->dirty[i].compare_exchange_strong(expected, ino, std::memory_order_acq_rel)) {
+      f->dirty_index.store(static_cast<int>(i), std::memory_order_relaxed);
+      return;
+    }
+  }
+  // A full list: the times are set at the next fsync or close.
+}
+
+// One chunk of a write, in its own section: the bytes of [offset, offset +
+// len) stored and flushed (kStored; *end_stored past s->size when it
+// extends the file, and *seq the seq its runs were valid at). Anything
+// else stored nothing that counts (the caller starts the chunk over, or
+// writes it through the kernel, which writes every byte again).
+Step StoreChunk(nvfs_direct* f, Source& src, uint64_t offset, size_t len, Snapshot** observed,
+                uint64_t* refresh_at, bool* extends, uint64_t* seq_out) {
+  ReadSection section;
+  if (!section.Enter()) return Step::kKernel;
+  Snapshot* s = f->snapshot.load(std::memory_order_acquire);
+  *observed = s;
+  *refresh_at = offset;
+  if (s == nullptr) {
+    return f->why.load(std::memory_order_acquire) == NVFS_DIRECT_ACTIVE ? Step::kRefresh
+                                                                         : Step::kKernel;
+  }
+  Session* session = s->session;
+  if (session->gone.load(std::memory_order_acquire)) return Step::kGone;
+  if (!s->writable || !session->writable.load(std::memory_order_acquire) || session->Revoked()) {
+    return Step::kRefresh;
+  }
+  DirectWriterPage* page = session->writer_page;
+  const uint64_t writable_size = session->writable_size.load(std::memory_order_acquire);
+  uint64_t gap;
+  bool inside = true;
+  if (!ForEachBlockPiece(s, offset, len, &gap, [&](uint64_t ns_off, uint64_t k) {
+        if (ns_off + k > writable_size) inside = false;
+      })) {
+    *refresh_at = gap;
+    return Step::kAllocate;
+  }
+  if (!inside) return Step::kKernel;  // grown since the proof: mapped read-only there
+  DirectWriterThread* slot = page == nullptr ? nullptr : ThreadSlot(session, page);
+  if (slot == nullptr) return Step::kKernel;
+  *extends = offset + len > s->size;
+  *seq_out = s->seq;
+  const auto* header = reinterpret_cast<const DirectTableHeader*>(session->table);
+  const uint64_t revocations = session->Revocations();
+
+  // Inside: from here to the even gen the daemon waits for this thread.
+  const uint64_t gen = slot->gen.load(std::memory_order_relaxed);
+  slot->gen.store(gen + 1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  tls.in_copy = 1;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  const bool poisoned_before = session->fault->poisoned.load(std::memory_order_acquire) != 0;
+  bool ok = s->seq_word->load(std::memory_order_acquire) == s->seq && session->IdentityHolds() &&
+            !session->Revoked() && session->writable.load(std::memory_order_relaxed) &&
+            header->write_state.load(std::memory_order_relaxed) == 0;
+  if (ok && poisoned_before) {
+    bool touched = false;
+    ForEachBlockPiece(s, offset, len, &gap, [&](uint64_t ns_off, uint64_t k) {
+      if (FaultTouchesPoison(session->fault, ns_off, k)) touched = true;
+    });
+    if (touched) {
+      std::atomic_signal_fence(std::memory_order_seq_cst);
+      tls.in_copy = 0;
+      slot->gen.store(gen + 2, std::memory_order_release);
+      return Step::kMediaError;
+    }
+  }
+  bool persisted = true;
+  if (ok) {
+    auto* base = const_cast<std::byte*>(session->ns_base);
+    ForEachBlockPiece(s, offset, len, &gap, [&](uint64_t ns_off, uint64_t k) {
+      src.Take(base + ns_off, k);
+      persisted &= Persist(session, base + ns_off, k);
+    });
+  }
+  // The stores went to the namespace only if its mapping was still there
+  // all along (no change of credentials put zeros over it meanwhile).
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  const bool still = session->IdentityHolds() && !session->Revoked() &&
+                     session->Revocations() == revocations;
+  const bool poisoned = session->fault->poisoned.load(std::memory_order_acquire) != 0;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  tls.in_copy = 0;
+  slot->gen.store(gen + 2, std::memory_order_release);
+  if (!ok) {
+    if (!session->GuardedIdentityHolds() && !session->Revoked()) {
+      session->gone.store(true, std::memory_order_release);
+      return Step::kGone;
+    }
+    return Step::kRefresh;
+  }
+  if (!still) return Step::kKernel;  // written again, whole, by the kernel
+  if (poisoned) {
+    bool touched = false;
+    ForEachBlockPiece(s, offset, len, &gap, [&](uint64_t ns_off, uint64_t k) {
+      if (FaultTouchesPoison(session->fault, ns_off, k)) touched = true;
+    });
+    if (touched) return Step::kMediaError;
+  }
+  if (!persisted) return Step::kMediaError;
+  if (!*extends) NoteWritten(f, page, f->ino);
+  return Step::kStored;
+}
+
+ssize_t WriteKernel(const nvfs_direct* f, const iovec* iov, int iovcnt, off_t offset, int flags) {
+  if (flags != 0) return libc::Get(&libc::Table::pwritev2)(f->fd, iov, iovcnt, offset, flags);
+  if (iovcnt == 1) {
+    return libc::Get(&libc::Table::pwrite)(f->fd, iov[0].iov_base, iov[0].iov_len, offset);
+  }
+  return libc::Get(&libc::Table::pwritev)(f->fd, iov, iovcnt, offset);
+}
+
+// The rest of a write from `done` bytes on, through the kernel; returns
+// the whole count as pwritev would.
+ssize_t RestThroughKernel(const nvfs_direct* f, const iovec* iov, int iovcnt, off_t offset,
+                          int flags, size_t done, size_t total) {
+  if (done == 0) return WriteKernel(f, iov, iovcnt, offset, flags);
+  auto* rest = new (std::nothrow) iovec[static_cast<size_t>(iovcnt)];
+  if (rest == nullptr) return static_cast<ssize_t>(done);
+  int n = 0;
+  size_t skip = done, want = total - done;
+  for (int i = 0; i < iovcnt && want > 0; ++i) {
+    if (skip >= iov[i].iov_len) {
+      skip -= iov[i].iov_len;
+      continue;
+    }
+    const size_t k = std::min(iov[i].iov_len - skip, want);
+    rest[n++] = {static_cast<char*>(iov[i].iov_base) + skip, k};
+    want -= k;
+    skip = 0;
+  }
+  const ssize_t r = WriteKernel(f, rest, n, offset + static_cast<off_t>(done), flags);
+  delete[] rest;
+  return r < 0 ? static_cast<ssize_t>(done) : static_cast<ssize_t>(done) + r;
+}
+
+enum class Asked { kOk, kKernel, kFailed };  // kFailed: errno says why
+
+// Publishes the runs of `reply` for the handle.
+bool Publish(nvfs_direct* f, Session* session, const MapReply& reply, Snapshot* observed) {
+  Snapshot* fresh = BuildSnapshot(session, reply, observed);
+  if (fresh == nullptr) return false;
+  Snapshot* old = f->snapshot.exchange(fresh, std::memory_order_acq_rel);
+  if (old != nullptr) Retire(old, FreeSnapshot);
+  return true;
+}
+
+// A request for the handle's file with the session's lock held: kOpMap for
+// writing, kOpAllocate or kOpCommit, its runs published. kFailed with
+// errno for an error the write returns (ENOSPC, EFBIG, EROFS, EDQUOT,
+// EIO); kKernel for everything else.
+Asked Ask(nvfs_direct* f, const Request& req, Snapshot* observed) {
+  Session* session = f->session;
+  if (session == nullptr) return Asked::kKernel;
+  MapReply reply;
+  std::lock_guard lock(session->mu);
+  if (req.op == kOpMap && f->snapshot.load(std::memory_order_acquire) != observed) {
+    return Asked::kOk;  // another thread refreshed it
+  }
+  const int status = session->CallLocked(req, f->fd, &reply);
+  if (status == Session::kMapOk) {
+    if (f->ino != 0 && reply.ino != f->ino) {
+      f->write_why.store(NVFS_DIRECT_NOT_NVFS, std::memory_order_release);
+      return Asked::kKernel;
+    }
+    f->ino = reply.ino;
+    if ((reply.flags & kMapWritable) == 0) {
+      f->write_why.store(NVFS_DIRECT_PRIVILEGED, std::memory_order_release);
+    }
+    if (!Publish(f, session, reply, observed)) return Asked::kKernel;
+    return (reply.flags & kMapWritable) != 0 ? Asked::kOk : Asked::kKernel;
+  }
+  if (status == Session::kMapNoWrites) {
+    const int why = session->write_why();
+    f->write_why.store(why == NVFS_DIRECT_ACTIVE ? NVFS_DIRECT_REFUSED : why,
+                       std::memory_order_release);
+    return Asked::kKernel;
+  }
+  if (status == Session::kMapGone || status == Session::kMapEnded) {
+    f->write_why.store(NVFS_DIRECT_GONE, std::memory_order_release);
+    return Asked::kKernel;
+  }
+  if (status == EAGAIN) {
+    errno = EAGAIN;
+    return Asked::kFailed;
+  }
+  if (req.op != kOpMap && (status == ENOSPC || status == EFBIG || status == EDQUOT)) {
+    errno = status;
+    return Asked::kFailed;
+  }
+  // EROFS, EPERM, EBADF and the rest: the kernel's write gives the answer.
+  return Asked::kKernel;
+}
+
+uint64_t Reserve(uint64_t len) {
+  return std::clamp<uint64_t>(2 * len, kMinReserve, kMaxReserve);
+}
+
+}  // namespace
+
+ssize_t Write(nvfs_direct* f, const iovec* iov, int iovcnt, off_t offset, int flags) {
+  const int kernel_flags = flags;
+  if (offset < 0 || iovcnt <= 0 || iovcnt > IOV_MAX ||
+      (flags & ~(RWF_DSYNC | RWF_SYNC)) != 0 ||
+      f->why.load(std::memory_order_acquire) != NVFS_DIRECT_ACTIVE ||
+      f->write_why.load(std::memory_order_acquire) != NVFS_DIRECT_ACTIVE) {
+    return WriteKernel(f, iov, iovcnt, offset, kernel_flags);
+  }
+  size_t total = 0;
+  for (int i = 0; i < iovcnt; ++i) {
+    if (iov[i].iov_len > SSIZE_MAX - total) return WriteKernel(f, iov, iovcnt, offset, kernel_flags);
+    total += iov[i].iov_len;
+  }
+  total = std::min(total, kMaxRw);
+  if (total == 0) return WriteKernel(f, iov, iovcnt, offset, kernel_flags);
+  Source src{iov, iovcnt};
+  size_t done = 0;
+  int refreshes = 0;
+  bool checked_limit = false;
+  while (done < total) {
+    const size_t len = std::min(kChunk, total - done);
+    const uint64_t at = static_cast<uint64_t>(offset) + done;
+    Source chunk = src;
+    Snapshot* observed = nullptr;
+    uint64_t refresh_at = 0, seq = 0;
+    bool extends = false;
+    const Step step = StoreChunk(f, chunk, at, len, &observed, &refresh_at, &extends, &seq);
+    if (step == Step::kStored && extends) {
+      // The bytes are durable: now the size that exposes them.
+      const Request req{kMagic, kVersion, kOpCommit, 0, at, at + len, seq, at + len + Reserve(len)};
+      const Asked a = Ask(f, req, observed);
+      if (a == Asked::kFailed && errno == EAGAIN && ++refreshes <= kMaxRefreshes) {
+        // The file changed under the store: those blocks may not be its
+        // own any more. Stored again, into fresh runs.
+        (void)Ask(f, Request{kMagic, kVersion, kOpMap, kMapForWrite, at, 0, 0, 0},
+                  f->snapshot.load(std::memory_order_acquire));
+        continue;
+      }
+      if (a != Asked::kOk) {
+        if (a == Asked::kFailed && errno != EAGAIN) {
+          if (done > 0) return static_cast<ssize_t>(done);
+          return -1;
+        }
+        break;  // the rest (this chunk included) through the kernel
+      }
+      f->written.store(false, std::memory_order_relaxed);  // the commit set the times
+    }
+    if (step == Step::kStored) {
+      src = chunk;
+      done += len;
+      refreshes = 0;
+      continue;
+    }
+    if (step == Step::kMediaError) {
+      if (done > 0) return static_cast<ssize_t>(done);
+      errno = EIO;
+      return -1;
+    }
+    if (step == Step::kGone || step == Step::kKernel || ++refreshes > kMaxRefreshes) break;
+    Request req{kMagic, kVersion, kOpMap, kMapForWrite, refresh_at, 0, 0, 0};
+    if (step == Step::kAllocate) {
+      // Past the end or into a hole: blocks first. A file may not grow
+      // past RLIMIT_FSIZE: the kernel says so (SIGXFSZ, EFBIG).
+      if (!checked_limit) {
+        rlimit lim{};
+        if (getrlimit(RLIMIT_FSIZE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY &&
+            static_cast<uint64_t>(offset) + total > lim.rlim_cur) {
+          break;
+        }
+        checked_limit = true;
+      }
+      const uint64_t from = std::min<uint64_t>(refresh_at, at);
+      req = Request{kMagic, kVersion, kOpAllocate, 0, from, at + len - from, 0,
+                    at + len + Reserve(len)};
+    }
+    const Asked a = Ask(f, req, observed);
+    if (a == Asked::kFailed) {
+      if (done > 0) return static_cast<ssize_t>(done);
+      return -1;
+    }
+    if (a != Asked::kOk) break;
+    if (step == Step::kAllocate) f->reserved.store(true, std::memory_order_relaxed);
+  }
+  if (done == total) return static_cast<ssize_t>(done);
+  return RestThroughKernel(f, iov, iovcnt, offset, kernel_flags, done, total);
+}
+
+void Settle(nvfs_direct* f, bool closing) {
+  Session* session = f->session;
+  if (session == nullptr || f->ino == 0) return;
+  const bool written = f->written.exchange(false, std::memory_order_acq_rel);
+  const bool reserved = closing && f->reserved.exchange(false, std::memory_order_acq_rel);
+  if (!written && !reserved) return;
+  MapReply reply;
+  std::lock_guard lock(session->mu);
+  if (written) {
+    // The times (start == end), committed before this returns.
+    (void)session->CallLocked(Request{kMagic, kVersion, kOpCommit, 0, 0, 0, 0, 0}, f->fd, &reply);
+  }
+  if (reserved) {
+    (void)session->CallLocked(Request{kMagic, kVersion, kOpTrim, 0, 0, 0, 0, 0}, f->fd, &reply);
+  }
+}
+
+}  // namespace nvfs::direct

@@ -1,0 +1,271 @@
+// Direct writers' grace periods, the daemon's side (writers.hpp).
+//
+// The rule (doc/integrity.md section 11) is the read path's Dekker pair
+// turned around. A writer makes its thread's gen odd, fences, and only then
+// loads its file's slot seq and the namespace's identity; it stores only if
+// both are what its runs were given for. The daemon moves the slot seq
+// before it changes a file's mapping, and Start() fences before it reads
+// the gens. So a writer that Start() did not see inside loads the moved
+// seq and stores nothing into the old runs, and one it saw inside is waited
+// out: its gen moves when its store and flush are done.
+#include "direct/writers.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cinttypes>
+#include <cstddef>
+#include <cstdio>
+#include <cstring>
+
+#include "direct/protocol.hpp"
+#include "nvfs/format.hpp"
+
+namespace nvfs::direct {
+
+NamespaceIdentity IdentityAt(const std::byte* base) {
+  NamespaceIdentity id{};
+  std::memcpy(id.uuid, base + offsetof(format::SuperStatic, uuid), sizeof id.uuid);
+  std::memcpy(&id.mount_count,
+              base + format::kSuperDynamicOffset + offsetof(format::SuperDynamic, mount_count),
+              sizeof id.mount_count);
+  return id;
+}
+
+std::string WritersPath(const uint8_t uuid[16]) {
+  std::string path = std::string(kSocketDir) + "/writers-";
+  char hex[3];
+  for (int i = 0; i < 16; ++i) {
+    std::snprintf(hex, sizeof hex, "%02x", uuid[i]);
+    path += hex;
+  }
+  return path;
+}
+
+uint64_t ProcessStartTime(uint64_t pid) {
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%" PRIu64 "/stat", pid);
+  const int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  char buf[1024];
+  const ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return 0;
+  buf[n] = '\0';
+  // "PID (COMM) STATE ..." : COMM may hold anything, so fields are counted
+  // from its closing parenthesis, the last one. starttime is field 22.
+  const char* p = std::strrchr(buf, ')');
+  if (p == nullptr) return 0;
+  // p[1] is a space; field 3 (state) follows.
+  int field = 2;
+  for (++p; *p != '\0'; ++p) {
+    if (*p != ' ') continue;
+    if (++field == 22) return std::strtoull(p + 1, nullptr, 10);
+  }
+  return 0;
+}
+
+bool ProcessAlive(uint64_t pid, uint64_t start_time) {
+  if (pid == 0) return false;
+  const uint64_t now = ProcessStartTime(pid);
+  return now != 0 && now == start_time;
+}
+
+namespace {
+
+struct Mapped {
+  int fd = -1;
+  void* map = MAP_FAILED;
+  size_t bytes = 0;
+  ~Mapped() {
+    if (map != MAP_FAILED) munmap(map, bytes);
+    if (fd >= 0) close(fd);
+  }
+};
+
+constexpr size_t kFileBytes = size_t{kDirectWriterPages + 1} * sizeof(DirectWriterPage);
+
+// Opens and maps the writers' file: made when `create`, else only if it
+// exists (false, errno ENOENT, when it does not). It must be root's regular
+// file, 0600, of the right size and header.
+bool MapWriters(const std::string& path, bool create, Mapped* m, std::string* why) {
+  const int flags = O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY | (create ? O_CREAT : 0);
+  m->fd = open(path.c_str(), flags, 0600);
+  if (m->fd < 0) {
+    *why = path + ": " + std::strerror(errno);
+    return false;
+  }
+  struct stat st {};
+  if (fstat(m->fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
+      (st.st_mode & 077) != 0) {
+    *why = path + ": not a regular file of the daemon's user, mode 0600";
+    errno = EPERM;
+    return false;
+  }
+  const bool fresh = st.st_size == 0;
+  if (fresh && ftruncate(m->fd, static_cast<off_t>(kFileBytes)) != 0) {
+    *why = path + ": cannot size it: " + std::strerror(errno);
+    return false;
+  }
+  if (!fresh && static_cast<uint64_t>(st.st_size) != kFileBytes) {
+    *why = path + ": not a writers' file of this version (its size)";
+    errno = EINVAL;
+    return false;
+  }
+  m->bytes = kFileBytes;
+  m->map = mmap(nullptr, m->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, m->fd, 0);
+  if (m->map == MAP_FAILED) {
+    *why = path + ": cannot map it: " + std::strerror(errno);
+    return false;
+  }
+  auto* header = static_cast<DirectWritersHeader*>(m->map);
+  if (fresh) {
+    header->magic = kDirectWritersMagic;
+    header->version = kDirectWritersVersion;
+    header->page_count = kDirectWriterPages;
+  } else if (header->magic != kDirectWritersMagic || header->version != kDirectWritersVersion ||
+             header->page_count != kDirectWriterPages) {
+    *why = path + ": not a writers' file of this version";
+    errno = EINVAL;
+    return false;
+  }
+  return true;
+}
+
+DirectWriterPage* PagesOf(void* map) {
+  return reinterpret_cast<DirectWriterPage*>(static_cast<std::byte*>(map) + sizeof(DirectWriterPage));
+}
+
+}  // namespace
+
+std::unique_ptr<Writers> Writers::Open(const uint8_t uuid[16], uint64_t mount_count,
+                                       std::string* why) {
+  Mapped m;
+  if (!MapWriters(WritersPath(uuid), true, &m, why)) return nullptr;
+  std::unique_ptr<Writers> w(new Writers);
+  w->fd_ = m.fd;
+  w->map_ = m.map;
+  w->map_bytes_ = m.bytes;
+  w->pages_ = PagesOf(m.map);
+  w->mount_count_ = mount_count;
+  m.fd = -1;
+  m.map = MAP_FAILED;
+  return w;
+}
+
+Writers::~Writers() {
+  if (map_ != nullptr) munmap(map_, map_bytes_);
+  if (fd_ >= 0) close(fd_);
+}
+
+uint64_t Writers::Assign(uint64_t pid) {
+  const uint64_t start = ProcessStartTime(pid);
+  if (start == 0) return 0;
+  std::lock_guard lock(mu_);
+  for (uint32_t p = 0; p < kDirectWriterPages; ++p) {
+    DirectWriterPage& page = pages_[p];
+    // A page stays its process's for as long as the process lives (it may
+    // store until it exits, whatever became of its connection): pages of
+    // earlier mounts included.
+    if (page.pid != 0 && ProcessAlive(page.pid, page.start_time)) continue;
+    // A pending grace that saw one of its threads inside sees the process
+    // gone (Over), or the gen reset here moved.
+    for (DirectWriterThread& t : page.threads) {
+      t.owner.store(0, std::memory_order_relaxed);
+      t.gen.store(0, std::memory_order_relaxed);
+    }
+    for (auto& d : page.dirty) d.store(0, std::memory_order_relaxed);
+    page.pid = pid;
+    page.start_time = start;
+    page.mount_count = mount_count_;
+    std::atomic_thread_fence(std::memory_order_release);
+    return uint64_t{p + 1} * sizeof(DirectWriterPage);
+  }
+  return 0;
+}
+
+uint64_t Writers::Start() {
+  // The caller's change (its slot seq moved) before the loads of the gens.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  std::vector<Inside> inside;
+  for (uint32_t p = 0; p < kDirectWriterPages; ++p) {
+    const DirectWriterPage& page = pages_[p];
+    if (page.pid == 0) continue;
+    for (uint32_t t = 0; t < kDirectWriterThreads; ++t) {
+      const uint64_t gen = page.threads[t].gen.load(std::memory_order_acquire);
+      if ((gen & 1) != 0) inside.push_back({p, t, gen});
+    }
+  }
+  std::lock_guard lock(mu_);
+  const uint64_t ticket = ++last_ticket_;
+  if (!inside.empty()) pending_.push_back({ticket, std::move(inside)});
+  return ticket;
+}
+
+bool Writers::Over(const Inside& i) {
+  const DirectWriterPage& page = pages_[i.page];
+  if (page.threads[i.thread].gen.load(std::memory_order_acquire) != i.gen) return true;
+  return !ProcessAlive(page.pid, page.start_time);
+}
+
+uint64_t Writers::Completed() {
+  std::lock_guard lock(mu_);
+  while (!pending_.empty()) {
+    Pending& front = pending_.front();
+    std::erase_if(front.inside, [&](const Inside& i) { return Over(i); });
+    if (!front.inside.empty()) return front.ticket - 1;
+    pending_.pop_front();
+  }
+  return last_ticket_;
+}
+
+bool WaitForEarlierWriters(const uint8_t uuid[16], uint64_t mount_count, int seconds,
+                           std::string* why) {
+  Mapped m;
+  std::string open_why;
+  if (!MapWriters(WritersPath(uuid), false, &m, &open_why)) {
+    if (errno == ENOENT) return true;  // no writer ever: nothing to wait for
+    *why = open_why;
+    return false;
+  }
+  // This mount's mount_count, stored before, ordered before the loads below:
+  // a writer that was not inside by now sees it and stores nothing.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  const DirectWriterPage* pages = PagesOf(m.map);
+  timespec deadline;
+  clock_gettime(CLOCK_MONOTONIC, &deadline);
+  deadline.tv_sec += seconds;
+  for (uint32_t p = 0; p < kDirectWriterPages; ++p) {
+    const DirectWriterPage& page = pages[p];
+    if (page.pid == 0 || page.mount_count == mount_count) continue;
+    for (uint32_t t = 0; t < kDirectWriterThreads; ++t) {
+      const uint64_t gen = page.threads[t].gen.load(std::memory_order_acquire);
+      if ((gen & 1) == 0) continue;
+      for (;;) {
+        if (page.threads[t].gen.load(std::memory_order_acquire) != gen ||
+            !ProcessAlive(page.pid, page.start_time)) {
+          break;
+        }
+        timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if (now.tv_sec > deadline.tv_sec ||
+            (now.tv_sec == deadline.tv_sec && now.tv_nsec >= deadline.tv_nsec)) {
+          *why = "process " + std::to_string(page.pid) +
+                 ", a direct writer of an earlier mount of this namespace, is stopped inside a "
+                 "store: end it (or let it go on) before mounting";
+          return false;
+        }
+        const timespec pause{0, 1000000};
+        nanosleep(&pause, nullptr);
+      }
+    }
+  }
+  return true;
+}
+
+}  // namespace nvfs::direct

@@ -1,0 +1,111 @@
+// The daemon's side of direct writers' grace periods (direct_abi.hpp,
+// doc/integrity.md section 11): the writers' file, shared with every
+// process that writes the namespace from its own mapping, and the external
+// grace the allocator waits out before it reuses a block a file gave up.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "nvfs/direct_abi.hpp"
+#include "nvfs/epoch.hpp"
+
+namespace nvfs::direct {
+
+// The namespace's uuid and this mount's mount_count, read from the mapped
+// superblock at `base`.
+struct NamespaceIdentity {
+  uint8_t uuid[16];
+  uint64_t mount_count;
+};
+NamespaceIdentity IdentityAt(const std::byte* base);
+
+// DIR/writers-UUID (hex), where DIR is the sockets' directory.
+std::string WritersPath(const uint8_t uuid[16]);
+
+// Whether process `pid`, started at `start_time` (clock ticks after boot),
+// is still running (a pid reused by a later process is not it).
+bool ProcessAlive(uint64_t pid, uint64_t start_time);
+// Process `pid`'s start time, 0 if it is gone.
+uint64_t ProcessStartTime(uint64_t pid);
+
+class Writers final : public epoch::ExternalGrace {
+ public:
+  // Opens the namespace's writers' file (made, 0600, if there is none) and
+  // maps it. `mount_count` is this mount's. Null and why on failure.
+  static std::unique_ptr<Writers> Open(const uint8_t uuid[16], uint64_t mount_count,
+                                       std::string* why);
+  ~Writers() override;
+  Writers(const Writers&) = delete;
+  Writers& operator=(const Writers&) = delete;
+
+  // A page for the process `pid`, marked with this mount: its byte offset
+  // in the file, or 0 when every page belongs to a live process.
+  uint64_t Assign(uint64_t pid);
+  // The file, opened for reading and writing: what a writer maps.
+  int fd() const { return fd_; }
+
+  // Calls fn(ino) for every inode a writer of this mount listed as
+  // written since its times were set, taking the entry.
+  template <class Fn>
+  void TakeDirty(Fn&& fn) {
+    for (uint32_t p = 0; p < kDirectWriterPages; ++p) {
+      DirectWriterPage& page = pages_[p];
+      if (page.pid == 0 || page.mount_count != mount_count_) continue;
+      for (auto& entry : page.dirty) {
+        if (entry.load(std::memory_order_relaxed) == 0) continue;
+        const uint64_t ino = entry.exchange(0, std::memory_order_acq_rel);
+        if (ino != 0) fn(ino);
+      }
+    }
+  }
+
+  // epoch::ExternalGrace: called by any thread that frees blocks.
+  uint64_t Start() override;
+  uint64_t Completed() override;
+
+ private:
+  Writers() = default;
+
+  struct Inside {  // a thread seen inside a store
+    uint32_t page;
+    uint32_t thread;
+    uint64_t gen;
+  };
+  struct Pending {
+    uint64_t ticket;
+    std::vector<Inside> inside;
+  };
+  // Whether what `i` saw is over: the thread's gen moved, or its process
+  // is gone. REQUIRES: mu_ held.
+  bool Over(const Inside& i);
+
+  int fd_ = -1;
+  DirectWriterPage* pages_ = nullptr;  // kDirectWriterPages, after the header page
+  void* map_ = nullptr;
+  size_t map_bytes_ = 0;
+  uint64_t mount_count_ = 0;
+
+  std::mutex mu_;                 // a leaf lock (taken under the allocator's)
+  uint64_t last_ticket_ = 0;      // protected by mu_
+  std::deque<Pending> pending_;   // protected by mu_; tickets ascending
+};
+
+// The guard of a new mount (doc/integrity.md section 11): a daemon killed
+// under direct writers leaves them running, and their stores must end
+// before this mount gives any block to another file. This mount moved
+// mount_count first, so a writer that begins a store from now on sees the
+// namespace's identity changed and stores nothing; those already inside
+// one are waited for, at most `seconds`. False, and why (the pid), if one
+// is still inside (a stopped process): the mount must not go on.
+bool WaitForEarlierWriters(const uint8_t uuid[16], uint64_t mount_count, int seconds,
+                           std::string* why);
+
+}  // namespace nvfs::direct
