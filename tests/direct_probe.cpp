@@ -397,6 +397,50 @@ void ForkMaps() {
   Say("done");
 }
 
+int WriteWhy(int fd) {
+  using Fn = int (*)(int);
+  static const auto fn = reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, "nvfs_direct_fd_write_why"));
+  return fn == nullptr ? -100 : fn(fd);
+}
+
+void PwriteAll(int fd, const std::string& bytes, off_t at, const std::string& what) {
+  Check(pwrite(fd, bytes.data(), bytes.size(), at) == static_cast<ssize_t>(bytes.size()), what);
+  Check(WriteWhy(fd) == 0, what + ": not written directly (why " + std::to_string(WriteWhy(fd)) + ")");
+}
+
+// Writes through the preload under fork, dup2 and a reused number
+// (tests/test_direct_write.cpp checks the files after).
+void Writes() {
+  const int w1 = open(Path("w1").c_str(), O_RDWR | O_CREAT, 0644);
+  Check(w1 >= 0, "open w1");
+  PwriteAll(w1, std::string(4096, '1'), 0, "w1");
+  const pid_t pid = fork();
+  Check(pid >= 0, "fork");
+  if (pid == 0) {
+    const int w2 = open(Path("w2").c_str(), O_RDWR | O_CREAT, 0644);
+    Check(w2 >= 0, "open w2");
+    PwriteAll(w2, std::string(4096, '2'), 0, "child's w2");
+    PwriteAll(w2, "child", 4096, "child's w2 append");
+    // The parent's descriptor, inherited: the child's own session writes it.
+    PwriteAll(w1, std::string(4096, '1'), 0, "child's w1");
+    close(w2);
+    std::_Exit(0);
+  }
+  int status = 0;
+  Check(waitpid(pid, &status, 0) == pid, "waitpid");
+  Check(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the child failed");
+  PwriteAll(w1, "parent", 4096, "parent's w1 after the child");
+  const int w3 = open(Path("w3").c_str(), O_RDWR | O_CREAT, 0644);
+  Check(w3 >= 0, "open w3");
+  PwriteAll(w3, "XXXXXX", 0, "w3");
+  // w1's number now names w3: a write to it lands in w3.
+  Check(dup2(w3, w1) == w1, "dup2");
+  PwriteAll(w1, "reused", 0, "w3 through w1's number");
+  close(w3);
+  close(w1);
+  Say("done");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -427,6 +471,8 @@ int main(int argc, char** argv) {
     Drop();
   } else if (scenario == "forkmaps") {
     ForkMaps();
+  } else if (scenario == "writes") {
+    Writes();
   } else if (scenario == "reader" && argc > 4) {
     Reader(argv[3], std::atof(argv[4]));
   } else {

@@ -112,6 +112,9 @@ nvfs_direct* Attach(int fd, uint64_t offset) {
     Session* session = SessionFor(st.st_dev, &session_why);
     if (session == nullptr) {
       f->why.store(session_why, std::memory_order_relaxed);
+      // A session of an earlier mount that had the same device number
+      // (its daemon gone): found gone on its reconnect, and replaced.
+      if (session_why == NVFS_DIRECT_GONE) continue;
       return f;
     }
     MapReply reply;

@@ -24,6 +24,8 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
+#include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -187,6 +189,17 @@ struct Source {
 
 enum class Step { kStored, kRefresh, kAllocate, kGone, kMediaError, kKernel };
 
+#ifdef NVFS_DIRECT_TEST_HOOKS
+// NVFS_DIRECT_TEST_STORE_DELAY_MS, read at every store.
+void TestStoreDelay() {
+  const char* ms = getenv("NVFS_DIRECT_TEST_STORE_DELAY_MS");
+  if (ms == nullptr) return;
+  const long v = strtol(ms, nullptr, 10);
+  const timespec t{v / 1000, (v % 1000) * 1000000};
+  nanosleep(&t, nullptr);
+}
+#endif
+
 // Calls fn(ns offset, len) for the pieces of [offset, offset + n) in `s`;
 // false, with *gap at the first byte that lies in a hole or in no extent.
 template <class Fn>
@@ -287,6 +300,12 @@ Step StoreChunk(nvfs_direct* f, Source& src, uint64_t offset, size_t len, Snapsh
       return Step::kMediaError;
     }
   }
+#ifdef NVFS_DIRECT_TEST_HOOKS
+  // The tests' build (tests/meson.build, never installed) holds a store
+  // between its check and its bytes, to show what the grace period and
+  // the mount's guard keep out.
+  if (ok) TestStoreDelay();
+#endif
   bool persisted = true;
   if (ok) {
     auto* base = const_cast<std::byte*>(session->ns_base);

@@ -1,0 +1,429 @@
+// Direct writes through real mounts (doc/integrity.md section 11): the C API
+// in this process, linked with the tests' build of libnvfs-direct, which can
+// hold a store between its check and its bytes
+// (NVFS_DIRECT_TEST_STORE_DELAY_MS): the race and restart cases use it to
+// put a store exactly where the grace period and the mount's guard must
+// keep it out of another file. The preload's own calls are direct_probe's
+// "writes" scenario.
+#include <catch2/catch.hpp>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "mount_fixture.hpp"
+#include "nvfs/direct.h"
+
+using nvfs::test::MountedFs;
+
+namespace {
+
+bool RootDaemon() { return geteuid() == 0; }
+
+std::string Program(const char* env) {
+  const char* p = std::getenv(env);
+  if (p == nullptr) FAIL(env << " is not set (run through meson)");
+  return p;
+}
+
+// Through the kernel (this process links the library, but the preload's
+// calls serve only a preloaded library: these are the kernel's).
+void WriteKernel(const std::string& path, const std::string& bytes, off_t at, int flags = 0) {
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | flags, 0644);
+  REQUIRE(fd >= 0);
+  REQUIRE(pwrite(fd, bytes.data(), bytes.size(), at) == static_cast<ssize_t>(bytes.size()));
+  close(fd);
+}
+
+std::string KernelAll(const std::string& path) {
+  const int fd = open(path.c_str(), O_RDONLY);
+  REQUIRE(fd >= 0);
+  std::string out;
+  char buf[65536];
+  for (;;) {
+    const ssize_t n = pread(fd, buf, sizeof buf, static_cast<off_t>(out.size()));
+    REQUIRE(n >= 0);
+    if (n == 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  close(fd);
+  return out;
+}
+
+// An O_RDWR descriptor of `path` and its handle; both go with it.
+struct Attached {
+  int fd = -1;
+  nvfs_direct* d = nullptr;
+  explicit Attached(const std::string& path, int flags = O_RDWR | O_CREAT) {
+    fd = open(path.c_str(), flags, 0644);
+    REQUIRE(fd >= 0);
+    d = nvfs_direct_attach(fd);
+    REQUIRE(d != nullptr);
+  }
+  ~Attached() {
+    nvfs_direct_detach(d);
+    close(fd);
+  }
+  ssize_t Write(const std::string& bytes, off_t at) {
+    return nvfs_direct_pwrite(d, bytes.data(), bytes.size(), at);
+  }
+};
+
+// Fills the filesystem with one file, `name`, until a write fails ENOSPC.
+void Fill(const std::string& path) {
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  REQUIRE(fd >= 0);
+  const std::string chunk(1 << 16, 'f');
+  off_t at = 0;
+  for (;;) {
+    const ssize_t n = pwrite(fd, chunk.data(), chunk.size(), at);
+    if (n <= 0) {
+      REQUIRE(errno == ENOSPC);
+      break;
+    }
+    at += n;
+  }
+  close(fd);
+}
+
+uint64_t FreeBlocks(const std::string& dir) {
+  struct statvfs st {};
+  REQUIRE(statvfs(dir.c_str(), &st) == 0);
+  return st.f_bfree;
+}
+
+// Sets the tests' build's store delay for this process while it lives.
+struct StoreDelay {
+  explicit StoreDelay(int ms) { setenv("NVFS_DIRECT_TEST_STORE_DELAY_MS", std::to_string(ms).c_str(), 1); }
+  ~StoreDelay() { unsetenv("NVFS_DIRECT_TEST_STORE_DELAY_MS"); }
+};
+
+}  // namespace
+
+TEST_CASE("direct write: overwrites, appends and holes, seen through the kernel and by readers",
+          "[mount][direct][write]") {
+  NVFS_REQUIRE_FUSE();
+  if (!RootDaemon()) NVFS_SKIP("the direct socket needs a root daemon");
+  MountedFs m;
+  m.Start();
+  std::string model;
+  {
+    Attached f(m.path("f"));
+    REQUIRE(nvfs_direct_write_why(f.d) == NVFS_DIRECT_ACTIVE);
+    // Appends (the first allocates with a reserve, the rest commit only).
+    for (int i = 0; i < 40; ++i) {
+      const std::string bytes(5000, static_cast<char>('a' + i % 26));
+      REQUIRE(f.Write(bytes, static_cast<off_t>(model.size())) == 5000);
+      model += bytes;
+      REQUIRE(nvfs_direct_write_why(f.d) == NVFS_DIRECT_ACTIVE);
+    }
+    CHECK(KernelAll(m.path("f")) == model);
+    // Overwrites inside, across blocks.
+    for (off_t at : {off_t{0}, off_t{4000}, off_t{70000}, off_t{199990}}) {
+      const std::string bytes(10, 'O');
+      REQUIRE(f.Write(bytes, at) == 10);
+      model.replace(static_cast<size_t>(at), 10, bytes);
+    }
+    // Past the end, leaving a gap (zeros), and a hole filled.
+    REQUIRE(f.Write("END", 300000) == 3);
+    model.resize(300000, '\0');
+    model += "END";
+    CHECK(KernelAll(m.path("f")) == model);
+    REQUIRE(ftruncate(f.fd, 1 << 20) == 0);  // a hole at the end
+    model.resize(1 << 20, '\0');
+    REQUIRE(f.Write("HOLE", 900000) == 4);
+    model.replace(900000, 4, "HOLE");
+    CHECK(KernelAll(m.path("f")) == model);
+    // A direct reader in another process sees it at once.
+    const pid_t child = fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+      const int fd = open(m.path("f").c_str(), O_RDONLY);
+      nvfs_direct* d = nvfs_direct_attach(fd);
+      std::string got(model.size(), 'x');
+      const ssize_t n = nvfs_direct_pread(d, got.data(), got.size(), 0);
+      _exit(n == static_cast<ssize_t>(model.size()) && got == model &&
+                    nvfs_direct_why(d) == NVFS_DIRECT_ACTIVE
+                ? 0
+                : 1);
+    }
+    CHECK(nvfs::test::WaitForExit(child, 30) == 0);
+    // And a write through the mount is seen by the next direct read.
+    WriteKernel(m.path("f"), "KERNEL", 10);
+    model.replace(10, 6, "KERNEL");
+    std::string got(model.size(), 'x');
+    REQUIRE(nvfs_direct_pread(f.d, got.data(), got.size(), 0) == static_cast<ssize_t>(got.size()));
+    CHECK(got == model);
+  }
+  // After the close, the reserve past the end is given back.
+  struct stat st {};
+  REQUIRE(stat(m.path("f").c_str(), &st) == 0);
+  CHECK(st.st_size == static_cast<off_t>(model.size()));
+  StopAndCheck(m);
+}
+
+TEST_CASE("direct write: mtime and ctime move, at fsync at once and within a second without",
+          "[mount][direct][write]") {
+  NVFS_REQUIRE_FUSE();
+  if (!RootDaemon()) NVFS_SKIP("the direct socket needs a root daemon");
+  MountedFs m;
+  m.Start();
+  WriteKernel(m.path("t"), std::string(8192, 't'), 0);
+  Attached f(m.path("t"));
+  REQUIRE(f.Write("x", 0) == 1);  // the session is proven for writing
+  struct stat before {};
+  REQUIRE(stat(m.path("t").c_str(), &before) == 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  REQUIRE(f.Write("y", 100) == 1);
+  REQUIRE(nvfs_direct_fsync(f.d) == 0);
+  struct stat after {};
+  REQUIRE(stat(m.path("t").c_str(), &after) == 0);
+  CHECK((after.st_mtim.tv_sec > before.st_mtim.tv_sec ||
+         (after.st_mtim.tv_sec == before.st_mtim.tv_sec &&
+          after.st_mtim.tv_nsec > before.st_mtim.tv_nsec)));
+  CHECK(after.st_ctim.tv_sec * 1000000000L + after.st_ctim.tv_nsec >=
+        after.st_mtim.tv_sec * 1000000000L + after.st_mtim.tv_nsec);
+  // No fsync: the daemon sets them within its period (1 s).
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  REQUIRE(f.Write("z", 200) == 1);
+  const auto written = std::chrono::steady_clock::now();
+  struct stat later {};
+  bool moved = false;
+  while (std::chrono::steady_clock::now() - written < std::chrono::milliseconds(2500)) {
+    REQUIRE(stat(m.path("t").c_str(), &later) == 0);
+    if (later.st_mtim.tv_sec != after.st_mtim.tv_sec || later.st_mtim.tv_nsec != after.st_mtim.tv_nsec) {
+      moved = true;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  CHECK(moved);
+  CHECK(std::chrono::steady_clock::now() - written < std::chrono::milliseconds(1500));
+}
+
+TEST_CASE("direct write: who may not write directly writes right through the kernel",
+          "[mount][direct][write]") {
+  NVFS_REQUIRE_FUSE();
+  if (!RootDaemon()) NVFS_SKIP("the direct socket needs a root daemon");
+  MountedFs m;
+  m.Start("allow_other");  // the file modes alone decide who writes p
+  WriteKernel(m.path("p"), std::string(8192, 'p'), 0);
+  SECTION("a descriptor opened read-only, or O_APPEND") {
+    const int ro = open(m.path("p").c_str(), O_RDONLY);
+    REQUIRE(ro >= 0);
+    nvfs_direct* d = nvfs_direct_attach(ro);
+    CHECK(nvfs_direct_write_why(d) == NVFS_DIRECT_NOT_WRITABLE);
+    CHECK(nvfs_direct_pwrite(d, "x", 1, 0) == -1);
+    CHECK(errno == EBADF);
+    nvfs_direct_detach(d);
+    close(ro);
+    Attached app(m.path("p"), O_RDWR | O_APPEND);
+    CHECK(nvfs_direct_write_why(app.d) == NVFS_DIRECT_NOT_WRITABLE);
+    REQUIRE(app.Write("APP", 0) == 3);  // the kernel appends
+    CHECK(KernelAll(m.path("p")) == std::string(8192, 'p') + "APP");
+  }
+  SECTION("a set-user-ID file: the kernel writes it (and drops the bit as it does)") {
+    REQUIRE(chmod(m.path("p").c_str(), 04755) == 0);
+    Attached f(m.path("p"));
+    REQUIRE(f.Write("S", 0) == 1);
+    CHECK(nvfs_direct_write_why(f.d) == NVFS_DIRECT_PRIVILEGED);
+    CHECK(KernelAll(m.path("p"))[0] == 'S');
+    // Made set-user-ID while attached: the next write maps again and goes
+    // to the kernel too.
+    REQUIRE(chmod(m.path("p").c_str(), 0644) == 0);
+    Attached g(m.path("p"));
+    REQUIRE(g.Write("T", 1) == 1);
+    CHECK(nvfs_direct_write_why(g.d) == NVFS_DIRECT_ACTIVE);
+    REQUIRE(chmod(m.path("p").c_str(), 04755) == 0);
+    REQUIRE(g.Write("U", 2) == 1);
+    CHECK(nvfs_direct_write_why(g.d) == NVFS_DIRECT_PRIVILEGED);
+    CHECK(KernelAll(m.path("p")).substr(0, 3) == "STU");
+    // Root keeps the bit through a write (CAP_FSETID), as through the
+    // mount; a user without it loses it in the kernel's write.
+    REQUIRE(chmod(m.path("p").c_str(), 04777) == 0);
+    const pid_t child = fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+      if (!nvfs::test::BecomeNobody()) _exit(10);
+      const int fd = open(m.path("p").c_str(), O_RDWR);
+      if (fd < 0) _exit(11);
+      nvfs_direct* d = nvfs_direct_attach(fd);
+      _exit(nvfs_direct_pwrite(d, "V", 1, 3) == 1 ? 0 : 12);
+    }
+    CHECK(nvfs::test::WaitForExit(child, 30) == 0);
+    struct stat st {};
+    REQUIRE(stat(m.path("p").c_str(), &st) == 0);
+    CHECK((st.st_mode & S_ISUID) == 0);
+  }
+  SECTION("a full filesystem: ENOSPC, nothing half-written") {
+    Attached f(m.path("q"));
+    REQUIRE(f.Write("start", 0) == 5);
+    Fill(m.path("filler"));
+    const std::string big(4 << 20, 'B');
+    errno = 0;
+    CHECK(f.Write(big, 5) == -1);
+    CHECK(errno == ENOSPC);
+    CHECK(KernelAll(m.path("q")) == "start");
+    REQUIRE(unlink(m.path("filler").c_str()) == 0);
+  }
+  StopAndCheck(m);
+}
+
+TEST_CASE("direct write: a process that may read but not write the namespace",
+          "[mount][direct][write]") {
+  NVFS_REQUIRE_FUSE();
+  if (!RootDaemon()) NVFS_SKIP("the direct socket needs a root daemon");
+  MountedFs m;
+  // Others may read the image (the daemon warns of it), not write it.
+  REQUIRE(chmod(m.image().c_str(), 0604) == 0);
+  m.Start("allow_other");
+  WriteKernel(m.path("p"), std::string(8192, 'p'), 0);
+  REQUIRE(chmod(m.path("p").c_str(), 0666) == 0);
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    if (!nvfs::test::BecomeNobody()) _exit(10);
+    const int fd = open(m.path("p").c_str(), O_RDWR);
+    if (fd < 0) _exit(11);
+    nvfs_direct* d = nvfs_direct_attach(fd);
+    if (nvfs_direct_why(d) != NVFS_DIRECT_ACTIVE) _exit(20 + nvfs_direct_why(d));  // it reads directly
+    if (nvfs_direct_pwrite(d, "NOBODY", 6, 4096) != 6) _exit(13);
+    if (nvfs_direct_write_why(d) != NVFS_DIRECT_NO_WRITE_NAMESPACE) _exit(14);
+    char back[6];
+    if (nvfs_direct_pread(d, back, 6, 4096) != 6 || std::memcmp(back, "NOBODY", 6) != 0) _exit(15);
+    _exit(0);
+  }
+  CHECK(nvfs::test::WaitForExit(child, 30) == 0);
+  CHECK(KernelAll(m.path("p")).substr(4096, 6) == "NOBODY");
+  REQUIRE(m.Stop() == 0);
+  REQUIRE(chmod(m.image().c_str(), 0600) == 0);
+  nvfs::test::CheckFsckClean(m.image());
+}
+
+TEST_CASE("direct write: a store never lands in a block another file was given (grace period)",
+          "[mount][direct][write][race]") {
+  NVFS_REQUIRE_FUSE();
+  if (!RootDaemon()) NVFS_SKIP("the direct socket needs a root daemon");
+  MountedFs m(64ull << 20);
+  m.Start();
+  // One chunk of a write (1 MiB) is one store: its check, then its bytes.
+  const size_t kSize = 1 << 20;
+  WriteKernel(m.path("a"), std::string(kSize, 'a'), 0);
+  auto a = std::make_unique<Attached>(m.path("a"));
+  REQUIRE(a->Write("a", 0) == 1);  // proven for writing, runs known
+  Fill(m.path("filler"));
+  const uint64_t free_full = FreeBlocks(m.dir());
+  std::atomic<ssize_t> stored{-2};
+  std::thread writer;
+  {
+    StoreDelay delay(1500);
+    writer = std::thread([&] { stored = a->Write(std::string(kSize, 'W'), 0); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  }
+  // The writer is inside its store, its check passed: its file gives the
+  // blocks up, and another file wants every free block there is.
+  REQUIRE(truncate(m.path("a").c_str(), 0) == 0);
+  // Held back while the store may run: statfs does not count them free.
+  CHECK(FreeBlocks(m.dir()) < free_full + (kSize >> 12) / 2);
+  const int b = open(m.path("b").c_str(), O_WRONLY | O_CREAT, 0644);
+  REQUIRE(b >= 0);
+  const std::string bytes(kSize, 'b');
+  const ssize_t n = pwrite(b, bytes.data(), bytes.size(), 0);
+  CHECK((n == -1 && errno == ENOSPC));
+  writer.join();
+  CHECK(stored == static_cast<ssize_t>(kSize));
+  // Once it is out, the blocks are free again.
+  REQUIRE(pwrite(b, bytes.data(), bytes.size(), 0) == static_cast<ssize_t>(bytes.size()));
+  REQUIRE(fsync(b) == 0);
+  close(b);
+  const std::string got = KernelAll(m.path("b"));
+  CHECK(got.find('W') == std::string::npos);
+  CHECK(got == bytes);
+  REQUIRE(unlink(m.path("filler").c_str()) == 0);
+  a.reset();  // its descriptor keeps the mount busy
+  StopAndCheck(m);
+}
+
+TEST_CASE("direct write: kill -9 of the daemon under a writer; the next mount waits it out",
+          "[mount][direct][write][restart]") {
+  NVFS_REQUIRE_FUSE();
+  if (!RootDaemon()) NVFS_SKIP("the direct socket needs a root daemon");
+  MountedFs m(64ull << 20);
+  m.Start();
+  const size_t kSize = 1 << 20;
+  WriteKernel(m.path("a"), std::string(kSize, 'a'), 0);
+  WriteKernel(m.path("other"), std::string(100000, 'o'), 0);
+  auto a = std::make_unique<Attached>(m.path("a"));
+  REQUIRE(a->Write("a", 0) == 1);
+  Fill(m.path("filler"));
+  std::atomic<ssize_t> stored{-2};
+  std::thread writer;
+  {
+    StoreDelay delay(2000);
+    writer = std::thread([&] { stored = a->Write(std::string(kSize, 'W'), 0); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  }
+  CHECK(m.Signal(SIGKILL) == 128 + SIGKILL);
+  const auto mount_at = std::chrono::steady_clock::now();
+  m.Start();
+  // The new mount waited for the store (about 1.7 s left of it).
+  CHECK(std::chrono::steady_clock::now() - mount_at > std::chrono::milliseconds(1000));
+  REQUIRE(truncate(m.path("a").c_str(), 0) == 0);
+  const int b = open(m.path("b").c_str(), O_WRONLY | O_CREAT, 0644);
+  REQUIRE(b >= 0);
+  const std::string bytes(kSize, 'b');
+  REQUIRE(pwrite(b, bytes.data(), bytes.size(), 0) == static_cast<ssize_t>(bytes.size()));
+  close(b);
+  writer.join();
+  const std::string got = KernelAll(m.path("b"));
+  CHECK(got.find('W') == std::string::npos);
+  CHECK(got == bytes);
+  CHECK(KernelAll(m.path("other")) == std::string(100000, 'o'));
+  REQUIRE(unlink(m.path("filler").c_str()) == 0);
+  a.reset();
+  StopAndCheck(m);
+}
+
+TEST_CASE("direct write: the preload under fork, dup2 and descriptor reuse",
+          "[mount][direct][write]") {
+  NVFS_REQUIRE_FUSE();
+  if (!RootDaemon()) NVFS_SKIP("the direct socket needs a root daemon");
+  MountedFs m;
+  m.Start();
+  const std::string probe = Program("NVFS_DIRECT_PROBE");
+  const std::string preload = "LD_PRELOAD=" + Program("NVFS_DIRECT_LIB");
+  char log_path[] = "/tmp/direct-write-probe-XXXXXX";
+  const int log_fd = mkstemp(log_path);
+  REQUIRE(log_fd >= 0);
+  close(log_fd);
+  const int status = nvfs::test::RunProgram({"env", preload, probe, "writes", m.dir()}, log_path);
+  std::string log;
+  {
+    const int fd = open(log_path, O_RDONLY);
+    if (fd >= 0) {
+      char buf[4096];
+      ssize_t n;
+      while ((n = read(fd, buf, sizeof buf)) > 0) log.append(buf, static_cast<size_t>(n));
+      close(fd);
+    }
+    unlink(log_path);
+  }
+  INFO(log);
+  CHECK(status == 0);
+  CHECK(KernelAll(m.path("w1")) == std::string(4096, '1') + "parent");
+  CHECK(KernelAll(m.path("w2")) == std::string(4096, '2') + "child");
+  CHECK(KernelAll(m.path("w3")) == "reused");
+  StopAndCheck(m);
+}
