@@ -57,6 +57,12 @@
 //      and replies with the runs from `length` up to `limit` (EAGAIN: the
 //      file changed; store again). offset == length: the times only.
 //   8. kOpTrim (a descriptor, as 5): the blocks kept past the end go.
+//   6 to 8 may name the file by `ino` instead of a descriptor, on a
+//   connection proven for writing: its process may change every byte of the
+//   namespace already, and a descriptor passed costs the daemon a receive,
+//   a statx and a close on every append. A write request is not counted
+//   against the user's rate either (kRequestsPerSecond): the same process
+//   could store anything anywhere instead.
 // Anything before a successful kOpProve but kOpHello, a malformed message, a
 // wrong magic or version: one reply with an error, then the daemon closes
 // the connection. A connection not proven within kUnprovenSeconds is closed.
@@ -121,8 +127,10 @@ struct Request {
   uint64_t length;   // kOpAllocate: bytes to store; kOpCommit: the end of what was stored
   uint64_t seq;      // kOpCommit: the slot's seq of the runs stored into
   uint64_t limit;    // kOpAllocate, kOpCommit: how far past the size runs may go
+  uint64_t ino;      // kOpAllocate, kOpCommit, kOpTrim without a descriptor: the file
+  uint64_t reserved;
 };
-static_assert(sizeof(Request) == 48);
+static_assert(sizeof(Request) == 64);
 
 struct ReplyHeader {
   uint32_t magic;  // kMagic

@@ -2,12 +2,15 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstring>
 
 #include "direct/libc.hpp"
@@ -77,6 +80,63 @@ int RecvAll(int sock, void* data, size_t len, int* fd) {
   return 0;
 }
 
+// Reads at most `max` bytes, at least `min`, in as few calls as the data
+// comes in; *got says how many.
+int RecvSome(int sock, void* data, size_t max, size_t min, size_t* got, int* fd) {
+  auto* p = static_cast<char*>(data);
+  *got = 0;
+  while (*got < min) {
+    iovec iov{p + *got, max - *got};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    alignas(cmsghdr) char control[CMSG_SPACE(4 * sizeof(int))];
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+    const ssize_t n = libc::Get(&libc::Table::recvmsg)(sock, &msg, MSG_CMSG_CLOEXEC);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return errno == EAGAIN || errno == EWOULDBLOCK ? ETIMEDOUT : errno;
+    }
+    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+      if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+      const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      for (size_t i = 0; i < count; ++i) {
+        int received;
+        std::memcpy(&received, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+        if (*fd < 0) {
+          *fd = received;
+        } else {
+          CloseFd(received);
+        }
+      }
+    }
+    if ((msg.msg_flags & MSG_CTRUNC) != 0) return EPROTO;
+    if (n == 0) return ECONNRESET;
+    *got += static_cast<size_t>(n);
+  }
+  return 0;
+}
+
+// A write request is answered in microseconds: the reply is waited for by
+// polling, at most kSpinMicroseconds, before the thread sleeps in recvmsg
+// (a sleeping thread's wake-up costs tens of microseconds on a virtual
+// machine whose idle CPU halted: more than the request itself).
+constexpr int64_t kSpinMicroseconds = 50;
+
+void SpinForReply(int sock) {
+  timespec start;
+  clock_gettime(CLOCK_MONOTONIC, &start);
+  for (;;) {
+    pollfd p{sock, POLLIN, 0};
+    if (poll(&p, 1, 0) != 0) return;
+    timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    const int64_t us = (now.tv_sec - start.tv_sec) * 1000000 + (now.tv_nsec - start.tv_nsec) / 1000;
+    if (us >= kSpinMicroseconds) return;
+  }
+}
+
 }  // namespace
 
 int TransportConnect(const char* path, uid_t peer_uid, int* sock_out) {
@@ -127,15 +187,19 @@ int TransportCall(int sock, const Request& req, int send_fd, void* reply, size_t
   int received = -1;
   int err = SendAll(sock, &req, sizeof req, send_fd);
   ReplyHeader h{};
-  if (err == 0) err = RecvAll(sock, &h, sizeof h, &received);
+  if (err == 0 && req.op >= kOpAllocate) SpinForReply(sock);
+  // One reply is in flight: it is read whole in one call when it has come
+  // whole (the daemon sends it in one), its header first otherwise.
+  std::memset(reply, 0, reply_max);
+  size_t got = 0;
+  if (err == 0) err = RecvSome(sock, reply, reply_max, sizeof h, &got, &received);
+  if (err == 0) std::memcpy(&h, reply, sizeof h);
   if (err == 0 && (h.magic != kMagic || h.op != req.op || h.size < sizeof h || h.size > reply_max ||
-                   (h.error == 0 && h.size < min_ok))) {
+                   (h.error == 0 && h.size < min_ok) || got > h.size)) {
     err = EPROTO;
   }
-  if (err == 0) {
-    std::memset(reply, 0, reply_max);
-    std::memcpy(reply, &h, sizeof h);
-    err = RecvAll(sock, static_cast<char*>(reply) + sizeof h, h.size - sizeof h, &received);
+  if (err == 0 && got < h.size) {
+    err = RecvAll(sock, static_cast<char*>(reply) + got, h.size - got, &received);
   }
   if (err == 0 && recv_fd != nullptr) {
     *recv_fd = received;

@@ -398,7 +398,15 @@ Asked Ask(nvfs_direct* f, const Request& req, Snapshot* observed) {
   if (req.op == kOpMap && f->snapshot.load(std::memory_order_acquire) != observed) {
     return Asked::kOk;  // another thread refreshed it
   }
-  const int status = session->CallLocked(req, f->fd, &reply);
+  // A write request names the file by its inode once it is known (no
+  // descriptor to pass: protocol.hpp); a map passes the descriptor.
+  Request named = req;
+  int fd = f->fd;
+  if (req.op != kOpMap && f->ino != 0) {
+    named.ino = f->ino;
+    fd = -1;
+  }
+  const int status = session->CallLocked(named, fd, &reply);
   if (status == Session::kMapOk) {
     if (f->ino != 0 && reply.ino != f->ino) {
       f->write_why.store(NVFS_DIRECT_NOT_NVFS, std::memory_order_release);
@@ -433,8 +441,11 @@ Asked Ask(nvfs_direct* f, const Request& req, Snapshot* observed) {
   return Asked::kKernel;
 }
 
-uint64_t Reserve(uint64_t len) {
-  return std::clamp<uint64_t>(2 * len, kMinReserve, kMaxReserve);
+// Blocks kept past the end after a write that ends at `end`: twice the
+// write, or a quarter of the file, between kMinReserve and kMaxReserve (a
+// file that grows by appends asks for blocks ever more rarely).
+uint64_t Reserve(uint64_t len, uint64_t end) {
+  return std::clamp<uint64_t>(std::max(2 * len, end / 4), kMinReserve, kMaxReserve);
 }
 
 }  // namespace
@@ -468,7 +479,8 @@ ssize_t Write(nvfs_direct* f, const iovec* iov, int iovcnt, off_t offset, int fl
     const Step step = StoreChunk(f, chunk, at, len, &observed, &refresh_at, &extends, &seq);
     if (step == Step::kStored && extends) {
       // The bytes are durable: now the size that exposes them.
-      const Request req{kMagic, kVersion, kOpCommit, 0, at, at + len, seq, at + len + Reserve(len)};
+      const Request req{kMagic, kVersion, kOpCommit, 0, at, at + len, seq,
+                        at + len + Reserve(len, at + len)};
       const Asked a = Ask(f, req, observed);
       if (a == Asked::kFailed && errno == EAGAIN && ++refreshes <= kMaxRefreshes) {
         // The file changed under the store: those blocks may not be its
@@ -512,7 +524,7 @@ ssize_t Write(nvfs_direct* f, const iovec* iov, int iovcnt, off_t offset, int fl
       }
       const uint64_t from = std::min<uint64_t>(refresh_at, at);
       req = Request{kMagic, kVersion, kOpAllocate, 0, from, at + len - from, 0,
-                    at + len + Reserve(len)};
+                    at + len + Reserve(len, at + len)};
     }
     const Asked a = Ask(f, req, observed);
     if (a == Asked::kFailed) {
@@ -536,10 +548,12 @@ void Settle(nvfs_direct* f, bool closing) {
   std::lock_guard lock(session->mu);
   if (written) {
     // The times (start == end), committed before this returns.
-    (void)session->CallLocked(Request{kMagic, kVersion, kOpCommit, 0, 0, 0, 0, 0}, f->fd, &reply);
+    (void)session->CallLocked(Request{kMagic, kVersion, kOpCommit, 0, 0, 0, 0, 0, f->ino, 0}, -1,
+                              &reply);
   }
   if (reserved) {
-    (void)session->CallLocked(Request{kMagic, kVersion, kOpTrim, 0, 0, 0, 0, 0}, f->fd, &reply);
+    (void)session->CallLocked(Request{kMagic, kVersion, kOpTrim, 0, 0, 0, 0, 0, f->ino, 0}, -1,
+                              &reply);
   }
 }
 
