@@ -9,6 +9,11 @@
 #   tools/bench.sh --meta [--reps N] [--files N] [-n N] [--appends N]
 #                         [--targets a,b,...] [--baseline DIR_WITH_AN_OLDER_nvfs]
 #                         [--count-requests]
+# With --writes first, durable writes (tools/bench_writes.py): libnvfs-direct's
+# against nvfs through the mount, tmpfs, ext4 on a loop device and the
+# in-process floor; 4 KiB random, 4 KiB appends, 1 MiB sequential, two threads,
+# and fio's psync engine under the preload:
+#   tools/bench.sh --writes [--reps N] [--size BYTES] [--seconds S]
 # With --walks first, tree walks with the kernel's caches as long as the mount
 # against 1 s timeouts (tools/bench_walks.py):
 #   tools/bench.sh --walks [--files N] [--reps N] [--idle S] [--targets a,b,...]
@@ -21,6 +26,12 @@ if [ "${1:-}" = --meta ]; then
   nvfs_install_deps psmisc fuse2fs linux-perf  # fuser; perf for --count-requests
   nvfs_build
   exec python3 "$NVFS_TOP/tools/bench_meta.py" "$@"
+fi
+if [ "${1:-}" = --writes ]; then
+  shift
+  nvfs_install_deps fio
+  nvfs_build
+  exec python3 "$NVFS_TOP/tools/bench_writes.py" "$@"
 fi
 if [ "${1:-}" = --walks ]; then
   shift

@@ -185,10 +185,8 @@ void Daemon::OpenSockets() {
                                              &writes_why);
     }
     direct_note_ = direct_ == nullptr ? "direct reads off: " + why
-                   : direct_->writes()
-                       ? "direct reads and writes on " + direct_->socket_path()
-                       : "direct reads on " + direct_->socket_path() + " (writes off: " +
-                             writes_why + ")";
+                   : "direct reads on " + direct_->socket_path() +
+                         (direct_->writes() ? " (and writes)" : " (writes off: " + writes_why + ")");
   }
   // The control socket (nvfs-resize of the mounted filesystem): root only.
   if (!fs_->read_only() && mount_dev_.has_value()) {
