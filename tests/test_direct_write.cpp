@@ -444,3 +444,47 @@ TEST_CASE("direct write: the preload under fork, dup2 and descriptor reuse",
   CHECK(KernelAll(m.path("w3")) == "reused");
   StopAndCheck(m);
 }
+
+TEST_CASE("direct write: threads writing through changes of credentials lose no write",
+          "[mount][direct][write][credentials]") {
+  NVFS_REQUIRE_FUSE();
+  if (!RootDaemon()) NVFS_SKIP("the direct socket needs a root daemon");
+  MountedFs m;
+  m.Start();
+  constexpr int kBlocks = 16;
+  WriteKernel(m.path("c1"), std::string(kBlocks * 4096, '.'), 0);
+  WriteKernel(m.path("c2"), std::string(kBlocks * 4096, '.'), 0);
+  std::atomic<bool> stop{false};
+  std::atomic<int> failures{0};
+  std::vector<std::string> last[2];
+  const auto writer = [&](int which) {
+    Attached f(m.path(which == 0 ? "c1" : "c2"));
+    last[which].assign(kBlocks, std::string(4096, '.'));
+    for (int i = 0; !stop.load(); ++i) {
+      std::string bytes(4096, static_cast<char>('A' + (i + which) % 26));
+      std::memcpy(bytes.data(), &i, sizeof i);
+      if (f.Write(bytes, static_cast<off_t>(i % kBlocks) * 4096) != 4096) ++failures;
+      last[which][i % kBlocks] = bytes;
+    }
+    if (nvfs_direct_write_why(f.d) != NVFS_DIRECT_ACTIVE) ++failures;  // still direct
+  };
+  std::thread t1(writer, 0), t2(writer, 1);
+  // The same credentials, over and over: each change takes the namespace
+  // out of the process and the next write proves it again.
+  for (int i = 0; i < 200; ++i) {
+    REQUIRE(setresuid(0, 0, 0) == 0);
+    std::this_thread::sleep_for(std::chrono::microseconds(500));
+  }
+  stop = true;
+  t1.join();
+  t2.join();
+  CHECK(failures == 0);
+  for (int which = 0; which < 2; ++which) {
+    const std::string got = KernelAll(m.path(which == 0 ? "c1" : "c2"));
+    for (int b = 0; b < kBlocks; ++b) {
+      INFO("file " << which << " block " << b);
+      CHECK(got.substr(static_cast<size_t>(b) * 4096, 4096) == last[which][b]);
+    }
+  }
+  StopAndCheck(m);
+}

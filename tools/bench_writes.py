@@ -123,7 +123,7 @@ def main():
             cells.append("-" if v is None else (f"{v:.2f} GB/s" if key == "gbps" else
                                                  f"{v / 1000:.0f} k"))
         rows.append([wl] + cells)
-    print(benchreport.markdown_table(["workload"] + names, rows))
+    print("\n".join(benchreport.markdown_table(["workload"] + names, rows)))
     print()
 
     def ratio(a, b):

@@ -1,6 +1,6 @@
-// What the daemon shares with direct readers (libnvfs-direct, src/direct/):
-// the table of per-inode sequence counters, mapped read-only by every
-// client, and the runs a file's bytes lie in. Plain layout, no dependency:
+// What the daemon shares with direct readers and writers (libnvfs-direct,
+// src/direct/): the table of per-inode sequence counters, mapped read-only
+// by every client, the runs a file's bytes lie in, and the writers' pages. Plain layout, no dependency:
 // the core (which keeps the table current), the daemon's socket server and
 // the client library all include it. doc/integrity.md section 10 argues
 // why a read checked against these returns only bytes of its own file.

@@ -84,6 +84,7 @@ void ParentAfterFork() {
 }
 void ChildAfterFork() {
   CredentialsChildAfterFork();  // before the child runs any code of its own
+  WritersChildAfterFork();
   FaultAfterFork();
   EpochChildAfterFork();
   SessionsChildAfterFork();

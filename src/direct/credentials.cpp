@@ -55,6 +55,11 @@ std::atomic<uint32_t> walking{0};
   abort();
 }
 
+// Private and writable: a direct write's store that a signal handler on its
+// own thread interrupted to change credentials lands in the zeros, not in
+// the namespace, and the writer, finding the revocation counter moved,
+// writes again through the kernel (write.cpp); other threads' stores are
+// waited out before the zeros come (RevokeAll).
 void Zero(uintptr_t base, uint64_t size) {
   void* p = mmap(reinterpret_cast<void*>(base), size, PROT_READ | PROT_WRITE,
                  MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -66,14 +71,21 @@ void Zero(uintptr_t base, uint64_t size) {
 // could miss one a session is mapping again at that very moment (the
 // session then finds the change itself, CredentialsUnchangedSince, but
 // only once it has cleared the mark).
-void RevokeAll() {
+void RevokeAll(bool other_threads) {
   walking.fetch_add(1, std::memory_order_seq_cst);
+  // The marks before the zeros: a reader that copied zeros finds them.
+  for (Revocable& r : ranges) {
+    if (r.base.load(std::memory_order_seq_cst) == 0) continue;
+    r.revocations.fetch_add(1, std::memory_order_seq_cst);
+    r.revoked.store(true, std::memory_order_seq_cst);
+  }
+  // A direct write of another thread that passed its check before the
+  // marks ends its store before the zeros come (write.cpp): no store is
+  // lost in them. (A fork's child has no other thread.)
+  if (other_threads) WritersWaitOutOthers();
   for (Revocable& r : ranges) {
     const uintptr_t base = r.base.load(std::memory_order_seq_cst);
     if (base == 0) continue;
-    // The marks before the zeros: a reader that copied zeros finds them.
-    r.revocations.fetch_add(1, std::memory_order_seq_cst);
-    r.revoked.store(true, std::memory_order_seq_cst);
     Zero(base, r.size.load(std::memory_order_acquire));
   }
   walking.fetch_sub(1, std::memory_order_seq_cst);
@@ -82,7 +94,7 @@ void RevokeAll() {
 void Begin() {
   changing.fetch_add(1, std::memory_order_seq_cst);
   generation.fetch_add(1, std::memory_order_seq_cst);
-  RevokeAll();
+  RevokeAll(/*other_threads=*/true);
 }
 
 void End() {
@@ -157,7 +169,7 @@ void CredentialsChildAfterFork() {
   changing.store(0, std::memory_order_relaxed);
   walking.store(0, std::memory_order_relaxed);
   generation.fetch_add(2, std::memory_order_seq_cst);
-  RevokeAll();
+  RevokeAll(/*other_threads=*/false);
 }
 
 }  // namespace nvfs::direct

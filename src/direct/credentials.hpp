@@ -94,4 +94,13 @@ class CredentialChange {
 // thread lives on.
 void CredentialsChildAfterFork();
 
+// Waits until no other thread of this process is inside a direct write's
+// store that began before the namespace's ranges were marked revoked
+// (write.cpp). Lock-free, async-signal-safe; returns at once if the
+// process never wrote directly.
+void WritersWaitOutOthers();
+// In a child of fork: the parent's pages are not looked at (its threads are
+// not the child's).
+void WritersChildAfterFork();
+
 }  // namespace nvfs::direct

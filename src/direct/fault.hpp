@@ -6,7 +6,8 @@
 // The library's SIGBUS handler, seeing the fault address inside one of the
 // mappings registered here while the faulting thread is in a library copy
 // (tls.in_copy), records the page as poisoned and then maps a page of zeros
-// over it (MAP_FIXED, private, anonymous, read-only; where the mapping
+// over it (MAP_FIXED, private, anonymous, writable, so that a direct
+// write's store into it lands there harmlessly; where the mapping
 // cannot be split there, as on a device-dax namespace, the 2 MiB around
 // it), and returns: the copy runs again on the zeros and completes. Every
 // read checks its mapping's poison counter after its copy (one load) and

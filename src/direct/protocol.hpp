@@ -1,5 +1,5 @@
-// The direct-read protocol between the daemon (src/direct/server.cpp) and
-// libnvfs-direct (src/direct/client.cpp). One unix stream socket per mount,
+// The direct protocol between the daemon (src/direct/server.cpp) and
+// libnvfs-direct (src/direct/session.cpp, write.cpp). One unix stream socket per mount,
 // at SocketPath(st_dev of the mount); requests are answered in order, one
 // at a time; every message has a fixed size.
 //

@@ -3,8 +3,10 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
+#include <linux/membarrier.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <time.h>
 #include <unistd.h>
@@ -531,6 +533,14 @@ bool Session::RemapLocked(int ns_fd, int table_fd) {
   return true;
 }
 
+namespace {
+// Set once the process registered; cleared in a child of fork (whose new
+// memory is not registered) until it registers again.
+std::atomic<bool> writers_asymmetric{false};
+}  // namespace
+
+bool WritersAsymmetric() { return writers_asymmetric.load(std::memory_order_relaxed); }
+
 int Session::EnsureWriterLocked() {
   if (writable.load(std::memory_order_acquire) && write_connection_ && !Revoked()) {
     return NVFS_DIRECT_ACTIVE;
@@ -625,6 +635,12 @@ int Session::WriteProveLocked() {
     RevocableZero(ns_range);
     munmap(page, sizeof(DirectWriterPage));
     return NVFS_DIRECT_REFUSED;
+  }
+  // Before any store: the daemon's barriers reach this process's threads
+  // from now on (or, if the kernel refuses, each store fences itself).
+  if (!writers_asymmetric.load(std::memory_order_relaxed) &&
+      syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED, 0, 0) == 0) {
+    writers_asymmetric.store(true, std::memory_order_seq_cst);
   }
   // The old page (an earlier connection's) stays mapped: a thread may be
   // between loading it and its store; it is no one's now.
@@ -864,6 +880,7 @@ void SessionsChildAfterFork() {
     // writing on its own, and gets its own.
     s->writable.store(false, std::memory_order_relaxed);
     s->writer_page = nullptr;
+    writers_asymmetric.store(false, std::memory_order_relaxed);
     s->write_why_ = NVFS_DIRECT_ACTIVE;
     s->writer_generation.fetch_add(1, std::memory_order_relaxed);
     if (s->sock_ >= 0) s->DropSocketLocked();

@@ -182,6 +182,11 @@ class Session {
   Session* next_ = nullptr;
 };
 
+// Whether this process registered for the daemon's barriers
+// (MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED, at its first proof for
+// writing): its writers then need no fence of their own (write.cpp).
+bool WritersAsymmetric();
+
 // The session of the mount `dev` with a reference for the caller, ready to
 // map files; null and the reason in *why (an nvfs_direct_why) when the
 // mount serves this process no direct reads. A failure is remembered for

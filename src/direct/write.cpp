@@ -21,6 +21,8 @@
 // in one transaction). An append into the reserve costs the commit alone.
 #include <errno.h>
 #include <limits.h>
+#include <linux/membarrier.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -115,6 +117,11 @@ bool Persist(const Session* s, std::byte* p, size_t len) {
 
 // --- the thread's slot in the writers' page -------------------------------------
 
+// Every writers' page this process mapped (never unmapped while the
+// library lives), for WritersWaitOutOthers.
+constexpr int kMaxPages = 64;
+std::atomic<DirectWriterPage*> pages[kMaxPages];
+
 struct SlotCache {
   const Session* session = nullptr;
   uint64_t generation = 0;
@@ -141,6 +148,19 @@ uint64_t ThreadId() {
   return tid;
 }
 
+void NotePage(DirectWriterPage* page) {
+  for (auto& p : pages) {
+    DirectWriterPage* cur = p.load(std::memory_order_acquire);
+    if (cur == page) return;
+    if (cur == nullptr) {
+      DirectWriterPage* expected = nullptr;
+      if (p.compare_exchange_strong(expected, page, std::memory_order_acq_rel) || expected == page) {
+        return;
+      }
+    }
+  }
+}
+
 // This thread's slot in `s`'s page: claimed at its first store there. Null
 // when every slot is another thread's (the write goes to the kernel).
 DirectWriterThread* ThreadSlot(Session* s, DirectWriterPage* page) {
@@ -154,6 +174,7 @@ DirectWriterThread* ThreadSlot(Session* s, DirectWriterPage* page) {
     uint64_t free = 0;
     if (slot.owner.load(std::memory_order_relaxed) == 0 &&
         slot.owner.compare_exchange_strong(free, me, std::memory_order_acq_rel)) {
+      NotePage(page);
       SlotCache& c = t.cache[t.next];
       t.next = (t.next + 1) % ThreadSlots::kCached;
       if (c.slot != nullptr) c.slot->owner.store(0, std::memory_order_release);
@@ -201,14 +222,17 @@ void TestStoreDelay() {
 #endif
 
 // Calls fn(ns offset, len) for the pieces of [offset, offset + n) in `s`;
-// false, with *gap at the first byte that lies in a hole or in no extent.
+// false, with *gap at the first byte that lies in a hole or in no extent
+// (*hole says which).
 template <class Fn>
-bool ForEachBlockPiece(const Snapshot* s, uint64_t offset, uint64_t n, uint64_t* gap, Fn&& fn) {
+bool ForEachBlockPiece(const Snapshot* s, uint64_t offset, uint64_t n, uint64_t* gap, Fn&& fn,
+                       bool* hole = nullptr) {
   uint64_t pos = offset;
   while (pos < offset + n) {
     const Extent* e = s->Find(pos);
     if (e == nullptr || e->ns_offset == kDirectHole) {
       *gap = pos;
+      if (hole != nullptr) *hole = e != nullptr || pos >= s->size;
       return false;
     }
     const uint64_t within = pos - e->file_offset;
@@ -264,11 +288,17 @@ Step StoreChunk(nvfs_direct* f, Source& src, uint64_t offset, size_t len, Snapsh
   const uint64_t writable_size = session->writable_size.load(std::memory_order_acquire);
   uint64_t gap;
   bool inside = true;
-  if (!ForEachBlockPiece(s, offset, len, &gap, [&](uint64_t ns_off, uint64_t k) {
-        if (ns_off + k > writable_size) inside = false;
-      })) {
+  bool hole = false;
+  if (!ForEachBlockPiece(
+          s, offset, len, &gap,
+          [&](uint64_t ns_off, uint64_t k) {
+            if (ns_off + k > writable_size) inside = false;
+          },
+          &hole)) {
+    // A hole, or past the blocks known past the end: blocks first. Runs
+    // not known yet inside the file: asked for.
     *refresh_at = gap;
-    return Step::kAllocate;
+    return hole ? Step::kAllocate : Step::kRefresh;
   }
   if (!inside) return Step::kKernel;  // grown since the proof: mapped read-only there
   DirectWriterThread* slot = page == nullptr ? nullptr : ThreadSlot(session, page);
@@ -279,9 +309,18 @@ Step StoreChunk(nvfs_direct* f, Source& src, uint64_t offset, size_t len, Snapsh
   const uint64_t revocations = session->Revocations();
 
   // Inside: from here to the even gen the daemon waits for this thread.
+  // The store of the odd gen before the loads of the check: the daemon's
+  // membarrier makes this thread fence when it scans (writers.cpp), so a
+  // compiler barrier is all it needs here; without the registration, a
+  // fence of its own (which also waits for the last store's 4 KiB to drain,
+  // about half the cost of an overwrite).
   const uint64_t gen = slot->gen.load(std::memory_order_relaxed);
   slot->gen.store(gen + 1, std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (WritersAsymmetric()) {
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+  } else {
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+  }
   tls.in_copy = 1;
   std::atomic_signal_fence(std::memory_order_seq_cst);
   const bool poisoned_before = session->fault->poisoned.load(std::memory_order_acquire) != 0;
@@ -315,8 +354,13 @@ Step StoreChunk(nvfs_direct* f, Source& src, uint64_t offset, size_t len, Snapsh
     });
   }
   // The stores went to the namespace only if its mapping was still there
-  // all along (no change of credentials put zeros over it meanwhile).
-  std::atomic_thread_fence(std::memory_order_seq_cst);
+  // all along: another thread's change of credentials waits for this store
+  // before it maps zeros (WritersWaitOutOthers), so only a change made by
+  // a signal handler that interrupted this very store can have put zeros
+  // under it, and this thread's own program order shows it here. (A full
+  // fence here would wait for the store's 4 KiB to drain: about a third of
+  // an overwrite's cost.)
+  std::atomic_signal_fence(std::memory_order_seq_cst);
   const bool still = session->IdentityHolds() && !session->Revoked() &&
                      session->Revocations() == revocations;
   const bool poisoned = session->fault->poisoned.load(std::memory_order_acquire) != 0;
@@ -342,6 +386,35 @@ Step StoreChunk(nvfs_direct* f, Source& src, uint64_t offset, size_t len, Snapsh
   if (!*extends) NoteWritten(f, page, f->ino);
   return Step::kStored;
 }
+
+}  // namespace
+
+void WritersChildAfterFork() {
+  for (auto& p : pages) p.store(nullptr, std::memory_order_relaxed);
+}
+
+void WritersWaitOutOthers() {
+  if (pages[0].load(std::memory_order_acquire) == nullptr) return;
+  // The caller's marks before the loads below, here and (for writers that
+  // rely on the barrier) in every thread that may be storing.
+  if (!WritersAsymmetric() || syscall(SYS_membarrier, MEMBARRIER_CMD_GLOBAL_EXPEDITED, 0, 0) != 0) {
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+  }
+  const uint64_t me = static_cast<uint64_t>(syscall(SYS_gettid));
+  for (auto& p : pages) {
+    DirectWriterPage* page = p.load(std::memory_order_acquire);
+    if (page == nullptr) break;
+    for (DirectWriterThread& t : page->threads) {
+      const uint64_t owner = t.owner.load(std::memory_order_acquire);
+      if (owner == 0 || owner == me) continue;
+      const uint64_t gen = t.gen.load(std::memory_order_acquire);
+      if ((gen & 1) == 0) continue;
+      while (t.gen.load(std::memory_order_acquire) == gen) sched_yield();
+    }
+  }
+}
+
+namespace {
 
 ssize_t WriteKernel(const nvfs_direct* f, const iovec* iov, int iovcnt, off_t offset, int flags) {
   if (flags != 0) return libc::Get(&libc::Table::pwritev2)(f->fd, iov, iovcnt, offset, flags);

@@ -12,7 +12,9 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <linux/membarrier.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -189,22 +191,22 @@ uint64_t Writers::Assign(uint64_t pid) {
   return 0;
 }
 
-uint64_t Writers::Start() {
-  // The caller's change (its slot seq moved) before the loads of the gens.
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  std::vector<Inside> inside;
-  for (uint32_t p = 0; p < kDirectWriterPages; ++p) {
-    const DirectWriterPage& page = pages_[p];
-    if (page.pid == 0) continue;
-    for (uint32_t t = 0; t < kDirectWriterThreads; ++t) {
-      const uint64_t gen = page.threads[t].gen.load(std::memory_order_acquire);
-      if ((gen & 1) != 0) inside.push_back({p, t, gen});
-    }
+void BarrierWithWriters() {
+  if (syscall(SYS_membarrier, MEMBARRIER_CMD_GLOBAL_EXPEDITED, 0, 0) != 0) {
+    std::atomic_thread_fence(std::memory_order_seq_cst);
   }
+}
+
+// A ticket records nothing: the writers are scanned when a Completed()
+// first asks about it. A scan made later than the change it covers sees
+// every writer that was inside a store then and is still inside (or the
+// gen it has moved on to since); one that left meanwhile is done; one that
+// entered after the change loads the moved seq. So a late scan is as good
+// as one at the change, and one scan, with one barrier, serves every
+// ticket taken since the one before (a truncation frees many runs).
+uint64_t Writers::Start() {
   std::lock_guard lock(mu_);
-  const uint64_t ticket = ++last_ticket_;
-  if (!inside.empty()) pending_.push_back({ticket, std::move(inside)});
-  return ticket;
+  return ++last_ticket_;
 }
 
 bool Writers::Over(const Inside& i) {
@@ -215,13 +217,30 @@ bool Writers::Over(const Inside& i) {
 
 uint64_t Writers::Completed() {
   std::lock_guard lock(mu_);
+  if (scanned_ < last_ticket_) {
+    // Every change behind these tickets (a slot seq moved, stored before
+    // the ticket was taken) before the loads of the gens, here and in
+    // every writer's thread.
+    BarrierWithWriters();
+    std::vector<Inside> inside;
+    for (uint32_t p = 0; p < kDirectWriterPages; ++p) {
+      const DirectWriterPage& page = pages_[p];
+      if (page.pid == 0) continue;
+      for (uint32_t t = 0; t < kDirectWriterThreads; ++t) {
+        const uint64_t gen = page.threads[t].gen.load(std::memory_order_acquire);
+        if ((gen & 1) != 0) inside.push_back({p, t, gen});
+      }
+    }
+    if (!inside.empty()) pending_.push_back({scanned_ + 1, last_ticket_, std::move(inside)});
+    scanned_ = last_ticket_;
+  }
   while (!pending_.empty()) {
     Pending& front = pending_.front();
     std::erase_if(front.inside, [&](const Inside& i) { return Over(i); });
-    if (!front.inside.empty()) return front.ticket - 1;
+    if (!front.inside.empty()) return front.first - 1;
     pending_.pop_front();
   }
-  return last_ticket_;
+  return scanned_;
 }
 
 bool WaitForEarlierWriters(const uint8_t uuid[16], uint64_t mount_count, int seconds,
@@ -233,9 +252,10 @@ bool WaitForEarlierWriters(const uint8_t uuid[16], uint64_t mount_count, int sec
     *why = open_why;
     return false;
   }
-  // This mount's mount_count, stored before, ordered before the loads below:
-  // a writer that was not inside by now sees it and stores nothing.
-  std::atomic_thread_fence(std::memory_order_seq_cst);
+  // This mount's mount_count, stored before, ordered before the loads below
+  // (and a barrier in every writer's thread): a writer that was not inside
+  // by now sees it and stores nothing.
+  BarrierWithWriters();
   const DirectWriterPage* pages = PagesOf(m.map);
   timespec deadline;
   clock_gettime(CLOCK_MONOTONIC, &deadline);

@@ -79,8 +79,10 @@ class Writers final : public epoch::ExternalGrace {
     uint32_t thread;
     uint64_t gen;
   };
+  // One scan, for the tickets first..last (taken since the scan before).
   struct Pending {
-    uint64_t ticket;
+    uint64_t first;
+    uint64_t last;
     std::vector<Inside> inside;
   };
   // Whether what `i` saw is over: the thread's gen moved, or its process
@@ -95,8 +97,16 @@ class Writers final : public epoch::ExternalGrace {
 
   std::mutex mu_;                 // a leaf lock (taken under the allocator's)
   uint64_t last_ticket_ = 0;      // protected by mu_
+  uint64_t scanned_ = 0;          // protected by mu_; tickets up to this have a scan
   std::deque<Pending> pending_;   // protected by mu_; tickets ascending
 };
+
+// The daemon's side of the fence pair with writers: on every CPU running a
+// thread of a writer that registered for it (the library does, at its
+// proof for writing), a full barrier, and one here
+// (MEMBARRIER_CMD_GLOBAL_EXPEDITED); a writer that could not register
+// fences on its own. A full fence here only, where membarrier fails.
+void BarrierWithWriters();
 
 // The guard of a new mount (doc/integrity.md section 11): a daemon killed
 // under direct writers leaves them running, and their stores must end

@@ -101,7 +101,23 @@ Result<Filesystem::DirectMapping> FsImpl::DirectAllocate(uint64_t ino, uint64_t 
   const format::Inode& inode = *ci->media;
   DirectSlot* slot = cache_->AssignSlot(ci);
   if (slot == nullptr) return Error(ENOSPC);
+  // Nothing to allocate (a writer that asked for runs it did not know):
+  // the file stays as it is, and so does its seq, which every direct
+  // reader and writer of it holds runs for.
+  bool holes = false;
   {
+    const uint64_t end_index = (reserve_end + geometry_->block_size() - 1) >> shift;
+    for (uint64_t index = offset >> shift; index < end_index && !holes;) {
+      uint64_t run;
+      const uint64_t phys = bmap_->Lookup(inode, index, end_index - index, &run);
+      if (phys == Bmap::kCorrupt) return FsOps::BadMap(*this, ino);
+      // Past the size only the write's own blocks must be there; the
+      // reserve is kept when anything is allocated at all.
+      if (phys == 0 && (index << shift) < offset + len) holes = true;
+      index += run;
+    }
+  }
+  if (holes) {
     const MappingChange change(ci);
     std::optional<OrphanTx> tx;
     tx.emplace(*this, "direct allocate");
