@@ -456,9 +456,14 @@ TEST_CASE("direct write: threads writing through changes of credentials lose no 
   WriteKernel(m.path("c2"), std::string(kBlocks * 4096, '.'), 0);
   std::atomic<bool> stop{false};
   std::atomic<int> failures{0};
+  std::atomic<int> ready{0};
   std::vector<std::string> last[2];
   const auto writer = [&](int which) {
+    // Attached (and proven) before the changes begin: an attach during a
+    // change reads through the kernel for good, as a reader's does.
     Attached f(m.path(which == 0 ? "c1" : "c2"));
+    if (f.Write(std::string(4096, '.'), 0) != 4096) ++failures;
+    ++ready;
     last[which].assign(kBlocks, std::string(4096, '.'));
     for (int i = 0; !stop.load(); ++i) {
       std::string bytes(4096, static_cast<char>('A' + (i + which) % 26));
@@ -469,6 +474,7 @@ TEST_CASE("direct write: threads writing through changes of credentials lose no 
     if (nvfs_direct_write_why(f.d) != NVFS_DIRECT_ACTIVE) ++failures;  // still direct
   };
   std::thread t1(writer, 0), t2(writer, 1);
+  while (ready < 2) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   // The same credentials, over and over: each change takes the namespace
   // out of the process and the next write proves it again.
   for (int i = 0; i < 200; ++i) {

@@ -766,7 +766,10 @@ int Session::CallLocked(const Request& req, int fd, MapReply* reply) {
     // writing again (the daemon knows the writer by the connection).
     if (req.op != kOpMap || (req.flags & kMapForWrite) != 0) {
       const int w = EnsureWriterLocked();
-      if (w != NVFS_DIRECT_ACTIVE) return kMapNoWrites;
+      if (w != NVFS_DIRECT_ACTIVE) {
+        no_writes_why_ = w;
+        return kMapNoWrites;
+      }
     }
     const int r = CallOnceLocked(req, fd, reply);
     if (r != kMapUnavailable) return r;

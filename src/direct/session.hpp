@@ -79,8 +79,8 @@ class Session {
   // WriteProveLocked unless this connection proved itself for writing and
   // the mapping is writable. REQUIRES: mu held.
   int EnsureWriterLocked();
-  // Why the last proof for writing failed. REQUIRES: mu held.
-  int write_why() const { return write_why_; }
+  // Why the last request refused with kMapNoWrites was. REQUIRES: mu held.
+  int write_why() const { return no_writes_why_; }
   // A request about `fd` (kOpMap with flags, kOpAllocate, kOpCommit,
   // kOpTrim) answered by a MapReply (kOpTrim: its header), checked as
   // MapLocked's. REQUIRES: mu held.
@@ -176,6 +176,7 @@ class Session {
   bool mapped_ = false;
   bool write_connection_ = false;   // this connection made a proof for writing
   int write_why_ = 0;               // why the last proof for writing failed
+  int no_writes_why_ = 0;           // why the last kMapNoWrites
   uint64_t write_why_generation_ = 0;  // ... as the process was then
 
   Session* prev_ = nullptr;  // the list of all sessions; protected by the registry's lock

@@ -493,9 +493,14 @@ Asked Ask(nvfs_direct* f, const Request& req, Snapshot* observed) {
     return (reply.flags & kMapWritable) != 0 ? Asked::kOk : Asked::kKernel;
   }
   if (status == Session::kMapNoWrites) {
+    // A refusal for this time only (a change of credentials under way, a
+    // reconnect that failed) writes this write through the kernel; the
+    // session's own answer (it may not write the namespace, the mount
+    // serves no direct writes) holds for the handle.
     const int why = session->write_why();
-    f->write_why.store(why == NVFS_DIRECT_ACTIVE ? NVFS_DIRECT_REFUSED : why,
-                       std::memory_order_release);
+    if (why != NVFS_DIRECT_ACTIVE && why != NVFS_DIRECT_REFUSED && why != NVFS_DIRECT_NO_MEMORY) {
+      f->write_why.store(why, std::memory_order_release);
+    }
     return Asked::kKernel;
   }
   if (status == Session::kMapGone || status == Session::kMapEnded) {
