@@ -8,9 +8,12 @@
 #include <linux/fs.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <string>
+#include <vector>
 
 #include "crash_harness.hpp"
+#include "nvfs/direct_abi.hpp"
 
 namespace nvfs::test::ops {
 
@@ -133,6 +136,73 @@ inline void FillUp(StepContext& c) {
 
 inline void OpenKeep(StepContext& c, const std::string& name, const std::string& path) {
   c.Keep(name, c.Expect(c.fs().Open(c.Ino(path), O_RDWR), "open " + path));
+}
+
+// --- A direct writer (src/direct/write.cpp), with the daemon's calls made
+// here: the core's DirectAllocate and DirectCommit, and the client's store
+// and flush into the runs between them, all on the recording media.
+
+// A slot table for the mounted filesystem (what the daemon's direct server
+// gives it); left to the end of the process, as it must outlive the mount.
+// A setup step's: not a crash point.
+inline void EnableDirect(StepContext& c) {
+  auto* table = new DirectSlot[64]();
+  c.fs().SetDirectTable(table, 64);
+}
+
+// The runs of a grant, as (file offset, namespace offset or kDirectHole, len).
+struct DirectGrant {
+  uint64_t seq = 0;
+  uint64_t start = 0;
+  std::vector<DirectRun> runs;
+};
+
+inline DirectGrant ToGrant(const Filesystem::DirectMapping& m, const DirectRun* runs) {
+  return DirectGrant{m.seq, m.start, std::vector<DirectRun>(runs, runs + m.run_count)};
+}
+
+// kOpAllocate: blocks for [offset, offset + len) and a reserve to
+// `reserve_end`, through the open file `name` (OpenKeep).
+inline DirectGrant DirectAllocate(StepContext& c, const std::string& name, uint64_t offset,
+                                  uint64_t len, uint64_t reserve_end) {
+  DirectRun runs[128];
+  const uint64_t ino = c.fs().HandleIno(c.Handle(name));
+  return ToGrant(c.Expect(c.fs().DirectAllocate(ino, offset, len, reserve_end, runs, 128),
+                          "direct allocate"),
+                 runs);
+}
+
+// The client's part: `data` stored at file offset `offset` into the
+// grant's runs and flushed; fails the step if a byte has no block.
+inline void DirectStore(StepContext& c, const DirectGrant& g, uint64_t offset,
+                        const std::string& data) {
+  Media& media = c.fs().media();
+  uint64_t file_off = g.start;
+  size_t done = 0;
+  for (const DirectRun& r : g.runs) {
+    const uint64_t end = file_off + r.len;
+    while (done < data.size() && offset + done >= file_off && offset + done < end) {
+      if (r.offset == kDirectHole) c.Fail("a direct store into a hole");
+      const uint64_t within = offset + done - file_off;
+      const size_t k = static_cast<size_t>(std::min<uint64_t>(r.len - within, data.size() - done));
+      media.StoreFlush(r.offset + within, data.data() + done, k);
+      done += k;
+    }
+    file_off = end;
+  }
+  if (done != data.size()) c.Fail("a direct store past the runs it was given");
+  media.Drain();
+}
+
+// kOpCommit: the size that exposes [start, end), the times; the grant for
+// the next store (runs from `end` to `map_end`).
+inline DirectGrant DirectCommit(StepContext& c, const std::string& name, uint64_t start,
+                                uint64_t end, uint64_t seq, uint64_t map_end) {
+  DirectRun runs[128];
+  const uint64_t ino = c.fs().HandleIno(c.Handle(name));
+  return ToGrant(c.Expect(c.fs().DirectCommit(ino, start, end, seq, map_end, runs, 128),
+                          "direct commit"),
+                 runs);
 }
 
 }  // namespace nvfs::test::ops

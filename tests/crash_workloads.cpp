@@ -409,6 +409,82 @@ std::string ChainName(size_t n) {
 
 }  // namespace
 
+std::vector<Workload> DirectWriteWorkloads() {
+  std::vector<Workload> w;
+  // /d1/f1 has 10000 bytes; /d1/f2 none; /sparse a hole in its first 20 blocks.
+  const auto open_f1 = [](StepContext& c) {
+    EnableDirect(c);
+    OpenKeep(c, "f", "/d1/f1");
+  };
+  // Allocation (a crash may leave any part of it: blocks past the end, the
+  // size as before), the store (past the end: nothing shows), the commit
+  // (the size and the bytes at once).
+  w.push_back(W("direct-extend", {S("append 3000 bytes to /d1/f1 directly", [](auto& c) {
+                  c.AllowPartialAllocation("/d1/f1");
+                  const DirectGrant g = DirectAllocate(c, "f", 10000, 3000, 13000 + 65536);
+                  DirectStore(c, g, 10000, Bytes(3000, 30));
+                  DirectCommit(c, "f", 10000, 13000, g.seq, 13000 + 65536);
+                })}, open_f1));
+  // A write past the end that leaves a gap: zeros between, never old bytes.
+  w.push_back(W("direct-extend-gap", {S("write at 50000 of /d1/f1 directly", [](auto& c) {
+                  c.AllowPartialAllocation("/d1/f1");
+                  const DirectGrant g = DirectAllocate(c, "f", 50000, 100, 50100);
+                  DirectStore(c, g, 50000, Bytes(100, 35));
+                  DirectCommit(c, "f", 50000, 50100, g.seq, 50100);
+                })}, open_f1));
+  // A hole filled: its blocks come zeroed (the hole read as zeros), then
+  // the bytes, which may mix after a crash as any overwrite's.
+  w.push_back(W("direct-fill-hole",
+                {S("allocate in the hole of /sparse", [](auto& c) {
+                   c.AllowPartialAllocation("/sparse");
+                   DirectAllocate(c, "s", 5 * 4096 + 10, 5000, 5 * 4096 + 5010);
+                 }),
+                 S("store into it", [](auto& c) {
+                   c.AllowMixed("/sparse", 5 * 4096 + 10, 5000);
+                   // Nothing left to allocate: the runs, the seq unmoved.
+                   const DirectGrant g = DirectAllocate(c, "s", 5 * 4096 + 10, 5000, 5 * 4096 + 5010);
+                   DirectStore(c, g, 5 * 4096 + 10, Bytes(5000, 31));
+                   DirectCommit(c, "s", 0, 0, 0, 0);  // the times only
+                 })},
+                [](StepContext& c) {
+                  EnableDirect(c);
+                  OpenKeep(c, "s", "/sparse");
+                }));
+  // An append into blocks a first one kept past the end (the first needed
+  // a block of its own: 12388 crosses into the fourth): the commit alone.
+  w.push_back(W("direct-append-through-reserve",
+                {S("append 4000 bytes into the reserve", [](auto& c) {
+                  const DirectGrant g = DirectAllocate(c, "f", 12388, 4000, 16388);
+                  DirectStore(c, g, 12388, Bytes(4000, 33));
+                  DirectCommit(c, "f", 12388, 16388, g.seq, 16388 + 65536);
+                })},
+                [](StepContext& c) {
+                  EnableDirect(c);
+                  OpenKeep(c, "f", "/d1/f1");
+                  const DirectGrant g = DirectAllocate(c, "f", 10000, 2388, 12388 + 65536);
+                  DirectStore(c, g, 10000, Bytes(2388, 32));
+                  DirectCommit(c, "f", 10000, 12388, g.seq, 12388 + 65536);
+                }));
+  // A reserve left unused at a crash (the first step's states), then given
+  // back (DirectTrim, as at the writer's close).
+  w.push_back(W("direct-reserve-unused",
+                {S("append 500 bytes to the empty /d1/f2 with a reserve", [](auto& c) {
+                   c.AllowPartialAllocation("/d1/f2");
+                   const DirectGrant g = DirectAllocate(c, "e", 0, 500, 65536);
+                   DirectStore(c, g, 0, Bytes(500, 34));
+                   DirectCommit(c, "e", 0, 500, g.seq, 65536);
+                 }),
+                 S("give the reserve back", [](auto& c) {
+                   c.AllowPartialAllocation("/d1/f2");
+                   c.Expect(c.fs().DirectTrim(c.fs().HandleIno(c.Handle("e"))), "direct trim");
+                 })},
+                [](StepContext& c) {
+                  EnableDirect(c);
+                  OpenKeep(c, "e", "/d1/f2");
+                }));
+  return w;
+}
+
 std::vector<Workload> DirectoryWorkloads() {
   std::vector<Workload> w;
   const size_t n = NamesBeforeSplit();

@@ -22,6 +22,10 @@ std::vector<Workload> DirectoryWorkloads();
 // Truncations, unlinks and fallocates needing several transactions, mounts
 // that recover orphans, a clean unmount.
 std::vector<Workload> LongWorkloads();
+// Direct writers' writes (src/direct/write.cpp): blocks allocated, the
+// bytes stored from the client's mapping, then the commit; a hole filled;
+// an append through a reserve; a reserve left unused and given back.
+std::vector<Workload> DirectWriteWorkloads();
 // A few of the above on 64 KiB blocks.
 std::vector<Workload> LargeBlockWorkloads();
 // 48 seeded two-operation sequences.

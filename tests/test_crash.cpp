@@ -329,6 +329,10 @@ TEST_CASE("crash: long truncations, orphans and small journal slots", "[crash][l
   Report(RunWorkloads("long", LongWorkloads()));
 }
 
+TEST_CASE("crash: direct writers' writes", "[crash][dwrite]") {
+  Report(RunWorkloads("direct writes", DirectWriteWorkloads()));
+}
+
 TEST_CASE("crash: 64 KiB blocks", "[crash][data]") {
   Report(RunWorkloads("64 KiB blocks", LargeBlockWorkloads()));
 }
