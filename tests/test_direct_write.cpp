@@ -494,3 +494,97 @@ TEST_CASE("direct write: threads writing through changes of credentials lose no 
   }
   StopAndCheck(m);
 }
+
+namespace {
+
+std::string ReadFileText(const std::string& path) {
+  std::string out;
+  const int fd = open(path.c_str(), O_RDONLY);
+  if (fd < 0) return out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
+  close(fd);
+  return out;
+}
+
+// pwrite64 system calls strace counted (its -c table), -1 if none is listed.
+long CountedCalls(const std::string& table, const std::string& call) {
+  size_t at = table.find(" " + call + "\n");
+  if (at == std::string::npos) return 0;
+  const size_t line = table.rfind('\n', at);
+  std::vector<std::string> fields;
+  std::string field;
+  for (char ch : table.substr(line + 1, at - line - 1)) {
+    if (ch == ' ') {
+      if (!field.empty()) fields.push_back(field);
+      field.clear();
+    } else {
+      field += ch;
+    }
+  }
+  if (!field.empty()) fields.push_back(field);
+  // % time, seconds, usecs/call, calls[, errors]
+  return fields.size() >= 4 ? std::stol(fields[3]) : -1;
+}
+
+}  // namespace
+
+TEST_CASE("direct write: an unmodified program, SQLite, under the preload",
+          "[mount][direct][write][sqlite]") {
+  NVFS_REQUIRE_FUSE();
+  if (!RootDaemon()) NVFS_SKIP("the direct socket needs a root daemon");
+  if (nvfs::test::RunProgram({"sh", "-c", "command -v sqlite3 && command -v strace"}) != 0) {
+    NVFS_SKIP("sqlite3 or strace is not installed (tools/check.sh installs them)");
+  }
+  MountedFs m;
+  m.Start();
+  const std::string preload = Program("NVFS_DIRECT_LIB");
+  char dir[] = "/tmp/direct-sqlite-XXXXXX";
+  REQUIRE(mkdtemp(dir) != nullptr);
+  const std::string tmp = dir;
+  {
+    const int fd = open((tmp + "/w.sql").c_str(), O_WRONLY | O_CREAT, 0644);
+    const std::string sql =
+        "PRAGMA journal_mode=WAL;\n"
+        "CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT);\n"
+        "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c WHERE x<20000)\n"
+        "  INSERT INTO t SELECT x, hex(randomblob(50)) FROM c;\n"
+        "UPDATE t SET v = v || 'u' WHERE id % 3 = 0;\n"
+        "DELETE FROM t WHERE id % 7 = 0;\n"
+        "BEGIN; UPDATE t SET v = 'x' || v WHERE id % 5 = 0; COMMIT;\n"
+        "PRAGMA wal_checkpoint(TRUNCATE);\n"
+        "PRAGMA integrity_check;\n"
+        "SELECT count(*), sum(length(v)) FROM t;\n";
+    REQUIRE(write(fd, sql.data(), sql.size()) == static_cast<ssize_t>(sql.size()));
+    close(fd);
+  }
+  const auto run = [&](const std::string& db, bool preloaded, const std::string& tag) {
+    const std::string cmd = std::string(preloaded ? "LD_PRELOAD=" + preload + " " : "") +
+                            "strace -f -c -e trace=pwrite64 -o " + tmp + "/" + tag +
+                            ".strace sqlite3 " + db + " < " + tmp + "/w.sql > " + tmp + "/" +
+                            tag + ".out 2>&1";
+    return nvfs::test::RunProgram({"sh", "-c", cmd});
+  };
+  REQUIRE(run(m.path("direct.db"), true, "direct") == 0);
+  REQUIRE(run(m.path("kernel.db"), false, "kernel") == 0);
+  const std::string direct_out = ReadFileText(tmp + "/direct.out");
+  const std::string kernel_out = ReadFileText(tmp + "/kernel.out");
+  INFO("direct: " << direct_out << "kernel: " << kernel_out);
+  CHECK(direct_out.find("\nok\n") != std::string::npos);
+  CHECK(direct_out == kernel_out);
+  // Its writes went direct: a handful of pwrite64 system calls where the
+  // kernel's run made thousands.
+  const long direct_calls = CountedCalls(ReadFileText(tmp + "/direct.strace"), "pwrite64");
+  const long kernel_calls = CountedCalls(ReadFileText(tmp + "/kernel.strace"), "pwrite64");
+  INFO("pwrite64 calls: direct " << direct_calls << ", kernel " << kernel_calls);
+  CHECK(kernel_calls > 1000);
+  CHECK(direct_calls * 100 < kernel_calls);
+  // The database reads the same through the kernel afterwards.
+  REQUIRE(nvfs::test::RunProgram({"sh", "-c", "sqlite3 " + m.path("direct.db") +
+                                                  " 'PRAGMA integrity_check;' > " + tmp +
+                                                  "/after.out 2>&1"}) == 0);
+  CHECK(ReadFileText(tmp + "/after.out") == "ok\n");
+  nvfs::test::RunProgram({"rm", "-rf", tmp});
+  StopAndCheck(m);
+}

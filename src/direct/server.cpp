@@ -35,6 +35,7 @@
 #include "direct/protocol.hpp"
 #include "direct/writers.hpp"
 #include "nvfs/format.hpp"
+#include "nvfs/media.hpp"
 #include "util/fd_passing.hpp"
 
 namespace nvfs::direct {
@@ -175,6 +176,8 @@ struct Server::State {
   // what a write must take away first (set-ID bits, a capability), nor
   // chattr's immutable or append-only.
   bool MayWriteDirectly(uint64_t ino);
+  // The byte at `size` - 1 of `ino`, for the kernel's copy of its size.
+  uint8_t LastByte(uint64_t ino, uint64_t size);
   // Sets the times of the files writers listed, and stops direct writes
   // if the filesystem turned read-only.
   void Times(Clock::time_point now);
@@ -449,6 +452,18 @@ void Server::State::Map(Connection& c) {
   Send(c, &reply, sizeof reply);
 }
 
+uint8_t Server::State::LastByte(uint64_t ino, uint64_t size) {
+  if (size == 0) return 0;
+  DirectRun run;
+  Result<Filesystem::DirectMapping> m = fs->DirectMap(ino, size - 1, &run, 1);
+  if (!m.ok() || m->run_count == 0 || run.offset == kDirectHole) return 0;
+  uint8_t byte = 0;
+  // Under a recovery point: a lost page fails this byte (0), not the daemon.
+  const std::byte* at = fs->media().base() + run.offset + (size - 1 - m->start);
+  if (!RunFaultGuarded([&] { std::memcpy(&byte, at, 1); })) return 0;
+  return byte;
+}
+
 bool Server::State::MayWriteDirectly(uint64_t ino) {
   Result<Attr> attr = fs->GetAttr(ino);
   if (!attr.ok()) return false;
@@ -514,7 +529,7 @@ void Server::State::WriteOp(Connection& c) {
     if (error == 0) {
       Status st = fs->DirectTrim(ino);
       error = st.ok() ? 0 : st.code();
-      if (st.ok() && options.attrs_changed) options.attrs_changed(ino);
+      if (st.ok() && options.attrs_changed) options.attrs_changed(ino, 0, 0);
     }
     const ReplyHeader h{kMagic, kOpTrim, error, sizeof(ReplyHeader)};
     Send(c, &h, sizeof h);
@@ -541,7 +556,13 @@ void Server::State::WriteOp(Connection& c) {
       // given writable (a change of mode or owner moves the seq): it still
       // is, so its reply is too, without asking the core again.
       if (r.op == kOpCommit || MayWriteDirectly(ino)) reply.flags = kMapWritable;
-      if (r.op == kOpCommit && options.attrs_changed) options.attrs_changed(ino);
+      if (r.op == kOpCommit && options.attrs_changed) {
+        if (r.length > r.offset) {
+          options.attrs_changed(ino, m->size, LastByte(ino, m->size));
+        } else {
+          options.attrs_changed(ino, 0, 0);
+        }
+      }
     }
   }
   Send(c, &reply, sizeof reply);
@@ -557,7 +578,7 @@ void Server::State::Times(Clock::time_point now) {
   DirectRun run;
   writers->TakeDirty([&](uint64_t ino) {
     if (fs->DirectCommit(ino, 0, 0, 0, 0, &run, 1).ok() && options.attrs_changed) {
-      options.attrs_changed(ino);
+      options.attrs_changed(ino, 0, 0);
     }
   });
 }

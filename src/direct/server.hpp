@@ -19,9 +19,10 @@ struct ServerOptions {
   // Direct writes (doc/integrity.md section 11): a read-write mount whose
   // kernel keeps no page cache of its files (cache=none).
   bool writes = false;
-  // After a direct writer changed `ino`'s size or times: the kernel's
-  // cached attributes of it are dropped. Must not wait for anything.
-  std::function<void(uint64_t ino)> attrs_changed;
+  // After a direct writer changed `ino`'s times, or its size (to `size`; 0:
+  // the size did not change): the kernel's cached attributes of it are
+  // dropped, and its size moved up. Must not wait for anything.
+  std::function<void(uint64_t ino, uint64_t size, uint8_t last_byte)> attrs_changed;
 };
 
 class Server {

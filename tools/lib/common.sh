@@ -13,6 +13,7 @@ NVFS_PACKAGES=(
   dpkg-dev  # dpkg-buildflags: the package's hardening flags (nvfs_build)
   git rsync make gcc attr sqlite3  # tests/mount_tools.sh: ordinary tools on a mount
   acl  # tests/mount_acl.sh: setfacl, getfacl
+  strace  # tests/test_direct_write.cpp: counts the system calls of a program under the preload
   # tests/test_nfs.cpp, tools/nfs_bench.sh: the NFS export (doc/ganesha.conf)
   nfs-ganesha nfs-ganesha-vfs rpcbind libnfs-dev libnfs-utils
 )
