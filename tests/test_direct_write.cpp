@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/wait.h>
@@ -586,5 +587,83 @@ TEST_CASE("direct write: an unmodified program, SQLite, under the preload",
                                                   "/after.out 2>&1"}) == 0);
   CHECK(ReadFileText(tmp + "/after.out") == "ok\n");
   nvfs::test::RunProgram({"rm", "-rf", tmp});
+  StopAndCheck(m);
+}
+
+TEST_CASE("direct write: a media error fails that write with EIO, and the process lives",
+          "[mount][direct][write]") {
+  NVFS_REQUIRE_FUSE();
+  if (!RootDaemon()) NVFS_SKIP("the direct socket needs a root daemon");
+  MountedFs m(256ull << 20);
+  m.Start();
+  const std::string f = m.path("big");
+  WriteKernel(f, std::string(100 << 20, 'q'), 0);
+  {
+    Attached a(f);
+    const std::string bytes(1 << 20, 'w');
+    REQUIRE(a.Write(bytes, 90 << 20) == static_cast<ssize_t>(bytes.size()));
+    // The namespace cut short under everyone's mapping: the end of the
+    // file is lost, and a store there faults.
+    REQUIRE(truncate(m.image().c_str(), 64 << 20) == 0);
+    errno = 0;
+    CHECK(a.Write(bytes, 90 << 20) == -1);
+    CHECK(errno == EIO);
+    // The process lives, and reads before the cut. The daemon found the
+    // pages lost too, and turned the filesystem read-only (errors=):
+    // a write before the cut gets what a write through the mount gets.
+    char back[4];
+    CHECK(nvfs_direct_pread(a.d, back, 4, 0) == 4);
+    CHECK(std::string(back, 4) == "qqqq");
+    errno = 0;
+    const ssize_t direct = a.Write("fine", 0);
+    const int direct_errno = errno;
+    const int kfd = open(f.c_str(), O_RDWR);
+    errno = 0;
+    const ssize_t kernel = kfd < 0 ? -1 : pwrite(kfd, "fine", 4, 0);
+    const int kernel_errno = kfd < 0 ? EROFS : errno;
+    if (kfd >= 0) close(kfd);
+    CHECK(direct == kernel);
+    if (direct < 0) CHECK(direct_errno == kernel_errno);
+  }
+  // The daemon lives (it found the lost pages too); it is not marked clean.
+  CHECK(m.Stop() == 1);
+}
+
+TEST_CASE("direct write: RLIMIT_FSIZE and cache=page are the kernel's",
+          "[mount][direct][write]") {
+  NVFS_REQUIRE_FUSE();
+  if (!RootDaemon()) NVFS_SKIP("the direct socket needs a root daemon");
+  MountedFs m;
+  SECTION("RLIMIT_FSIZE: an extension past it gets EFBIG (SIGXFSZ ignored)") {
+    m.Start();
+    WriteKernel(m.path("l"), std::string(4096, 'l'), 0);
+    const pid_t child = fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+      signal(SIGXFSZ, SIG_IGN);
+      const rlimit lim{8192, 8192};
+      if (setrlimit(RLIMIT_FSIZE, &lim) != 0) _exit(10);
+      const int fd = open(m.path("l").c_str(), O_RDWR);
+      nvfs_direct* d = nvfs_direct_attach(fd);
+      if (nvfs_direct_pwrite(d, "in", 2, 100) != 2) _exit(11);  // an overwrite
+      if (nvfs_direct_write_why(d) != NVFS_DIRECT_ACTIVE) _exit(12);
+      errno = 0;
+      if (nvfs_direct_pwrite(d, "past", 4, 10000) != -1 || errno != EFBIG) _exit(13);
+      _exit(0);
+    }
+    CHECK(nvfs::test::WaitForExit(child, 30) == 0);
+    struct stat st {};
+    REQUIRE(stat(m.path("l").c_str(), &st) == 0);
+    CHECK(st.st_size == 4096);
+  }
+  SECTION("cache=page: reads direct, writes through the kernel") {
+    m.Start("cache=page");
+    WriteKernel(m.path("c"), std::string(4096, 'c'), 0);
+    Attached a(m.path("c"));
+    CHECK(nvfs_direct_why(a.d) == NVFS_DIRECT_ACTIVE);
+    REQUIRE(a.Write("page", 0) == 4);
+    CHECK(nvfs_direct_write_why(a.d) == NVFS_DIRECT_NO_WRITES);
+    CHECK(KernelAll(m.path("c")).substr(0, 4) == "page");
+  }
   StopAndCheck(m);
 }

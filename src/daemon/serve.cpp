@@ -180,9 +180,10 @@ void Daemon::OpenSockets() {
       // With cache=page the kernel's cached pages would miss a direct
       // write: such mounts' files are written through the kernel.
       direct_options.writes = options_.adapter.cache == nvfs::CacheMode::kNone;
-      direct_options.attrs_changed = [this](uint64_t ino, uint64_t size, uint8_t last_byte) {
-        adapter_.DirectlyWritten(ino, size, last_byte);
+      direct_options.size_changed = [this](uint64_t ino, uint64_t size, uint8_t last_byte) {
+        adapter_.DirectlyGrown(ino, size, last_byte);
       };
+      direct_options.attrs_changed = [this](uint64_t ino) { adapter_.ForgetCachedAttr(ino); };
       direct_ = nvfs::direct::Server::Create(*fs_, *mount_dev_, device, direct_options, &why,
                                              &writes_why);
     }

@@ -27,6 +27,7 @@
 #include <cstring>
 #include <map>
 #include <new>
+#include <set>
 #include <vector>
 
 #include <linux/fs.h>
@@ -132,6 +133,8 @@ struct Server::State {
   ServerOptions options;
   std::unique_ptr<Writers> writers;  // direct writes served
   Clock::time_point next_times;      // when the writers' dirty lists are taken next
+  std::set<uint64_t> stale_attrs;    // inodes whose kernel attributes Times drops
+  static constexpr size_t kMaxStaleAttrs = 1024;
   dev_t mount_dev = 0;
   std::string socket_path;
   struct stat namespace_stat {};
@@ -178,6 +181,12 @@ struct Server::State {
   bool MayWriteDirectly(uint64_t ino);
   // The byte at `size` - 1 of `ino`, for the kernel's copy of its size.
   uint8_t LastByte(uint64_t ino, uint64_t size);
+  // After a commit (`stored`: bytes, else the times only) answered with `m`
+  // and `runs`: the kernel's size moved up now, its cached times dropped
+  // soon (stale_attrs) or, for the times alone, now.
+  void Committed(uint64_t ino, bool stored, const Filesystem::DirectMapping& m,
+                 const DirectRun* runs);
+  void ForgetStaleAttrs();
   // Sets the times of the files writers listed, and stops direct writes
   // if the filesystem turned read-only.
   void Times(Clock::time_point now);
@@ -529,7 +538,7 @@ void Server::State::WriteOp(Connection& c) {
     if (error == 0) {
       Status st = fs->DirectTrim(ino);
       error = st.ok() ? 0 : st.code();
-      if (st.ok() && options.attrs_changed) options.attrs_changed(ino, 0, 0);
+      if (st.ok() && options.attrs_changed) options.attrs_changed(ino);  // st_blocks
     }
     const ReplyHeader h{kMagic, kOpTrim, error, sizeof(ReplyHeader)};
     Send(c, &h, sizeof h);
@@ -556,13 +565,7 @@ void Server::State::WriteOp(Connection& c) {
       // given writable (a change of mode or owner moves the seq): it still
       // is, so its reply is too, without asking the core again.
       if (r.op == kOpCommit || MayWriteDirectly(ino)) reply.flags = kMapWritable;
-      if (r.op == kOpCommit && options.attrs_changed) {
-        if (r.length > r.offset) {
-          options.attrs_changed(ino, m->size, LastByte(ino, m->size));
-        } else {
-          options.attrs_changed(ino, 0, 0);
-        }
-      }
+      if (r.op == kOpCommit) Committed(ino, r.length > r.offset, *m, reply.runs);
     }
   }
   Send(c, &reply, sizeof reply);
@@ -577,10 +580,44 @@ void Server::State::Times(Clock::time_point now) {
   }
   DirectRun run;
   writers->TakeDirty([&](uint64_t ino) {
-    if (fs->DirectCommit(ino, 0, 0, 0, 0, &run, 1).ok() && options.attrs_changed) {
-      options.attrs_changed(ino, 0, 0);
-    }
+    if (fs->DirectCommit(ino, 0, 0, 0, 0, &run, 1).ok()) stale_attrs.insert(ino);
   });
+  ForgetStaleAttrs();
+}
+
+void Server::State::ForgetStaleAttrs() {
+  if (options.attrs_changed) {
+    for (uint64_t ino : stale_attrs) options.attrs_changed(ino);
+  }
+  stale_attrs.clear();
+}
+
+void Server::State::Committed(uint64_t ino, bool stored, const Filesystem::DirectMapping& m,
+                              const DirectRun* runs) {
+  if (!stored) {
+    // fsync, close: the writer's next stat must see the times.
+    if (options.attrs_changed) options.attrs_changed(ino);
+    return;
+  }
+  if (options.size_changed) {
+    // The last byte lies in the reply's first run when the end is not on a
+    // block boundary (the runs start at the block holding it).
+    const uint64_t end = m.size;
+    uint8_t last = 0;
+    if (end > m.start && m.run_count > 0 && runs[0].offset != kDirectHole &&
+        end - 1 - m.start < runs[0].len) {
+      const std::byte* at = fs->media().base() + runs[0].offset + (end - 1 - m.start);
+      if (!RunFaultGuarded([&] { std::memcpy(&last, at, 1); })) last = 0;
+    } else {
+      last = LastByte(ino, end);
+    }
+    options.size_changed(ino, end, last);
+  }
+  // The times: within kTimesMilliseconds (Times), or at the writer's
+  // fsync or close; one notification per second for a file appended to at
+  // memory speed, not one per append.
+  stale_attrs.insert(ino);
+  if (stale_attrs.size() >= kMaxStaleAttrs) ForgetStaleAttrs();
 }
 
 void Server::State::Send(Connection& c, const void* reply, size_t size, int fd) {

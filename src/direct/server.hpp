@@ -19,10 +19,15 @@ struct ServerOptions {
   // Direct writes (doc/integrity.md section 11): a read-write mount whose
   // kernel keeps no page cache of its files (cache=none).
   bool writes = false;
-  // After a direct writer changed `ino`'s times, or its size (to `size`; 0:
-  // the size did not change): the kernel's cached attributes of it are
-  // dropped, and its size moved up. Must not wait for anything.
-  std::function<void(uint64_t ino, uint64_t size, uint8_t last_byte)> attrs_changed;
+  // A direct writer made `ino` `size` bytes long, its last byte
+  // `last_byte`: the kernel's size of it is moved up. Must not wait for
+  // anything.
+  std::function<void(uint64_t ino, uint64_t size, uint8_t last_byte)> size_changed;
+  // The times (and the size) of `ino` changed: the kernel's cached
+  // attributes of it are dropped. Called at once after a request that set
+  // only the times (fsync, close: the writer's stat must see them), and
+  // within kTimesMilliseconds after a commit.
+  std::function<void(uint64_t ino)> attrs_changed;
 };
 
 class Server {

@@ -574,7 +574,9 @@ ssize_t Write(nvfs_direct* f, const iovec* iov, int iovcnt, off_t offset, int fl
         }
         break;  // the rest (this chunk included) through the kernel
       }
-      f->written.store(false, std::memory_order_relaxed);  // the commit set the times
+      // The commit set the times; the kernel forgets its cached ones within
+      // a second, or at this descriptor's fsync or close (Settle).
+      f->written.store(true, std::memory_order_relaxed);
     }
     if (step == Step::kStored) {
       src = chunk;

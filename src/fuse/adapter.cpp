@@ -47,17 +47,14 @@ void FuseAdapter::ForgetCachedAttr(fuse_ino_t ino) const {
   if (se_ != nullptr) (void)fuse_lowlevel_notify_inval_inode(se_, ino, -1, 0);
 }
 
-void FuseAdapter::DirectlyWritten(fuse_ino_t ino, uint64_t size, uint8_t last_byte) const {
-  if (se_ == nullptr) return;
-  if (size != 0) {
-    // The kernel moves i_size only for a store of at least one byte; the
-    // file's own last byte, so that a page it has cached stays true.
-    fuse_bufvec one = FUSE_BUFVEC_INIT(1);
-    one.buf[0].mem = &last_byte;
-    (void)fuse_lowlevel_notify_store(se_, ino, static_cast<off_t>(size - 1), &one,
-                                     FUSE_BUF_SPLICE_NONBLOCK);
-  }
-  (void)fuse_lowlevel_notify_inval_inode(se_, ino, -1, 0);
+void FuseAdapter::DirectlyGrown(fuse_ino_t ino, uint64_t size, uint8_t last_byte) const {
+  if (se_ == nullptr || size == 0) return;
+  // The file's own last byte, so that a page the kernel has cached stays
+  // true. ENOENT: the kernel has no such inode, and nothing to correct.
+  fuse_bufvec one = FUSE_BUFVEC_INIT(1);
+  one.buf[0].mem = &last_byte;
+  (void)fuse_lowlevel_notify_store(se_, ino, static_cast<off_t>(size - 1), &one,
+                                   FUSE_BUF_SPLICE_NONBLOCK);
 }
 
 void FuseAdapter::DirectWritten(fuse_ino_t ino, uint64_t off, uint64_t len) {

@@ -178,14 +178,15 @@ class FuseAdapter {
   // that holds the inode's locks in the kernel: an attributes-only
   // invalidation takes none of them.
   void ForgetCachedAttr(fuse_ino_t ino) const;
-  // A direct writer (src/direct/) changed `ino` without the kernel: its size
+  // A direct writer (src/direct/) grew `ino` without the kernel: its size
   // is now at least `size`, and its last byte is `last_byte`. The kernel's
   // own size of the inode, which it checks on every fault of a mapping
-  // through the mount (a page past it is SIGBUS), is moved up to it (a
-  // FUSE_NOTIFY_STORE of that byte: the kernel grows i_size to the end of a
-  // store of one byte or more), and its attributes are forgotten. Waits for
-  // nothing the kernel could hold for long (the store locks one page).
-  void DirectlyWritten(fuse_ino_t ino, uint64_t size, uint8_t last_byte) const;
+  // through the mount (a page past it is SIGBUS) and which a stat with
+  // cached attributes shows, is moved up to it (a FUSE_NOTIFY_STORE of that
+  // byte: the kernel grows i_size to the end of a store of one byte or more;
+  // of none, it leaves it). Waits for nothing the kernel could hold for
+  // long (the store locks one page).
+  void DirectlyGrown(fuse_ino_t ino, uint64_t size, uint8_t last_byte) const;
   const AdapterOptions& options() const { return options_; }
 
   // The operations table; pass `this` as the session's userdata.
