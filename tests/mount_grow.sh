@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Growing a mounted nvfs (issue 22 item 2; doc/integrity.md section 11):
+# Growing a mounted nvfs (issue 22 item 2; doc/integrity.md section 12):
 #  1. under load: a 32 MiB filesystem grown 10x to 320 MiB while nvfs-stress
 #     races metadata operations, a reader checks a file's bytes through
 #     read(2) and through a shared mapping, and a writer fills files; df

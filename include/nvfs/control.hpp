@@ -1,4 +1,4 @@
-// The daemon's control socket (doc/integrity.md section 11, "Mounted"): how
+// The daemon's control socket (doc/integrity.md section 12, "Mounted"): how
 // nvfs-resize asks a running daemon to grow the filesystem it serves.
 //
 // The daemon (root only, as the direct socket) listens on

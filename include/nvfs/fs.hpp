@@ -318,7 +318,7 @@ class Filesystem {
   virtual Result<Attr> SetAttr(uint64_t ino, const SetAttrRequest& request) = 0;
   virtual Result<StatFs> GetStatFs() = 0;
 
-  // --- Growing while mounted (doc/integrity.md, section 11) ----------------
+  // --- Growing while mounted (doc/integrity.md, section 12) ----------------
   struct GrowResult {
     uint64_t old_blocks = 0;
     uint64_t new_blocks = 0;  // equal to old_blocks: nothing to do

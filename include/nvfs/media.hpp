@@ -54,7 +54,7 @@ struct MediaOptions {
   // Address space reserved for the mapping, in bytes (0: none; less than
   // the namespace: none). The namespace is mapped at the start of the
   // reservation and Grow maps what a grow adds right after it, so the
-  // mapping never moves (a mounted grow, doc/integrity.md section 11).
+  // mapping never moves (a mounted grow, doc/integrity.md section 12).
   uint64_t reserve = 0;
   // Regular files only: create the file if it is missing and extend it to this
   // size if it is shorter (never shrinks). Requires !read_only. A file

@@ -1,4 +1,4 @@
-// The daemon's control socket (control.hpp; doc/integrity.md section 11).
+// The daemon's control socket (control.hpp; doc/integrity.md section 12).
 #include "daemon/control.hpp"
 
 #include <fcntl.h>

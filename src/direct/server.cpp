@@ -131,7 +131,8 @@ int MillisecondsUntil(Clock::time_point now, Clock::time_point then) {
 struct Server::State {
   Filesystem* fs = nullptr;
   ServerOptions options;
-  std::unique_ptr<Writers> writers;  // direct writes served
+  bool writes_enabled = false;       // direct writes served
+  std::unique_ptr<Writers> writers;  // made at the first proof for writing
   Clock::time_point next_times;      // when the writers' dirty lists are taken next
   std::set<uint64_t> stale_attrs;    // inodes whose kernel attributes Times drops
   static constexpr size_t kMaxStaleAttrs = 1024;
@@ -149,6 +150,9 @@ struct Server::State {
   std::map<uid_t, User> users;
 
   ~State() {
+    // After the filesystem's unmount: its file goes unless a writer
+    // process still lives (the next mount's guard reads it then).
+    if (writers != nullptr) writers->RemoveIfIdle();
     if (table != nullptr) munmap(table, table_bytes);
     if (table_fd >= 0) close(table_fd);
     if (table_ro_fd >= 0) close(table_ro_fd);
@@ -489,6 +493,16 @@ bool Server::State::MayWriteDirectly(uint64_t ino) {
 void Server::State::WriteProve(Connection& c) {
   WriteProveReply reply{};
   reply.h = {kMagic, kOpWriteProve, 0, sizeof reply};
+  if (writers == nullptr && writes_enabled && !fs->read_only()) {
+    // Made at the first writer, not at mount: a mount no one writes
+    // directly leaves no file behind. Before the writer can be given a
+    // run: every block freed from now on waits out the writers' stores
+    // (a block freed before had left its file before any writer was).
+    const NamespaceIdentity id = IdentityAt(fs->media().base());
+    std::string why;
+    writers = Writers::Open(id.uuid, id.mount_count, &why);
+    if (writers != nullptr) fs->SetExternalGrace(writers.get());
+  }
   if (writers == nullptr) {
     reply.h.error = fs->read_only() ? EROFS : EOPNOTSUPP;
   } else if (c.passed < 0 || !descriptors.IsNamespace(c.passed) ||
@@ -648,6 +662,7 @@ std::unique_ptr<Server> Server::Create(Filesystem& fs, dev_t mount_dev,
                                        std::string* writes_why) {
   auto s = std::make_unique<State>();
   if (!daemon::RootAndNamespace(namespace_path, &s->namespace_stat, why)) return nullptr;
+  if (options.writes) RemoveIdleWriterFiles();
   s->fs = &fs;
   s->options = options;
   s->mount_dev = mount_dev;
@@ -696,15 +711,8 @@ std::unique_ptr<Server> Server::Create(Filesystem& fs, dev_t mount_dev,
     return nullptr;
   }
   fs.SetDirectTable(s->table, kSlots);
-  if (options.writes && !fs.read_only()) {
-    const NamespaceIdentity id = IdentityAt(fs.media().base());
-    s->writers = Writers::Open(id.uuid, id.mount_count, writes_why);
-    // Before the first block a writer could be given: every free from now
-    // on waits out the writers' stores.
-    if (s->writers != nullptr) fs.SetExternalGrace(s->writers.get());
-  } else {
-    *writes_why = fs.read_only() ? "the mount is read-only" : "cache=page";
-  }
+  s->writes_enabled = options.writes && !fs.read_only();
+  if (!s->writes_enabled) *writes_why = fs.read_only() ? "the mount is read-only" : "cache=page";
   return std::unique_ptr<Server>(new Server(std::move(s)));
 }
 
@@ -727,6 +735,6 @@ void Server::Stop() {
 
 const std::string& Server::socket_path() const { return state_->socket_path; }
 
-bool Server::writes() const { return state_->writers != nullptr; }
+bool Server::writes() const { return state_->writes_enabled; }
 
 }  // namespace nvfs::direct

@@ -10,6 +10,7 @@
 // out: its gen moves when its store and flush are done.
 #include "direct/writers.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <linux/membarrier.h>
@@ -24,6 +25,7 @@
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
+#include <new>
 
 #include "direct/protocol.hpp"
 #include "nvfs/format.hpp"
@@ -143,13 +145,71 @@ DirectWriterPage* PagesOf(void* map) {
   return reinterpret_cast<DirectWriterPage*>(static_cast<std::byte*>(map) + sizeof(DirectWriterPage));
 }
 
+// A shared lock on byte 0 while a daemon has the file open (released with
+// its descriptor): RemoveIdleWriterFiles leaves such a file alone.
+bool HoldInUse(int fd) {
+  struct flock lk {};
+  lk.l_type = F_RDLCK;
+  lk.l_whence = SEEK_SET;
+  lk.l_start = 0;
+  lk.l_len = 1;
+  return fcntl(fd, F_OFD_SETLK, &lk) == 0;
+}
+
+bool AllGone(const DirectWriterPage* pages) {
+  for (uint32_t p = 0; p < kDirectWriterPages; ++p) {
+    if (ProcessAlive(pages[p].pid, pages[p].start_time)) return false;
+  }
+  return true;
+}
+
 }  // namespace
+
+void RemoveIdleWriterFiles() {
+  DIR* dir = opendir(kSocketDir);
+  if (dir == nullptr) return;
+  int looked = 0;
+  while (dirent* e = readdir(dir)) {
+    if (std::strncmp(e->d_name, "writers-", 8) != 0 || ++looked > 4096) continue;
+    const std::string path = std::string(kSocketDir) + "/" + e->d_name;
+    Mapped m;
+    std::string why;
+    if (!MapWriters(path, false, &m, &why)) continue;
+    struct flock lk {};
+    lk.l_type = F_WRLCK;
+    lk.l_whence = SEEK_SET;
+    lk.l_start = 0;
+    lk.l_len = 1;
+    // Held exclusively while it is looked at: a daemon that opens it now
+    // waits for nothing (its own lock is taken after) and makes it anew.
+    if (fcntl(m.fd, F_OFD_SETLK, &lk) != 0) continue;  // a daemon has it
+    if (AllGone(PagesOf(m.map))) unlink(path.c_str());
+  }
+  closedir(dir);
+}
 
 std::unique_ptr<Writers> Writers::Open(const uint8_t uuid[16], uint64_t mount_count,
                                        std::string* why) {
   Mapped m;
-  if (!MapWriters(WritersPath(uuid), true, &m, why)) return nullptr;
+  const std::string path = WritersPath(uuid);
+  // Locked, then still the file at the path: a cleanup that unlinked it
+  // between the open and the lock is not followed (the file is made anew).
+  for (int attempt = 0;; ++attempt) {
+    if (!MapWriters(path, true, &m, why)) return nullptr;
+    struct stat named {}, held {};
+    if (HoldInUse(m.fd) && stat(path.c_str(), &named) == 0 && fstat(m.fd, &held) == 0 &&
+        named.st_ino == held.st_ino && named.st_dev == held.st_dev) {
+      break;
+    }
+    if (attempt == 3) {
+      *why = path + ": cannot hold it";
+      return nullptr;
+    }
+    m.~Mapped();
+    new (&m) Mapped;
+  }
   std::unique_ptr<Writers> w(new Writers);
+  w->path_ = WritersPath(uuid);
   w->fd_ = m.fd;
   w->map_ = m.map;
   w->map_bytes_ = m.bytes;
@@ -158,6 +218,11 @@ std::unique_ptr<Writers> Writers::Open(const uint8_t uuid[16], uint64_t mount_co
   m.fd = -1;
   m.map = MAP_FAILED;
   return w;
+}
+
+void Writers::RemoveIfIdle() {
+  std::lock_guard lock(mu_);
+  if (AllGone(pages_)) unlink(path_.c_str());
 }
 
 Writers::~Writers() {

@@ -51,6 +51,9 @@ class Writers final : public epoch::ExternalGrace {
   uint64_t Assign(uint64_t pid);
   // The file, opened for reading and writing: what a writer maps.
   int fd() const { return fd_; }
+  // Removes the file if no process that was given a page lives any more
+  // (after the unmount: a writer alive still needs the next mount's guard).
+  void RemoveIfIdle();
 
   // Calls fn(ino) for every inode a writer of this mount listed as
   // written since its times were set, taking the entry.
@@ -90,6 +93,7 @@ class Writers final : public epoch::ExternalGrace {
   bool Over(const Inside& i);
 
   int fd_ = -1;
+  std::string path_;
   DirectWriterPage* pages_ = nullptr;  // kDirectWriterPages, after the header page
   void* map_ = nullptr;
   size_t map_bytes_ = 0;
@@ -107,6 +111,12 @@ class Writers final : public epoch::ExternalGrace {
 // (MEMBARRIER_CMD_GLOBAL_EXPEDITED); a writer that could not register
 // fences on its own. A full fence here only, where membarrier fails.
 void BarrierWithWriters();
+
+// Removes the writers' files of namespaces no daemon has open (each daemon
+// holds a shared lock on its own) whose every page's process is gone: what
+// writers that outlived their daemon left, once they are gone too. At a
+// daemon's start; a bounded scan of the sockets' directory.
+void RemoveIdleWriterFiles();
 
 // The guard of a new mount (doc/integrity.md section 11): a daemon killed
 // under direct writers leaves them running, and their stores must end

@@ -1,4 +1,4 @@
-// A mounted grow (FsImpl::Grow; doc/integrity.md section 11).
+// A mounted grow (FsImpl::Grow; doc/integrity.md section 12).
 #include <cinttypes>
 #include <cstring>
 
