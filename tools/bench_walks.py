@@ -147,7 +147,7 @@ def main():
             print(f"rep {rep + 1}/{args.reps} done", file=sys.stderr)
     finally:
         for t in chosen:
-            t.unmount()
+            t.destroy()  # the nvfs targets' shared image stays for the unlink below
         os.unlink(IMAGE)
 
     med = benchreport.medians(times)

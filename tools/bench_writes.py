@@ -4,7 +4,7 @@ libnvfs-direct against nvfs through the mount, tmpfs, ext4 on a loop device
 and the in-process floor. Called by tools/bench.sh --writes (which installs
 and builds first).
 
-Targets (bench.py's, which mount and unmount them):
+Targets (made as bench.py makes its own, tools/lib/targets.py):
   inproc       a file under /dev/shm mapped in process, written with memcpy:
                what a store and its persistence cost (tmpfs: the store alone)
   nvfs-direct  nvfs (cache=none) written through libnvfs-direct's C API
