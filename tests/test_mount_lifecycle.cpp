@@ -190,6 +190,36 @@ TEST_CASE("mount: refusals fail with one line and mount nothing", "[mount]") {
   StopAndCheck(m);
 }
 
+// The transport is written for libfuse 3.14 (src/fuse/transport.hpp): with
+// another one loaded the daemon says so and mounts nothing. The other
+// version is faked by a preload (fake_libfuse_version.cpp) that answers
+// fuse_version() and fuse_pkgversion(); the rest of libfuse is the real one.
+TEST_CASE("mount: a libfuse other than 3.14 is refused with one line", "[mount]") {
+  NVFS_REQUIRE_FUSE();
+  const char* fake = std::getenv("NVFS_FAKE_LIBFUSE");
+  if (fake == nullptr) FAIL("NVFS_FAKE_LIBFUSE is not set (run through meson)");
+  MountedFs m;
+  for (const char* version : {"3.13.1", "3.15.0", "3.17.1"}) {
+    INFO(version);
+    // Only the spawned daemon's environment matters: this process is
+    // loaded already.
+    setenv("LD_PRELOAD", fake, 1);
+    setenv("NVFS_FAKE_FUSE_VERSION", version, 1);
+    const DaemonResult r = RunDaemonExpectingFailure({m.image(), m.dir()}, m.dir());
+    unsetenv("LD_PRELOAD");
+    unsetenv("NVFS_FAKE_FUSE_VERSION");
+    INFO(r.output);
+    CHECK(r.exit_code == 1);
+    CHECK_FALSE(r.mounted);
+    const std::vector<std::string> lines = Lines(r.output);
+    REQUIRE(lines.size() == 1);
+    CHECK(lines[0].rfind(std::string("nvfs: libfuse ") + version + " is loaded", 0) == 0);
+  }
+  // The real one mounts.
+  m.Start();
+  StopAndCheck(m);
+}
+
 TEST_CASE("mount: SIGTERM and SIGINT unmount cleanly", "[mount]") {
   NVFS_REQUIRE_FUSE();
   MountedFs m;

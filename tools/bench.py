@@ -24,11 +24,11 @@ import os
 import shutil
 import statistics
 import sys
-import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
 import benchreport  # noqa: E402  (what the benchmark scripts share)
-from benchreport import BUILD, TOP, drop_caches, mounted, run  # noqa: E402
+from targets import Target  # noqa: E402  (one way to make, mount and unmount them)
+from benchreport import BUILD, TOP, drop_caches, run  # noqa: E402
 
 WORK = os.environ.get("BENCH_WORK", "/dev/shm/nvfs-bench")
 MNT = os.environ.get("BENCH_MNT", "/tmp/nvfs-bench")
@@ -36,61 +36,26 @@ MNT = os.environ.get("BENCH_MNT", "/tmp/nvfs-bench")
 KIB, MIB = 1024, 1024 * 1024
 
 
-class Target:
-    def __init__(self, name, kind, **opts):
-        self.name, self.kind, self.opts = name, kind, opts
-        self.dir = os.path.join(MNT, name)
-        self.image = os.path.join(WORK, name + ".img")
-        self.loop = None
+def nvfs_options(read_path, cache, io_uring="off", direct=False):
+    """An nvfs target's mount options: every one the benchmark varies, named."""
+    return (f"read_path={read_path},cache={cache},io_uring={io_uring},"
+            f"direct={'on' if direct else 'off'}")
 
-    @property
-    def data(self):
-        return os.path.join(self.dir, "data")
 
-    @property
-    def page_cache(self):
-        return self.kind in ("tmpfs", "ext4-loop", "fuse2fs") or self.opts.get("cache") == "page"
+def target(name, kind, options="", bindir=BUILD):
+    return Target(name, kind, options, bindir, work=WORK, mnt=MNT)
 
-    def setup(self, size, source):
-        os.makedirs(self.dir, exist_ok=True)
-        img_size = str(size * 2 + 256 * MIB)
-        if self.kind == "tmpfs":
-            self.dir = os.path.join(WORK, "tmpfs")
-            os.makedirs(self.dir, exist_ok=True)
-        elif self.kind == "nvfs":
-            bindir = self.opts.get("bindir", BUILD)
-            run([os.path.join(bindir, "mkfs.nvfs"), "-q", "-f", "-s", img_size, self.image])
-            run([os.path.join(bindir, "nvfs"), self.image, self.dir, "-o",
-                 f"read_path={self.opts['read_path']},cache={self.opts['cache']},"
-                 f"io_uring={self.opts.get('io_uring', 'off')},"
-                 f"direct={'on' if self.opts.get('direct') else 'off'}"])
-        elif self.kind in ("fuse2fs",):
-            run(["truncate", "-s", img_size, self.image])
-            run(["mkfs.ext4", "-q", "-F", self.image])
-            opts = "fakeroot" + (",direct_io" if self.opts.get("direct_io") else "")
-            run(["fuse2fs", self.image, self.dir, "-o", opts])
-        elif self.kind == "ext4-loop":
-            run(["truncate", "-s", img_size, self.image])
-            self.loop = run(["losetup", "-f", "--show", self.image]).stdout.strip()
-            run(["mkfs.ext4", "-q", "-F", self.loop])
-            run(["mount", self.loop, self.dir])
-        shutil.copyfile(source, self.data)
-        os.sync()
 
-    def teardown(self):
-        if self.kind in ("nvfs", "fuse2fs") and mounted(self.dir):
-            if run(["fusermount3", "-u", self.dir], check=False).returncode != 0:
-                time.sleep(0.5)
-                run(["fusermount3", "-uz", self.dir], check=False)
-        if self.kind == "ext4-loop":
-            if mounted(self.dir):
-                run(["umount", self.dir], check=False)
-            if self.loop:
-                run(["losetup", "-d", self.loop], check=False)
-        if self.kind == "tmpfs":
-            shutil.rmtree(self.dir, ignore_errors=True)
-        if os.path.exists(self.image):
-            os.unlink(self.image)
+def setup(t, size, source):
+    """`t` made (an image of twice the data file and 256 MiB more) and
+    mounted, holding a copy of `source` as its file "data"."""
+    t.make(size * 2 + 256 * MIB)
+    shutil.copyfile(source, data_of(t))
+    os.sync()
+
+
+def data_of(t):
+    return os.path.join(t.dir, "data")
 
 
 # name, block size, pattern, threads, cold (drop caches first)
@@ -123,7 +88,7 @@ def pread_once(target, wl, size, quick):
     name, bs, pattern, threads, cold = wl
     if cold:
         drop_caches()
-    direct = target.opts.get("direct", False)
+    direct = target.option("direct") == "on"
     paths = "getxattr" if name == "floor" and not direct else "pread"
     cmd = [os.path.join(BUILD, "nvfs-pread"), "file", "--json", "-r", "1", "-b", str(bs),
            "-P", pattern, "-t", str(threads), "-p", paths, "-T", target.name]
@@ -133,7 +98,7 @@ def pread_once(target, wl, size, quick):
     cmd += ["-N", str(size // bs)] if cold else ["-D", str(DURATION[quick])]
     if name.endswith("-pin"):
         cmd.append("-C")
-    cmd.append(target.data)
+    cmd.append(data_of(target))
     out = run(cmd).stdout.strip().splitlines()
     rec = json.loads(out[-1])
     return rec["ns_per_op"], rec["gbps"]
@@ -155,7 +120,7 @@ def fio_once(target, wl, size, quick):
     # needs 257 pages, more than one request carries (256), i.e. two round
     # trips, and every copy pays for 4 KiB aliasing. Aligned, both tools do
     # the same reads.
-    cmd = ["fio", "--name=b", f"--filename={target.data}", f"--rw={rw}", f"--bs={bs}",
+    cmd = ["fio", "--name=b", f"--filename={data_of(target)}", f"--rw={rw}", f"--bs={bs}",
            f"--size={size}", "--ioengine=psync", f"--numjobs={threads}", "--group_reporting",
            "--output-format=json", "--invalidate=0", "--gtod_reduce=1", "--norandommap",
            "--randrepeat=1", "--iomem_align=4096", "--eta=never", "--thread"]
@@ -164,7 +129,7 @@ def fio_once(target, wl, size, quick):
     else:
         cmd += ["--time_based", f"--runtime={DURATION[quick]}"]
     env = None
-    if target.opts.get("direct"):
+    if target.option("direct") == "on":
         env = dict(os.environ, LD_PRELOAD=os.path.join(BUILD, "libnvfs-direct.so"))
     res = json.loads(run(cmd, env=env).stdout)
     job = res["jobs"][0]["read"]
@@ -301,28 +266,26 @@ def main():
                              "and the table ends with this build's time per request over the "
                              "baseline's")
     ap.add_argument("--no-engine", action="store_true",
-                    help="skip the in-process engine figures and the targets that need them")
+                    help="skip the in-process engine figures and the chosen that need them")
     args = ap.parse_args()
 
-    targets = [Target("tmpfs", "tmpfs"), Target("ext4-loop", "ext4-loop"),
-               Target("fuse2fs", "fuse2fs"), Target("fuse2fs-dio", "fuse2fs", direct_io=True)]
+    chosen = [target("tmpfs", "tmpfs"), target("ext4-loop", "ext4-loop"),
+              target("fuse2fs", "fuse2fs"), target("fuse2fs-dio", "fuse2fs", "direct_io")]
     for cache in ("none", "page"):
         for path in ("map", "read", "iter"):
-            targets.append(Target(f"nvfs-{path}-{cache}", "nvfs", read_path=path, cache=cache))
-    targets.append(Target("nvfs-map-none-uring", "nvfs", read_path="map", cache="none",
-                          io_uring="on"))
-    targets.append(Target("nvfs-direct", "nvfs", read_path="map", cache="none", direct=True))
-    targets = benchreport.pick(targets, args.targets)
+            chosen.append(target(f"nvfs-{path}-{cache}", "nvfs", nvfs_options(path, cache)))
+    chosen.append(target("nvfs-map-none-uring", "nvfs", nvfs_options("map", "none", io_uring="on")))
+    chosen.append(target("nvfs-direct", "nvfs", nvfs_options("map", "none", direct=True)))
+    chosen = benchreport.pick(chosen, args.targets)
     if args.baseline:
         bindir = os.path.abspath(args.baseline)
-        targets += [Target("base-" + t.name, "nvfs", bindir=bindir, **t.opts)
-                    for t in list(targets) if t.kind == "nvfs"]
+        chosen += [t.like("base-" + t.name, bindir) for t in list(chosen) if t.kind == "nvfs"]
 
     # FUSE over io_uring needs the kernel's switch, which is global: on for
     # this run, the old value back on every exit (finally below).
-    uring = benchreport.UringSwitch(targets, lambda t: t.opts.get("io_uring") == "on",
+    uring = benchreport.UringSwitch(chosen, lambda t: t.uses_uring,
                                     "the io_uring target is left out")
-    targets = uring.keep()
+    chosen = uring.keep()
 
     os.makedirs(WORK, exist_ok=True)
     os.makedirs(MNT, exist_ok=True)
@@ -335,13 +298,13 @@ def main():
     workloads = benchreport.pick(WORKLOADS, args.workloads, lambda wl: wl[0])
     try:
         uring.on()
-        for t in targets:
+        for t in chosen:
             print(f"setting up {t.name}", file=sys.stderr)
-            t.setup(args.size, source)
+            setup(t, args.size, source)
         for rep in range(args.reps):
             for wl in workloads:
                 # Alternate the order of targets between repetitions.
-                order = targets if rep % 2 == 0 else list(reversed(targets))
+                order = chosen if rep % 2 == 0 else list(reversed(chosen))
                 for t in order:
                     print(f"rep {rep + 1}/{args.reps} {wl[0]:12} {t.name}", file=sys.stderr)
                     ns, gbps = pread_once(t, wl, args.size, args.quick)
@@ -353,8 +316,8 @@ def main():
                         r["fio"].append(fio)
                         r["pair"].append(gbps / fio if fio else None)
     finally:
-        for t in targets:
-            t.teardown()
+        for t in chosen:
+            t.destroy()
         uring.off()
         if os.path.exists(source):
             os.unlink(source)
@@ -380,7 +343,7 @@ def main():
     print(hdr)
     print("-" * len(hdr))
     for wl in workloads:
-        for t in targets:
+        for t in chosen:
             m = med.get((t.name, wl[0]))
             if not m:
                 continue
@@ -440,7 +403,7 @@ def main():
         # pair (the two ran next to each other), then the median.
         print("\nthis build / baseline, ns per request (median of per-repetition ratios):")
         for wl in workloads:
-            for t in targets:
+            for t in chosen:
                 if t.kind != "nvfs" or t.name.startswith("base-"):
                     continue
                 a, b = results.get((t.name, wl[0])), results.get(("base-" + t.name, wl[0]))
@@ -461,13 +424,13 @@ def main():
         dat = os.path.join(WORK, "chart.dat")
         sizes = [("seq-512", 512), ("seq-4k", 4096), ("seq-64k", 65536), ("seq-1m", MIB)]
         with open(dat, "w") as f:
-            f.write("bs " + " ".join(t.name for t in targets) + "\n")
+            f.write("bs " + " ".join(t.name for t in chosen) + "\n")
             for wl, bs in sizes:
                 f.write(str(bs) + " " + " ".join(
                     f"{med[(t.name, wl)]['gbps']:.4f}" if (t.name, wl) in med else "NaN"
-                    for t in targets) + "\n")
+                    for t in chosen) + "\n")
         plot = ", ".join(f"'{dat}' using 1:{i + 2} with linespoints title '{t.name}'"
-                         for i, t in enumerate(targets))
+                         for i, t in enumerate(chosen))
         script = (f"set terminal pngcairo size 1000,620; set output '{args.chart}';"
                   "set logscale xy; set xlabel 'block size (bytes)'; set ylabel 'GB/s (pread, sequential)';"
                   "set key outside right; set grid;"

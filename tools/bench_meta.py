@@ -39,7 +39,6 @@ import io
 import json
 import os
 import random
-import shutil
 import statistics
 import sys
 import tarfile
@@ -47,7 +46,8 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
 import benchreport  # noqa: E402  (what the benchmark scripts share)
-from benchreport import BUILD, drop_caches, mounted, run, wait_released  # noqa: E402
+from targets import Target  # noqa: E402  (one way to make, mount and unmount them)
+from benchreport import BUILD, run  # noqa: E402
 
 WORK = os.environ.get("BENCH_WORK", "/dev/shm/nvfs-bench-meta")
 MNT = os.environ.get("BENCH_MNT", "/tmp/nvfs-bench-meta")
@@ -55,106 +55,13 @@ TRACE = "/sys/kernel/tracing"
 IMAGE_SIZE = 1 << 30
 
 
-class Target:
-    def __init__(self, name, kind, options="", bindir=BUILD):
-        self.name, self.kind, self.options, self.bindir = name, kind, options, bindir
-        self.dir = os.path.join(MNT, name)
-        self.image = os.path.join(WORK, name + ".img")
-        self.loop = None
-
-    @property
-    def uses_uring(self):
-        return "io_uring=on" in self.options
-
-    def create(self, inodes):
-        os.makedirs(self.dir, exist_ok=True)
-        if self.kind == "tmpfs":
-            self.dir = os.path.join(WORK, "tmpfs")
-            shutil.rmtree(self.dir, ignore_errors=True)
-            os.makedirs(self.dir)
-            return
-        if self.kind == "nvfs":
-            run([os.path.join(self.bindir, "mkfs.nvfs"), "-q", "-f", "-s", str(IMAGE_SIZE),
-                 "-N", str(inodes), self.image])
-        else:
-            run(["truncate", "-s", str(IMAGE_SIZE), self.image])
-            run(["mkfs.ext4", "-q", "-F", self.image])
-            if self.kind == "ext4-loop":
-                self.loop = run(["losetup", "-f", "--show", self.image]).stdout.strip()
-        self.mount()
-
-    def mount(self):
-        if self.kind == "nvfs":
-            cmd = [os.path.join(self.bindir, "nvfs"), self.image, self.dir]
-            if self.options:
-                cmd += ["-o", self.options]
-            run(cmd)
-        elif self.kind == "fuse2fs":
-            run(["fuse2fs", self.image, self.dir, "-o", "fakeroot"])
-        elif self.kind == "ext4-loop":
-            run(["mount", self.loop, self.dir])
-
-    def unmount(self):
-        if self.kind == "tmpfs" or not mounted(self.dir):
-            return
-        if self.kind == "ext4-loop":
-            run(["umount", self.dir])
-            return
-        # The kernel sends RELEASE in the background and keeps the mount busy
-        # until each is answered: right after 10,000 creates, umount may say
-        # EBUSY for a while.
-        deadline = time.time() + 30
-        while run(["fusermount3", "-u", self.dir], check=False).returncode != 0:
-            if time.time() > deadline:
-                run(["fusermount3", "-uz", self.dir], check=False)
-                break
-            time.sleep(0.1)
-        wait_released(self.image)
-
-    def remount(self):
-        """What the next workload finds is not in any kernel cache."""
-        if self.kind == "tmpfs":
-            return  # nothing to reread: tmpfs is its caches
-        self.unmount()
-        if self.kind == "ext4-loop":
-            drop_caches()
-        self.mount()
-
-    def destroy(self):
-        self.unmount()
-        if self.loop:
-            run(["losetup", "-d", self.loop], check=False)
-            self.loop = None
-        if self.kind == "tmpfs":
-            shutil.rmtree(self.dir, ignore_errors=True)
-        if os.path.exists(self.image):
-            os.unlink(self.image)
-
-    def daemon_cpu(self):
-        """CPU seconds (user + system, all threads) the FUSE daemon serving
-        this target has used so far, or None (no daemon)."""
-        if self.kind not in ("nvfs", "fuse2fs"):
-            return None
-        pids = run(["fuser", self.image], check=False).stdout.split()
-        total = 0
-        for pid in pids:
-            try:
-                with open(f"/proc/{pid.strip()}/stat") as f:
-                    fields = f.read().rpartition(")")[2].split()
-                total += int(fields[11]) + int(fields[12])  # utime, stime
-            except (OSError, ValueError, IndexError):
-                pass
-        return total / os.sysconf("SC_CLK_TCK")
-
-    def connection(self):
-        """The FUSE connection id the kernel's tracepoints name (fc->dev)."""
-        d = os.stat(self.dir).st_dev
-        return (os.major(d) << 20) | os.minor(d)
+def target(name, kind, options="", bindir=BUILD):
+    return Target(name, kind, options, bindir, work=WORK, mnt=MNT)
 
 
 def targets(baseline):
-    out = [Target("tmpfs", "tmpfs"), Target("ext4-loop", "ext4-loop"),
-           Target("fuse2fs", "fuse2fs")]
+    out = [target("tmpfs", "tmpfs"), target("ext4-loop", "ext4-loop"),
+           target("fuse2fs", "fuse2fs")]
     builds = [("nvfs", BUILD)] + ([("base", os.path.abspath(baseline))] if baseline else [])
     for prefix, bindir in builds:
         # A baseline older than FUSE over io_uring (0a8090f, the daemon the
@@ -165,7 +72,7 @@ def targets(baseline):
             transports = (("", "off"), ("-uring", "on")) if uring else (("", None),)
             for transport, opt in transports:
                 options = f"cache={cache}" + (f",io_uring={opt}" if opt else "")
-                out.append(Target(f"{prefix}-{cache}{transport}", "nvfs", options, bindir))
+                out.append(target(f"{prefix}-{cache}{transport}", "nvfs", options, bindir))
     return out
 
 
@@ -264,7 +171,9 @@ WORKLOADS = [
 def run_target(t, args, tarball, runner=measuring_runner):
     """One repetition on `t`, a fresh file system: {workload: seconds}."""
     res = {}
-    t.create(args.files + args.dirs + args.n + 1000)
+    # ext4 formatted on the image file, before its loop device is set up,
+    # as this table's figures always were (targets.py, make).
+    t.make(IMAGE_SIZE, inodes=args.files + args.dirs + args.n + 1000, mkfs_through_loop=False)
     try:
         res["untar"] = runner(t, "untar", ["tar", "-xf", tarball, "-C", t.dir])
         t.remount()

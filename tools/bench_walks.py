@@ -16,7 +16,7 @@ over the repetitions and the ratio of the old timeouts' time to the new one's
 from the same run.
 
 To add a workload: a (name, function(dir) -> None) pair in WORKLOADS. To add
-a target: a Target in targets() (kind nvfs: its -o options).
+a target: one in targets() (kind nvfs: its -o options; tools/lib/targets.py).
 """
 import argparse
 import json
@@ -27,34 +27,18 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
 import benchreport  # noqa: E402  (what the benchmark scripts share)
-from benchreport import BUILD, mounted, run, wait_released  # noqa: E402
+from benchreport import BUILD, run  # noqa: E402
+from targets import Target  # noqa: E402  (one way to mount and unmount them)
 
 WORK = os.environ.get("BENCH_WORK", "/dev/shm/nvfs-bench-walks")
 MNT = os.environ.get("BENCH_MNT", "/tmp/nvfs-bench-walks")
 
 
-class Target:
-    def __init__(self, name, kind, options="", bindir=BUILD):
-        self.name, self.kind, self.options, self.bindir = name, kind, options, bindir
-        self.dir = os.path.join(MNT, name) if kind == "nvfs" else os.path.join(WORK, "tmpfs")
+IMAGE = os.path.join(WORK, "meta.img")  # one tree, mounted by every nvfs target
 
-    def mount(self, image):
-        self.image = image
-        if self.kind != "nvfs":
-            return
-        os.makedirs(self.dir, exist_ok=True)
-        cmd = [os.path.join(self.bindir, "nvfs"), image, self.dir]
-        if self.options:
-            cmd += ["-o", self.options]
-        run(cmd)
 
-    def unmount(self):
-        if self.kind != "nvfs" or not mounted(self.dir):
-            return
-        run(["fusermount3", "-u", self.dir])
-        # The daemon releases the namespace's lock (and its mapping of the
-        # image) as it exits; the next mount needs both gone.
-        wait_released(self.image, interval=0.05)
+def target(name, kind, options="", bindir=BUILD):
+    return Target(name, kind, options, bindir, work=WORK, mnt=MNT, image=IMAGE)
 
 
 def targets(baseline):
@@ -62,14 +46,14 @@ def targets(baseline):
     base = []
     if baseline:
         # An older daemon, with its own defaults (it may know no timeout option).
-        base = [Target("base-none", "nvfs", "", baseline),
-                Target("base-page", "nvfs", "cache=page", baseline)]
+        base = [target("base-none", "nvfs", "", baseline),
+                target("base-page", "nvfs", "cache=page", baseline)]
     return base + [
-        Target("nvfs-none-1s", "nvfs", old),
-        Target("nvfs-none", "nvfs", ""),
-        Target("nvfs-page-1s", "nvfs", "cache=page," + old),
-        Target("nvfs-page", "nvfs", "cache=page"),
-        Target("tmpfs", "tmpfs"),
+        target("nvfs-none-1s", "nvfs", old),
+        target("nvfs-none", "nvfs", ""),
+        target("nvfs-page-1s", "nvfs", "cache=page," + old),
+        target("nvfs-page", "nvfs", "cache=page"),
+        target("tmpfs", "tmpfs"),
     ]
 
 
@@ -131,23 +115,22 @@ def main():
     chosen = benchreport.pick(targets(args.baseline), args.targets)
     os.makedirs(WORK, exist_ok=True)
     os.makedirs(MNT, exist_ok=True)
-    image = os.path.join(WORK, "meta.img")
     run([os.path.join(BUILD, "mkfs.nvfs"), "-q", "-f", "-s", "1G", "-N",
-         str(args.files + args.dirs + 1000), image])
-    run([os.path.join(BUILD, "nvfs-populate"), "-n", str(args.files), "-d", str(args.dirs), image])
+         str(args.files + args.dirs + 1000), IMAGE])
+    run([os.path.join(BUILD, "nvfs-populate"), "-n", str(args.files), "-d", str(args.dirs), IMAGE])
     times = {t.name: {w: [] for w, _ in [("cold find", None)] + WORKLOADS} for t in chosen}
     try:
         tmpfs = next((t for t in chosen if t.kind == "tmpfs"), None)
         if tmpfs is not None:
             # The same tree: copied out of an nvfs mount.
-            src = Target("nvfs-copy", "nvfs")
-            src.mount(image)
+            src = target("nvfs-copy", "nvfs")
+            src.mount()
             shutil.rmtree(tmpfs.dir, ignore_errors=True)
             shutil.copytree(src.dir, tmpfs.dir, symlinks=True)
             src.unmount()
         for rep in range(args.reps):
             for t in chosen:
-                t.mount(image)
+                t.mount()
                 try:
                     if t.kind == "tmpfs":
                         run(["sh", "-c", "echo 2 > /proc/sys/vm/drop_caches"], check=False)
@@ -164,8 +147,8 @@ def main():
             print(f"rep {rep + 1}/{args.reps} done", file=sys.stderr)
     finally:
         for t in chosen:
-            t.unmount()
-        os.unlink(image)
+            t.destroy()  # the nvfs targets' shared image stays for the unlink below
+        os.unlink(IMAGE)
 
     med = benchreport.medians(times)
     columns = [t.name for t in chosen]

@@ -4,7 +4,7 @@ libnvfs-direct against nvfs through the mount, tmpfs, ext4 on a loop device
 and the in-process floor. Called by tools/bench.sh --writes (which installs
 and builds first).
 
-Targets (bench.py's, which mount and unmount them):
+Targets (made as bench.py makes its own, tools/lib/targets.py):
   inproc       a file under /dev/shm mapped in process, written with memcpy:
                what a store and its persistence cost (tmpfs: the store alone)
   nvfs-direct  nvfs (cache=none) written through libnvfs-direct's C API
@@ -28,7 +28,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
 import benchreport  # noqa: E402
-from bench import MNT, WORK, Target  # noqa: E402  (one way to mount and unmount)
+from bench import MNT, WORK, nvfs_options, setup, target  # noqa: E402  (bench.py's targets)
 from benchreport import BUILD, run  # noqa: E402
 
 MIB = 1024 * 1024
@@ -38,12 +38,12 @@ WORKLOADS = ["rand-4k", "append-4k", "seq-1m", "rand-4k-2t", "fio-rand-4k"]
 def targets():
     return [
         ("inproc", None, "inproc"),
-        ("nvfs-direct", Target("nvfs-direct", "nvfs", read_path="map", cache="none", direct=True),
+        ("nvfs-direct", target("nvfs-direct", "nvfs", nvfs_options("map", "none", direct=True)),
          "direct"),
-        ("nvfs-none", Target("nvfs-none", "nvfs", read_path="map", cache="none"), "kernel"),
-        ("nvfs-page", Target("nvfs-page", "nvfs", read_path="map", cache="page"), "kernel"),
-        ("tmpfs", Target("tmpfs", "tmpfs"), "kernel"),
-        ("ext4-loop", Target("ext4-loop", "ext4-loop"), "kernel"),
+        ("nvfs-none", target("nvfs-none", "nvfs", nvfs_options("map", "none")), "kernel"),
+        ("nvfs-page", target("nvfs-page", "nvfs", nvfs_options("map", "page")), "kernel"),
+        ("tmpfs", target("tmpfs", "tmpfs"), "kernel"),
+        ("ext4-loop", target("ext4-loop", "ext4-loop"), "kernel"),
     ]
 
 
@@ -87,7 +87,7 @@ def main():
     tl = targets()
     for _, t, _ in tl:
         if t is not None:
-            t.setup(args.size, source)
+            setup(t, args.size, source)
     results = {}  # (target, wl) -> [figures]
     try:
         for rep in range(args.reps):
@@ -105,7 +105,7 @@ def main():
     finally:
         for _, t, _ in tl:
             if t is not None:
-                t.teardown()
+                t.destroy()
 
     def med(name, wl, key):
         vals = [r[key] for r in results.get((name, wl), []) if key in r]

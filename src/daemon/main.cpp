@@ -6,7 +6,8 @@
 // is mounted and leaves the namespace untouched or cleanly unmounted:
 //   1. parse the command line (fuse_opt): nvfs's own options are taken out,
 //      the rest goes to libfuse (fuse_session_new rejects what it does not
-//      know, before the namespace is opened);
+//      know, before the namespace is opened); the libfuse loaded must be
+//      the one the transport was written for (src/fuse/transport.hpp);
 //   2. mount the core (Filesystem::Mount): a missing, foreign, damaged or
 //      in-use namespace fails here with one line and exit status 1;
 //   3. mount the FUSE file system, detach (unless -f), serve requests;
@@ -26,6 +27,7 @@
 #include "daemon/options.hpp"
 #include "daemon/say.hpp"
 #include "daemon/serve.hpp"
+#include "fuse/transport.hpp"
 
 namespace {
 
@@ -52,6 +54,12 @@ int main(int argc, char** argv) {
   nvfs::daemon::CommandLine cl;
   if (const int status = nvfs::daemon::ParseCommandLine(&args, &cl); status >= 0) return status;
   if (cl.remount) return Remount(cl);
+  // Before anything is opened: the transport is written for one libfuse.
+  if (const std::string why = nvfs::LibfuseUnsupported(fuse_version(), fuse_pkgversion());
+      !why.empty()) {
+    nvfs::daemon::Say("%s", why.c_str());
+    return 1;
+  }
   nvfs::daemon::CloseInheritedDescriptors();
   nvfs::daemon::DaemonOptions options;
   if (const int status = nvfs::daemon::CheckOptions(cl, &options); status >= 0) return status;

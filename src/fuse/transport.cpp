@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstddef>
 #include <cstring>
+#include <string>
 
 #include "fuse/kernel_abi.hpp"
 #include "fuse/uring.hpp"
@@ -166,6 +167,13 @@ ssize_t TransportWritev(int fd, iovec* iov, int count, void* userdata) {
 }
 
 }  // namespace
+
+std::string LibfuseUnsupported(int version, const char* package_version) {
+  if (version == kLibfuseWrittenFor) return "";
+  return std::string("libfuse ") + package_version +
+         " is loaded, but nvfs rewrites FUSE messages around what libfuse 3.14 parses "
+         "(src/fuse/transport.hpp) and runs only with 3.14";
+}
 
 int InstallTransport(fuse_session* se) {
   fuse_custom_io io{};

@@ -43,9 +43,37 @@
 //          (libfuse 3.14 answers 7.31): no reply libfuse builds changes.
 #pragma once
 
+#include <string>
+
 #include "fuse/adapter.hpp"
 
 namespace nvfs {
+
+// The one libfuse the rewriting above was written for and tested with:
+// 3.14 (Debian 12 ships 3.14.0). The daemon checks the library it runs
+// with, not the headers it was built with (meson.build requires those
+// too): libfuse 3.0 to 3.16 share the soname libfuse3.so.3, so a library
+// upgrade reaches a built daemon without a rebuild, and what parses the
+// messages is the library. What the others do differently:
+//   3.12      no fuse_session_custom_io;
+//   3.13      drops SETATTR's FATTR_KILL_SUIDGID (3.14 passes it on as
+//             FUSE_SET_ATTR_KILL_SUID): a truncate by a caller without
+//             CAP_FSETID would keep set-user-ID;
+//   3.15-3.16 read SETXATTR's long form when FUSE_CAP_SETXATTR_EXT is
+//             wanted through libfuse, and the cut-back above assumes
+//             they never do; untested;
+//   3.17+     soname libfuse3.so.4 (a daemon built against 3.14 does not
+//             load it), 64-bit want_ext beside want, its own TMPFILE,
+//             STATX (3.18) and FUSE over io_uring (3.18), which would meet
+//             the rewriting and uring.cpp's rings.
+// A new libfuse is taken in by reading its fuse_lowlevel.c for the
+// messages above and running the mount suite over it, then widening this.
+inline constexpr int kLibfuseWrittenFor = 314;  // FUSE_MAKE_VERSION(3, 14)
+
+// Why the daemon cannot serve with the libfuse of `version` (fuse_version():
+// major * 100 + minor; `package_version` is fuse_pkgversion()), in one
+// line, or "" if it can.
+std::string LibfuseUnsupported(int version, const char* package_version);
 
 // Makes `se` (mounted, INIT not yet served) read and write through the
 // transport. 0, or a negative errno. REQUIRES: the session's userdata is

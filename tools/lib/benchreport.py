@@ -4,7 +4,8 @@ mount table, dropping the kernel's caches, waiting for a FUSE daemon to let
 go of its image, the kernel's switch for FUSE over io_uring, the options
 every script takes (--reps, --targets, --baseline, --json-out), medians over
 repetitions, and the two table forms they print (fixed-width columns and
-markdown). Each script keeps its targets, its workloads and what it checks.
+markdown). Each script keeps which targets it runs, its workloads and what
+it checks; how a target is made, mounted and unmounted is targets.py's.
 """
 import os
 import signal
