@@ -629,7 +629,7 @@ TEST_CASE("direct write: a media error fails that write with EIO, and the proces
   CHECK(m.Stop() == 1);
 }
 
-TEST_CASE("direct write: RLIMIT_FSIZE and cache=page are the kernel's",
+TEST_CASE("direct write: RLIMIT_FSIZE, a read-only mount and cache=page are the kernel's",
           "[mount][direct][write]") {
   NVFS_REQUIRE_FUSE();
   if (!RootDaemon()) NVFS_SKIP("the direct socket needs a root daemon");
@@ -655,6 +655,25 @@ TEST_CASE("direct write: RLIMIT_FSIZE and cache=page are the kernel's",
     struct stat st {};
     REQUIRE(stat(m.path("l").c_str(), &st) == 0);
     CHECK(st.st_size == 4096);
+  }
+  SECTION("a read-only mount (as one whose errors flag is set): EROFS from the kernel") {
+    m.Start();
+    WriteKernel(m.path("r"), std::string(4096, 'r'), 0);
+    REQUIRE(m.Stop() == 0);
+    m.Start("ro");
+    const int fd = open(m.path("r").c_str(), O_RDWR);
+    if (fd >= 0) {
+      nvfs_direct* d = nvfs_direct_attach(fd);
+      errno = 0;
+      CHECK(nvfs_direct_pwrite(d, "x", 1, 0) == -1);
+      CHECK(errno == EROFS);
+      CHECK(nvfs_direct_write_why(d) == NVFS_DIRECT_NO_WRITES);
+      nvfs_direct_detach(d);
+      close(fd);
+    } else {
+      CHECK(errno == EROFS);  // the kernel refuses the open itself
+    }
+    CHECK(KernelAll(m.path("r")) == std::string(4096, 'r'));
   }
   SECTION("cache=page: reads direct, writes through the kernel") {
     m.Start("cache=page");

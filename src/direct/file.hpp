@@ -141,9 +141,13 @@ inline constexpr ssize_t kSlow = -1;
 [[gnu::always_inline]] inline ssize_t ReadFast(const Snapshot* s, void* buf, size_t count,
                                                uint64_t offset) {
   const Session* session = s->session;
+  // The counter, then no revocation under way: a new proof moves the
+  // counter before it maps the namespace again and clears the mark after,
+  // so zeros met by the copy show in one or the other afterwards.
+  const uint64_t revocations = session->Revocations();
   const uint64_t seq = s->seq_word->load(std::memory_order_acquire);
   if (!SeqIs(seq, s->seq) || session->fault->poisoned.load(std::memory_order_relaxed) != 0 ||
-      session->gone.load(std::memory_order_relaxed)) {
+      session->gone.load(std::memory_order_relaxed) || session->Revoked()) {
     return kSlow;
   }
   size_t n = 0;
@@ -165,8 +169,13 @@ inline constexpr ssize_t kSlow = -1;
     CopyRacing(buf, s->ns_base + e->ns_offset + (offset - e->file_offset), n);
   }
   std::atomic_thread_fence(std::memory_order_acquire);
+  // The revocation too: zeros mapped under the copy (marked before they
+  // come), or zeros and the namespace mapped again by a new proof (which
+  // moves the counter first), can leave the seq and the identity words as
+  // they were (a table slot whose seq is 0 reads as zeros do).
   const bool same = SeqIs(s->seq_word->load(std::memory_order_relaxed), seq) &&
-                    session->IdentityHolds();
+                    session->IdentityHolds() && session->Revocations() == revocations &&
+                    !session->Revoked();
   std::atomic_signal_fence(std::memory_order_seq_cst);
   tls.in_copy = 0;
   if (!same || session->fault->poisoned.load(std::memory_order_relaxed) != 0) return kSlow;

@@ -163,9 +163,10 @@ Step CopyChunk(nvfs_direct* f, Cursor& dst, uint64_t offset, size_t len, size_t*
   Session* session = s->session;
   if (session->gone.load(std::memory_order_acquire)) return Step::kGone;
   // Zeros since a change of credentials or a fork: the refresh proves the
-  // session again (or ends it).
-  if (session->Revoked()) return Step::kRefresh;
+  // session again (or ends it). The counter first, then the mark (file.hpp,
+  // ReadFast, says why).
   const uint64_t revocations = session->Revocations();
+  if (session->Revoked()) return Step::kRefresh;
   const uint64_t seq = s->seq_word->load(std::memory_order_acquire);
   if (!SeqIs(seq, s->seq)) return Step::kRefresh;
   const uint64_t n = offset >= s->size ? 0 : std::min<uint64_t>(len, s->size - offset);
@@ -189,9 +190,12 @@ Step CopyChunk(nvfs_direct* f, Cursor& dst, uint64_t offset, size_t len, size_t*
   std::atomic_thread_fence(std::memory_order_acquire);
   const bool same_seq = SeqIs(s->seq_word->load(std::memory_order_relaxed), seq);
   const bool same_mount = session->IdentityHolds();
+  // Zeros mapped under the copy and the namespace mapped again by a new
+  // proof before the checks above would pass them: the counter moved.
+  const bool same_mapping = session->Revocations() == revocations && !session->Revoked();
   std::atomic_signal_fence(std::memory_order_seq_cst);
   tls.in_copy = 0;
-  if (!same_seq) return Step::kRefresh;
+  if (!same_seq || (same_mount && !same_mapping)) return Step::kRefresh;
   if (!same_mount) {
     // Zeros came under the copy (and maybe the mapping is back already).
     if (session->Revoked() || session->Revocations() != revocations) return Step::kRefresh;

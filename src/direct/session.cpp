@@ -511,6 +511,11 @@ int Session::ConnectLocked() {
 }
 
 bool Session::RemapLocked(int ns_fd, int table_fd) {
+  // The counters move before the mappings come back: a reader that copied
+  // zeros and then finds the namespace's identity in place again (these
+  // mappings) finds its counter moved too, and copies again.
+  ns_range->revocations.fetch_add(1, std::memory_order_seq_cst);
+  table_range_->revocations.fetch_add(1, std::memory_order_seq_cst);
   // The mark is cleared after the mappings are back (seq_cst): a change
   // that walks the ranges after it puts zeros over them again, one that
   // walked before is seen by the caller's CredentialsUnchangedSince.
