@@ -189,6 +189,10 @@ inline constexpr ssize_t kSlow = -1;
 // holds a reference or owns it).
 ssize_t ReadSlow(nvfs_direct* f, const struct iovec* iov, int iovcnt, off_t offset);
 
+// The iovecs from `skip` bytes on, at most `max` bytes of them (to hand
+// the rest of a read or a write to the kernel); null without memory.
+iovec* IovFrom(const iovec* iov, int iovcnt, size_t skip, size_t max, int* count);
+
 // Through the kernel, on the handle's descriptor.
 ssize_t ReadKernel(const nvfs_direct* f, const struct iovec* iov, int iovcnt, off_t offset);
 

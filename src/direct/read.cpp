@@ -209,25 +209,26 @@ Step CopyChunk(nvfs_direct* f, Cursor& dst, uint64_t offset, size_t len, size_t*
   return Step::kCopied;
 }
 
-// The iovecs from `skip` bytes on (to hand the rest of a read to the
-// kernel); null without memory.
-iovec* IovFrom(const iovec* iov, int iovcnt, size_t skip, int* count) {
+
+}  // namespace
+
+iovec* IovFrom(const iovec* iov, int iovcnt, size_t skip, size_t max, int* count) {
   auto* out = new (std::nothrow) iovec[static_cast<size_t>(iovcnt)];
   if (out == nullptr) return nullptr;
   int n = 0;
-  for (int i = 0; i < iovcnt; ++i) {
+  for (int i = 0; i < iovcnt && max > 0; ++i) {
     if (skip >= iov[i].iov_len) {
       skip -= iov[i].iov_len;
       continue;
     }
-    out[n++] = {static_cast<char*>(iov[i].iov_base) + skip, iov[i].iov_len - skip};
+    const size_t k = std::min(iov[i].iov_len - skip, max);
+    out[n++] = {static_cast<char*>(iov[i].iov_base) + skip, k};
+    max -= k;
     skip = 0;
   }
   *count = n;
   return out;
 }
-
-}  // namespace
 
 void FreeSnapshot(void* p) {
   auto* s = static_cast<Snapshot*>(p);
@@ -329,14 +330,9 @@ ssize_t ReadSlow(nvfs_direct* f, const struct iovec* iov, int iovcnt, off_t offs
   if (done == total) return static_cast<ssize_t>(done);
   if (done == 0) return ReadKernel(f, iov, iovcnt, offset);
   int count = 0;
-  iovec* rest = IovFrom(iov, iovcnt, done, &count);
-  if (rest == nullptr) return static_cast<ssize_t>(done);
   // Only what is left of `total` (the cap) is asked for.
-  size_t want = total - done;
-  for (int i = 0; i < count; ++i) {
-    rest[i].iov_len = std::min(rest[i].iov_len, want);
-    want -= rest[i].iov_len;
-  }
+  iovec* rest = IovFrom(iov, iovcnt, done, total - done, &count);
+  if (rest == nullptr) return static_cast<ssize_t>(done);
   const ssize_t r = ReadKernel(f, rest, count, offset + static_cast<off_t>(done));
   delete[] rest;
   return r < 0 ? static_cast<ssize_t>(done) : static_cast<ssize_t>(done) + r;

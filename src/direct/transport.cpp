@@ -42,46 +42,10 @@ int SendAll(int sock, const void* data, size_t len, int send_fd) {
   return 0;
 }
 
-// Reads exactly `len` bytes; descriptors that come along go to *fd (the
-// first) or are closed.
-int RecvAll(int sock, void* data, size_t len, int* fd) {
-  auto* p = static_cast<char*>(data);
-  while (len > 0) {
-    iovec iov{p, len};
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    alignas(cmsghdr) char control[CMSG_SPACE(4 * sizeof(int))];
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof control;
-    const ssize_t n = libc::Get(&libc::Table::recvmsg)(sock, &msg, MSG_CMSG_CLOEXEC);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return errno == EAGAIN || errno == EWOULDBLOCK ? ETIMEDOUT : errno;
-    }
-    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
-      if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-      const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-      for (size_t i = 0; i < count; ++i) {
-        int received;
-        std::memcpy(&received, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-        if (*fd < 0) {
-          *fd = received;
-        } else {
-          CloseFd(received);
-        }
-      }
-    }
-    if ((msg.msg_flags & MSG_CTRUNC) != 0) return EPROTO;
-    if (n == 0) return ECONNRESET;  // the daemon closed the connection
-    p += n;
-    len -= static_cast<size_t>(n);
-  }
-  return 0;
-}
 
 // Reads at most `max` bytes, at least `min`, in as few calls as the data
-// comes in; *got says how many.
+// comes in; *got says how many. Descriptors that come along go to *fd (the
+// first) or are closed.
 int RecvSome(int sock, void* data, size_t max, size_t min, size_t* got, int* fd) {
   auto* p = static_cast<char*>(data);
   *got = 0;
@@ -116,6 +80,12 @@ int RecvSome(int sock, void* data, size_t max, size_t min, size_t* got, int* fd)
     *got += static_cast<size_t>(n);
   }
   return 0;
+}
+
+// Reads exactly `len` bytes.
+int RecvAll(int sock, void* data, size_t len, int* fd) {
+  size_t got = 0;
+  return len == 0 ? 0 : RecvSome(sock, data, len, len, &got, fd);
 }
 
 // A write request is answered in microseconds: the reply is waited for by

@@ -429,20 +429,9 @@ ssize_t WriteKernel(const nvfs_direct* f, const iovec* iov, int iovcnt, off_t of
 ssize_t RestThroughKernel(const nvfs_direct* f, const iovec* iov, int iovcnt, off_t offset,
                           int flags, size_t done, size_t total) {
   if (done == 0) return WriteKernel(f, iov, iovcnt, offset, flags);
-  auto* rest = new (std::nothrow) iovec[static_cast<size_t>(iovcnt)];
-  if (rest == nullptr) return static_cast<ssize_t>(done);
   int n = 0;
-  size_t skip = done, want = total - done;
-  for (int i = 0; i < iovcnt && want > 0; ++i) {
-    if (skip >= iov[i].iov_len) {
-      skip -= iov[i].iov_len;
-      continue;
-    }
-    const size_t k = std::min(iov[i].iov_len - skip, want);
-    rest[n++] = {static_cast<char*>(iov[i].iov_base) + skip, k};
-    want -= k;
-    skip = 0;
-  }
+  iovec* rest = IovFrom(iov, iovcnt, done, total - done, &n);
+  if (rest == nullptr) return static_cast<ssize_t>(done);
   const ssize_t r = WriteKernel(f, rest, n, offset + static_cast<off_t>(done), flags);
   delete[] rest;
   return r < 0 ? static_cast<ssize_t>(done) : static_cast<ssize_t>(done) + r;
