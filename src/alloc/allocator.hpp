@@ -19,6 +19,7 @@
 // Lock order: deferred_mu_, then a group's mutex, then the media's backing
 // lock (Media::Back, which may fallocate under the group's mutex); nothing
 // else is taken while they are held; callers may hold inode locks.
+// grow_mu_ is a leaf (nothing is taken under it).
 //
 // Every unit handed out is backed by the host first (BackRun), so no store
 // of the filesystem ever lands in a page a sparse image file cannot supply:
@@ -198,6 +199,8 @@ class Allocator final : public AllocationSink {
   const Geometry& geometry_;
   const uint32_t group_capacity_;
   std::atomic<const Geometry*> growing_{nullptr};  // BeginGrow .. EndGrow
+  std::mutex grow_mu_;              // guards grow_held_ and growing_'s clearing
+  std::vector<Extent> grow_held_;   // a grow's frees, released at EndGrow
   std::mutex deferred_mu_;
   std::vector<DeferredFree> deferred_;  // protected by deferred_mu_; tickets ascending
   std::atomic<uint64_t> deferred_blocks_{0};
