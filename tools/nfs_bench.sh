@@ -69,7 +69,11 @@ cleanup() {
 trap cleanup EXIT
 
 echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
-targets=(nvfs nvfs-page ext4)
+# nvfs-direct: ganesha under LD_PRELOAD=libnvfs-direct.so over the
+# cache=none mount (it may read and write the namespace: it runs as root),
+# its reads and writes of the exported files straight from and to the
+# namespace (doc/direct.md).
+targets=(nvfs nvfs-direct nvfs-page ext4)
 mkdir -p "$scratch/nvfs" "$scratch/nvfs-page" "$scratch/ext4"
 "$NVFS_BUILD/mkfs.nvfs" -q -s "${image_mib}M" "$nvfs_img"
 "$NVFS_BUILD/nvfs" -o allow_other "$nvfs_img" "$scratch/nvfs"
@@ -80,13 +84,14 @@ chmod 600 "$ext4_img"
 loop=$(losetup -f --show "$ext4_img")
 mkfs.ext4 -q "$loop"
 mount "$loop" "$scratch/ext4"
-for fs in "${targets[@]}"; do
+dir_of() { [ "$1" = nvfs-direct ] && echo "$scratch/nvfs" || echo "$scratch/$1"; }
+for fs in nvfs nvfs-page ext4; do
   mkdir "$scratch/$fs/u"
   chown "$user:$user" "$scratch/$fs/u"
 done
 head -c "$((size_mib * 1024 * 1024))" /dev/urandom >"$src"
 if [ -n "$warm" ]; then
-  for fs in "${targets[@]}"; do
+  for fs in nvfs nvfs-page ext4; do
     cp "$src" "$scratch/$fs/u/warm" && sync -f "$scratch/$fs/u/warm" && rm "$scratch/$fs/u/warm"
   done
 fi
@@ -97,10 +102,11 @@ if ! python3 -c 'import socket,sys; s=socket.socket(socket.AF_UNIX); s.connect("
   for _ in $(seq 100); do [ -S /run/rpcbind.sock ] && break; sleep 0.1; done
 fi
 
-start_ganesha() {  # $1: the exported directory
+start_ganesha() {  # $1: the exported directory; $2: a library to preload, or ""
   sed "s#/mnt/nvfs#$1#g" "$NVFS_TOP/doc/ganesha.conf" >"$scratch/ganesha.conf"
   : >"$scratch/ganesha.log"
-  ganesha.nfsd -F -f "$scratch/ganesha.conf" -L "$scratch/ganesha.log" -p "$scratch/ganesha.pid" &
+  env ${2:+LD_PRELOAD=$2} \
+    ganesha.nfsd -F -f "$scratch/ganesha.conf" -L "$scratch/ganesha.log" -p "$scratch/ganesha.pid" &
   ganesha_pid=$!
   for _ in $(seq 300); do
     grep -q "NFS SERVER INITIALIZED" "$scratch/ganesha.log" && return 0
@@ -124,8 +130,10 @@ now() { date +%s.%N; }
 declare -A write_mbs read_mbs
 for rep in $(seq "$reps"); do
   for fs in "${targets[@]}"; do
-    dir="$scratch/$fs"
-    start_ganesha "$dir"
+    dir=$(dir_of "$fs")
+    preload=""
+    [ "$fs" = nvfs-direct ] && preload="$NVFS_BUILD/libnvfs-direct.so"
+    start_ganesha "$dir" "$preload"
     url="nfs://127.0.0.1$dir/u/file?version=3&uid=$user&gid=$user"
     t0=$(now)
     timeout 600 nfs-cp "$src" "$url" >/dev/null
@@ -147,7 +155,8 @@ median() { tr ' ' '\n' | grep . | sort -g | awk '{v[NR]=$1} END {print (NR%2) ? 
 echo
 echo "nfs-cp of ${size_mib} MiB through ganesha (NFSv3, 127.0.0.1), medians of $reps runs:"
 printf '| %-28s | %10s | %10s |\n' "target" "write MB/s" "read MB/s"
-declare -A labels=([nvfs]="ganesha over nvfs" [nvfs-page]="ganesha over nvfs cache=page"
+declare -A labels=([nvfs]="ganesha over nvfs" [nvfs-direct]="ganesha (preload) over nvfs"
+                   [nvfs-page]="ganesha over nvfs cache=page"
                    [ext4]="ganesha over ext4 (loop)")
 for fs in "${targets[@]}"; do
   label=${labels[$fs]}
