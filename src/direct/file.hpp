@@ -196,8 +196,18 @@ iovec* IovFrom(const iovec* iov, int iovcnt, size_t skip, size_t max, int* count
 // Through the kernel, on the handle's descriptor.
 ssize_t ReadKernel(const nvfs_direct* f, const struct iovec* iov, int iovcnt, off_t offset);
 
-// A pwritev(2) (flags: pwritev2's, of which only 0, RWF_DSYNC and RWF_SYNC
-// are served directly: every direct write is durable when it returns)
+#ifndef RWF_DSYNC
+#define RWF_DSYNC 0x00000002
+#endif
+#ifndef RWF_SYNC
+#define RWF_SYNC 0x00000004
+#endif
+// pwritev2's flags a direct write serves: 0, RWF_DSYNC and RWF_SYNC (every
+// direct write is durable when it returns); the rest are the kernel's.
+inline bool DirectWriteFlags(int flags) { return (flags & ~(RWF_DSYNC | RWF_SYNC)) == 0; }
+
+// A pwritev(2) (flags: pwritev2's, of which only DirectWriteFlags' are
+// served directly)
 // on the handle: stored from the process's own mapping where the file may
 // be written directly, through the kernel otherwise (write.cpp,
 // doc/integrity.md section 11). REQUIRES: as ReadSlow.

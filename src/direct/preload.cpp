@@ -140,15 +140,8 @@ NVFS_DIRECT_EXPORT ssize_t preadv64v2(int fd, const struct iovec* iov, int iovcn
 // Of a file opened O_RDWR (not O_APPEND) on an nvfs mount, by a process
 // that may write the namespace: stored from its own mapping (write.cpp).
 // Flags 0, RWF_DSYNC and RWF_SYNC (every direct write is durable when it
-// returns); the rest, and offset -1, are the kernel's.
-
-#ifndef RWF_DSYNC
-#define RWF_DSYNC 0x00000002
-#endif
-#ifndef RWF_SYNC
-#define RWF_SYNC 0x00000004
-#endif
-static bool DirectWriteFlags(int flags) { return (flags & ~(RWF_DSYNC | RWF_SYNC)) == 0; }
+// returns); the rest, and offset -1, are the kernel's (Write, write.cpp,
+// hands them on: DirectWriteFlags in file.hpp).
 
 NVFS_DIRECT_EXPORT ssize_t pwrite(int fd, const void* buf, size_t count, off_t offset) {
   const iovec one{const_cast<void*>(buf), count};
@@ -179,14 +172,14 @@ NVFS_DIRECT_EXPORT ssize_t pwritev64(int fd, const struct iovec* iov, int iovcnt
 NVFS_DIRECT_EXPORT ssize_t pwritev2(int fd, const struct iovec* iov, int iovcnt, off_t offset,
                                     int flags) {
   ssize_t n;
-  if (DirectWriteFlags(flags) && FdServeWrite(fd, iov, iovcnt, offset, flags, &n)) return n;
+  if (FdServeWrite(fd, iov, iovcnt, offset, flags, &n)) return n;
   return libc::Get(&libc::Table::pwritev2)(fd, iov, iovcnt, offset, flags);
 }
 
 NVFS_DIRECT_EXPORT ssize_t pwritev64v2(int fd, const struct iovec* iov, int iovcnt, off_t offset,
                                        int flags) {
   ssize_t n;
-  if (DirectWriteFlags(flags) && FdServeWrite(fd, iov, iovcnt, offset, flags, &n)) return n;
+  if (FdServeWrite(fd, iov, iovcnt, offset, flags, &n)) return n;
   return libc::Get(&libc::Table::pwritev64v2)(fd, iov, iovcnt, offset, flags);
 }
 

@@ -183,6 +183,9 @@ struct Server::State {
   // what a write must take away first (set-ID bits, a capability), nor
   // chattr's immutable or append-only.
   bool MayWriteDirectly(uint64_t ino);
+  // A reply's fields from the core's answer for `ino` (its runs are in
+  // reply->runs already).
+  void FillReply(MapReply* reply, uint64_t ino, const Filesystem::DirectMapping& m) const;
   // The byte at `size` - 1 of `ino`, for the kernel's copy of its size.
   uint8_t LastByte(uint64_t ino, uint64_t size);
   // After a commit (`stored`: bytes, else the times only) answered with `m`
@@ -450,19 +453,24 @@ void Server::State::Map(Connection& c) {
     if (!m.ok()) {
       reply.h.error = m.code();
     } else {
-      reply.ino = stx.stx_ino;
-      reply.seq = m->seq;
-      reply.size = m->size;
-      reply.start = m->start;
-      reply.namespace_size = fs->media().size();
-      reply.slot = m->slot;
-      reply.run_count = static_cast<uint32_t>(m->run_count);
+      FillReply(&reply, stx.stx_ino, *m);
       // Looked at after the runs: a change of mode or owner after them
       // moves the seq they are valid for.
       if (for_write && MayWriteDirectly(stx.stx_ino)) reply.flags = kMapWritable;
     }
   }
   Send(c, &reply, sizeof reply);
+}
+
+void Server::State::FillReply(MapReply* reply, uint64_t ino,
+                              const Filesystem::DirectMapping& m) const {
+  reply->ino = ino;
+  reply->seq = m.seq;
+  reply->size = m.size;
+  reply->start = m.start;
+  reply->namespace_size = fs->media().size();
+  reply->slot = m.slot;
+  reply->run_count = static_cast<uint32_t>(m.run_count);
 }
 
 uint8_t Server::State::LastByte(uint64_t ino, uint64_t size) {
@@ -568,13 +576,7 @@ void Server::State::WriteOp(Connection& c) {
     if (!m.ok()) {
       reply.h.error = m.code();
     } else {
-      reply.ino = ino;
-      reply.seq = m->seq;
-      reply.size = m->size;
-      reply.start = m->start;
-      reply.namespace_size = fs->media().size();
-      reply.slot = m->slot;
-      reply.run_count = static_cast<uint32_t>(m->run_count);
+      FillReply(&reply, ino, *m);
       // A commit checked that the file is as it was when its runs were
       // given writable (a change of mode or owner moves the seq): it still
       // is, so its reply is too, without asking the core again.

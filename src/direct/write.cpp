@@ -42,13 +42,6 @@
 #include "direct/session.hpp"
 #include "nvfs/direct.h"
 
-#ifndef RWF_DSYNC
-#define RWF_DSYNC 0x00000002
-#endif
-#ifndef RWF_SYNC
-#define RWF_SYNC 0x00000004
-#endif
-
 namespace nvfs::direct {
 
 namespace {
@@ -520,7 +513,7 @@ uint64_t Reserve(uint64_t len, uint64_t end) {
 ssize_t Write(nvfs_direct* f, const iovec* iov, int iovcnt, off_t offset, int flags) {
   const int kernel_flags = flags;
   if (offset < 0 || iovcnt <= 0 || iovcnt > IOV_MAX ||
-      (flags & ~(RWF_DSYNC | RWF_SYNC)) != 0 ||
+      !DirectWriteFlags(flags) ||
       f->why.load(std::memory_order_acquire) != NVFS_DIRECT_ACTIVE ||
       f->write_why.load(std::memory_order_acquire) != NVFS_DIRECT_ACTIVE) {
     return WriteKernel(f, iov, iovcnt, offset, kernel_flags);
