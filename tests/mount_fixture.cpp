@@ -121,12 +121,6 @@ bool FuseAvailable() {
   return available;
 }
 
-void PrintSkipped(const char* why) {
-  CountSkipped();
-  std::printf("NVFS-SKIPPED: %s\n", why);
-  std::fflush(stdout);
-}
-
 bool IsMountPoint(const std::string& dir) {
   std::ifstream in("/proc/self/mountinfo");
   std::string line;

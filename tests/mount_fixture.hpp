@@ -12,24 +12,13 @@
 #include <string>
 #include <vector>
 
+#include "skip_count.hpp"
+
 namespace nvfs::test {
 
 // True if /dev/fuse can be used; otherwise prints, once and loudly, why the
 // mount tests are skipped. Tests return early (and pass) when it is false.
 bool FuseAvailable();
-
-// Prints the line tools/lib/count_tests.py counts as one skipped test case
-// ("NVFS-SKIPPED: why"), on stdout. Catch2 2.x has no skip of its own, and
-// would count the case as passed.
-void PrintSkipped(const char* why);
-
-// Ends the current test case as skipped, loudly.
-#define NVFS_SKIP(why)                    \
-  do {                                    \
-    WARN("SKIPPED: " << (why));           \
-    ::nvfs::test::PrintSkipped(why);      \
-    return;                               \
-  } while (0)
 
 #define NVFS_REQUIRE_FUSE()                                        \
   do {                                                             \

@@ -19,6 +19,7 @@
 #include <catch2/catch.hpp>
 
 #include "nvfs/media.hpp"
+#include "skip_count.hpp"
 #include "test_util.hpp"
 
 namespace nvfs {
@@ -674,11 +675,11 @@ TEST_CASE("OpenMedia: waits for a holder that is releasing the namespace, not fo
 }
 
 // A device number that no FUSE mount has: that of the filesystem `path` is
-// on (the tests' images are on /dev/shm, a tmpfs).
-dev_t NoFuseMount(const std::string& path) {
+// on (the tests' images are on /dev/shm, a tmpfs); no unique id.
+MountName NoFuseMount(const std::string& path) {
   struct stat st;
   REQUIRE(stat(path.c_str(), &st) == 0);
-  return st.st_dev;
+  return MountName{st.st_dev, 0};
 }
 
 // A daemon marks the namespace as served through its FUSE mount, by the
@@ -743,7 +744,7 @@ TEST_CASE("OpenMedia: mount marks name the mount by device number, never by its 
   // is the one FindServingMount gives.
   auto third = OpenMedia(image.path(), reader);
   REQUIRE(third.ok());
-  (*third)->ServeThroughMount(decoy->dev());
+  (*third)->ServeThroughMount(MountName{decoy->dev(), 0});
   const auto again = std::chrono::steady_clock::now();
   auto refused = OpenMedia(image.path(), writer);
   REQUIRE_FALSE(refused.ok());
@@ -758,6 +759,50 @@ TEST_CASE("OpenMedia: mount marks name the mount by device number, never by its 
   CHECK(FindServingMount(image.path()).code() == ENOENT);
   CHECK(OpenMedia(image.path(), writer).error().message.find("still in use") !=
         std::string::npos);
+}
+
+// The kernel gives a FUSE mount's device number to the next mount as soon
+// as the first is gone (the lowest free anonymous number): a holder whose
+// mount was gone, marked by device number, was refused at once whenever
+// another FUSE mount had come up meanwhile (the suite's own, running beside
+// it). A mark by the mount's unique id (statmount(2), Linux 6.8) names that
+// mount alone.
+TEST_CASE("OpenMedia: a mount mark by unique id is not taken over by the next mount's "
+          "device number", "[media][lock]") {
+  if (geteuid() != 0) NVFS_SKIP("the FUSE mounts are made with mount(2), root only");
+  TempPath image("reused");
+  MakeFile(image.path(), 1 * kMiB);
+  std::optional<DecoyFuseMount> first;
+  first.emplace("nvfs-test-first");
+  INFO(first->error());
+  REQUIRE(first->mounted());
+  const MountName served = first->name();
+  if (served.unique_id == 0) NVFS_SKIP("this kernel gives no unique mount ids (before 6.8)");
+  auto holder = OpenMedia(image.path(), ReadOnly());
+  REQUIRE(holder.ok());
+  (*holder)->ServeThroughMount(served);
+  MediaOptions writer;
+  writer.release_wait_ms = 300;
+  // Served through a live mount: refused at once, and found.
+  auto refused = OpenMedia(image.path(), writer);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.error().message.find("still") == std::string::npos);
+  Result<dev_t> found = FindServingMount(image.path());
+  REQUIRE(found.ok());
+  CHECK(*found == served.dev);
+
+  first.reset();  // the mount is gone, the holder has not let go
+  DecoyFuseMount next("nvfs-test-next");
+  REQUIRE(next.mounted());
+  INFO("the next mount " << (next.dev() == served.dev ? "took" : "did not take")
+                         << " the gone mount's device number");
+  CHECK(next.name().unique_id != served.unique_id);
+  CHECK(FindServingMount(image.path()).code() == ENOENT);
+  const auto asked = std::chrono::steady_clock::now();
+  auto waited = OpenMedia(image.path(), writer);
+  REQUIRE_FALSE(waited.ok());
+  CHECK(waited.error().message.find("still in use") != std::string::npos);
+  CHECK(std::chrono::steady_clock::now() - asked >= std::chrono::milliseconds(250));
 }
 
 }  // namespace

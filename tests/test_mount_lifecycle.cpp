@@ -433,6 +433,10 @@ class Resume {
 // before the nvfs mount, turned "wait for the daemon that is releasing the
 // namespace" into an immediate "in use". The daemon is held (SIGSTOP) between
 // the umount and its letting go, so the opener meets that window every time.
+// And a FUSE mount made in that window takes the gone mount's device number
+// (the lowest free one): a mark naming the mount by it made the opener
+// refuse (the suite's parallel mounts did so in CI); the mark names the
+// mount by its unique id.
 TEST_CASE("mount: a FUSE mount naming the image as its source does not turn the wait into "
           "'in use'", "[mount]") {
   NVFS_REQUIRE_FUSE();
@@ -461,6 +465,10 @@ TEST_CASE("mount: a FUSE mount naming the image as its source does not turn the 
       // Lazily: a stranger's request (df) waiting on the stopped daemon would
       // make a plain umount fail with EBUSY.
       REQUIRE(umount2(m.dir().c_str(), MNT_DETACH) == 0);
+      // Another FUSE mount comes up meanwhile (as the suite's own do, beside
+      // this one): the kernel gives it the gone mount's device number.
+      DecoyFuseMount next(m.image());
+      REQUIRE(next.mounted());
       const std::string log = m.dir() + ".fsck.log";
       const pid_t checker = SpawnProgram({fsck, "-n", m.image()}, log);
       const int early = WaitForExit(checker, 1.5);

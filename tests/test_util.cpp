@@ -154,18 +154,8 @@ DecoyFuseMount::DecoyFuseMount(const std::string& source) {
                    options.c_str()) == 0;
   if (!mounted_) error_ = std::string("mount: ") + std::strerror(errno);
   close(fd);  // the connection's last descriptor: the kernel cuts it
-  std::ifstream in("/proc/self/mountinfo");
-  std::string line;
-  while (mounted_ && std::getline(in, line)) {
-    // ID PARENT MAJOR:MINOR ROOT MOUNT_POINT ...
-    std::istringstream fields(line);
-    std::string id, parent, dev, root, point;
-    unsigned major_no = 0, minor_no = 0;
-    if (fields >> id >> parent >> dev >> root >> point && point == dir_ &&
-        std::sscanf(dev.c_str(), "%u:%u", &major_no, &minor_no) == 2) {
-      dev_ = makedev(major_no, minor_no);
-    }
-  }
+  if (!mounted_) return;
+  if (const std::optional<MountName> name = MountAt(dir_)) name_ = *name;
 }
 
 DecoyFuseMount::~DecoyFuseMount() {

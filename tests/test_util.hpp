@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "nvfs/format.hpp"
+#include "nvfs/media.hpp"
 
 namespace nvfs::test {
 
@@ -68,13 +69,15 @@ class DecoyFuseMount {
   const std::string& error() const { return error_; }
   const std::string& dir() const { return dir_; }
   // Its device number, from mountinfo (a stat of it fails: ENOTCONN).
-  dev_t dev() const { return dev_; }
+  dev_t dev() const { return name_.dev; }
+  // Its device number and unique mount id (0 where the kernel gives none).
+  const MountName& name() const { return name_; }
 
  private:
   std::string dir_;
   std::string error_;
   bool mounted_ = false;
-  dev_t dev_ = 0;
+  MountName name_;
 };
 
 struct RunResult {

@@ -256,13 +256,13 @@ class Filesystem {
   // on waits for this process to let go of it instead of failing with "in
   // use" (Media::EndService). Thread-safe; idempotent.
   virtual void EndService() = 0;
-  // The daemon has mounted the namespace through FUSE, and `mount_dev` is
-  // that mount's device number (from mountinfo): openers refuse at once
-  // only while that mount exists, and wait for this process once it is
-  // gone; nvfs-resize finds the mount, and the control socket named by it,
-  // through the namespace (Media::ServeThroughMount, FindServingMount).
-  // Call once the mount is in place.
-  virtual void ServeThroughMount(dev_t mount_dev) = 0;
+  // The daemon has mounted the namespace through FUSE, and `mount` is
+  // that mount (MountAt): openers refuse at once only while that mount
+  // exists, and wait for this process once it is gone; nvfs-resize finds
+  // the mount, and the control socket named by its device number, through
+  // the namespace (Media::ServeThroughMount, FindServingMount). Call once
+  // the mount is in place.
+  virtual void ServeThroughMount(const MountName& mount) = 0;
   // Writes exact counters and marks the filesystem clean. Nothing may run
   // concurrently; no call may follow but the destructor.
   virtual Status Unmount() = 0;

@@ -20,12 +20,28 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "nvfs/result.hpp"
 
 namespace nvfs {
+
+// A mount as the kernel names it.
+struct MountName {
+  // Its device number (mountinfo's MAJOR:MINOR). A FUSE mount's is an
+  // anonymous one, given again to the next mount once this one is gone.
+  dev_t dev = 0;
+  // Its unique mount id (statmount(2), Linux 6.8), never given to another
+  // mount until the system restarts; 0 where the kernel does not say.
+  uint64_t unique_id = 0;
+};
+
+// The mount at `mountpoint` in /proc/self/mountinfo (the last one, if several
+// are stacked there), found without touching it (a stat of a FUSE mount
+// point waits for its daemon); nullopt if nothing is mounted there.
+std::optional<MountName> MountAt(const std::string& mountpoint);
 
 enum class Granularity {
   kByte,       // eADR: stores are durable once visible; flushes are no-ops
@@ -167,17 +183,19 @@ class Media {
   // with EBUSY
   // (OpenMedia). The lock itself is held until the media is destroyed.
   virtual void EndService() {}
-  // The holder now serves the namespace through the FUSE mount whose device
-  // number (the kernel's, in mountinfo; never chosen by a user, as a
-  // mount's source is with fsname=) is `mount_dev`, and says so in a mark
-  // on the namespace itself. From now on an opener that finds the namespace
-  // locked refuses at once only while a FUSE mount of that device number
-  // shows in its /proc/self/mountinfo; once the mount is gone (umount(2)
-  // returns before the daemon has noticed the end of its session, let
-  // alone released the namespace) the opener waits for the holder as it
-  // does after EndService (release_wait_ms). FindServingMount reads the
-  // mark.
-  virtual void ServeThroughMount(dev_t mount_dev) { (void)mount_dev; }
+  // The holder now serves the namespace through the FUSE mount `mount`,
+  // and says so in a mark on the namespace itself, naming the mount as the
+  // kernel does (never by its source, which fsname= lets a user choose):
+  // by its unique id where the kernel gives one, else by its device number.
+  // From now on an opener that finds the namespace locked refuses at once
+  // only while that mount is in its mount namespace; once the mount is gone
+  // (umount(2) returns before the daemon has noticed the end of its session,
+  // let alone released the namespace) the opener waits for the holder as it
+  // does after EndService (release_wait_ms). A device number is the
+  // weaker name: the kernel gives it to the next mount as soon as this one
+  // is gone, so an opener may meet another FUSE mount under it and refuse
+  // at once. FindServingMount reads the mark.
+  virtual void ServeThroughMount(const MountName& mount) { (void)mount; }
 
   // Bytes stored since the media was opened (all kinds of store).
   uint64_t bytes_stored() const { return bytes_stored_.load(std::memory_order_relaxed); }

@@ -51,15 +51,6 @@ bool ServeInit(fuse_session* se) {
 }
 
 // The device number of the mount at `mountpoint`; false if unknown.
-bool MountDevNo(const std::string& mountpoint, dev_t* dev) {
-  unsigned major_no = 0, minor_no = 0;
-  if (std::sscanf(MountDevice(mountpoint).c_str(), "%u:%u", &major_no, &minor_no) != 2) {
-    return false;
-  }
-  *dev = makedev(major_no, minor_no);
-  return true;
-}
-
 }  // namespace
 
 Daemon::Daemon(const CommandLine& cl, const DaemonOptions& options)
@@ -150,10 +141,9 @@ int Daemon::Mount(fuse_args* args) {
   // for this process once umount has taken it away; nvfs-resize finds the
   // control socket by it. Unknown: the namespace stays in use, never
   // waited for, until the session ends.
-  dev_t dev;
-  if (MountDevNo(mountpoint, &dev)) {
-    mount_dev_ = dev;
-    fs_->ServeThroughMount(dev);
+  if (const std::optional<nvfs::MountName> mount = nvfs::MountAt(mountpoint)) {
+    mount_dev_ = mount->dev;
+    fs_->ServeThroughMount(*mount);
   }
   use_ring_ = adapter_.protocol().io_uring;
   if (options_.uring_mode == nvfs::UringMode::kOn && !use_ring_) {
@@ -161,7 +151,7 @@ int Daemon::Mount(fuse_args* args) {
     return GiveUp(true);
   }
   if (options_.adapter.cache == nvfs::CacheMode::kPage) {
-    SetReadAhead(mountpoint, cl_.read_ahead_kb >= 0 ? cl_.read_ahead_kb : 1024,
+    SetReadAhead(mountpoint, mount_dev_, cl_.read_ahead_kb >= 0 ? cl_.read_ahead_kb : 1024,
                  cl_.read_ahead_kb >= 0);
   }
   return 0;

@@ -57,7 +57,7 @@ class FsImpl final : public Filesystem {
   Status MountInternal(std::unique_ptr<Media> media, const MountOptions& options);
 
   void EndService() override;
-  void ServeThroughMount(dev_t mount_dev) override;
+  void ServeThroughMount(const MountName& mount) override;
   Status Unmount() override;
   Result<Attr> Lookup(uint64_t parent, std::string_view name) override;
   Result<Attr> LookupInode(uint64_t ino) override;

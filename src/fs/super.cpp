@@ -225,7 +225,7 @@ Status FsImpl::MountInternal(std::unique_ptr<Media> media, const MountOptions& o
 
 void FsImpl::EndService() { media_->EndService(); }
 
-void FsImpl::ServeThroughMount(dev_t mount_dev) { media_->ServeThroughMount(mount_dev); }
+void FsImpl::ServeThroughMount(const MountName& mount) { media_->ServeThroughMount(mount); }
 
 // Clean unmount: exact counters in every group descriptor and in the dynamic
 // superblock, then state = clean, each batch in a transaction so a crash

@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "media/mounts.hpp"
 #include "media/pmem2_media.hpp"
 
 namespace nvfs {
@@ -30,18 +31,25 @@ namespace nvfs {
 //   byte 0, "serving": the holder is using the namespace (mkfs, fsck, a
 //     daemon until it has mounted, or one that could not learn its mount's
 //     device number);
-//   byte kMountMarks + N, "serving through the FUSE mount whose device
-//     number is N" (N = major << 20 | minor, as the kernel keeps it): a
+//   byte kUniqueMarks + N, "serving through the mount whose unique mount
+//     id is N" (statmount(2), Linux 6.8; never given to another mount): a
 //     daemon once its mount is in place (ServeThroughMount takes it, then
-//     drops byte 0, so one of them is always held).
+//     drops byte 0, so one of them is always held);
+//   byte kMountMarks + N, "serving through the FUSE mount whose device
+//     number is N" (N = major << 20 | minor, as the kernel keeps it): the
+//     same, where the kernel gives no unique id.
 // A mark is found by the namespace itself (its inode, whatever path it is
-// opened by), and names the mount by the device number the kernel gave it,
-// which nobody chooses; a mount's source is anyone's to choose (fsname=),
-// and so is its type (subtype=). A mark goes with its holder: a killed
-// daemon leaves none behind.
+// opened by), and names the mount as the kernel does, which nobody
+// chooses; a mount's source is anyone's to choose (fsname=), and so is its
+// type (subtype=). A mark goes with its holder: a killed daemon leaves none
+// behind. A device number is the kernel's to give again: the moment a
+// FUSE mount is gone, the next mount anywhere takes its number (the lowest
+// free anonymous one), so a device mark may name someone else's live
+// mount; a unique id never does.
 // EndService drops the mark as soon as the holder begins to shut down. An
-// opener that finds the flock taken looks at the marks: byte 0 held, or a
-// mount mark held whose FUSE mount (that device number) is still in
+// opener that finds the flock taken looks at the marks: byte 0 held, a
+// unique mark held whose mount is still in the opener's mount namespace,
+// or a device mark held whose FUSE mount (that device number) is still in
 // /proc/self/mountinfo: the namespace is in use (EBUSY at once). Otherwise
 // its holder is on its way out (a daemon between the unmount, which returns
 // before the daemon has even seen its session end, and its exit), and the
@@ -53,6 +61,8 @@ namespace {
 
 constexpr off_t kMountMarks = off_t{1} << 32;
 constexpr off_t kMountMarksEnd = kMountMarks + (off_t{1} << 32);
+constexpr off_t kUniqueMarks = off_t{1} << 40;
+constexpr off_t kUniqueMarksEnd = off_t{1} << 62;
 // Linux keeps a device number in 32 bits: 12 of major, 20 of minor.
 constexpr unsigned kMinorBits = 20;
 
@@ -89,16 +99,17 @@ bool SetMark(int fd, short type, off_t byte) {
   return fcntl(fd, F_OFD_SETLK, &mark) == 0;
 }
 
-// The device numbers the mount marks that conflict with an opener of the
-// given kind name (several read-only daemons may share a namespace).
+// The offsets of the marks in [from, to) that conflict with an opener of
+// the given kind (several read-only daemons may share a namespace).
 // nullopt if something else holds a lock there, or the marks cannot be
 // read: the caller takes that as "in use".
-std::optional<std::vector<dev_t>> MountMarks(int fd, bool shared) {
+std::optional<std::vector<off_t>> MarksIn(int fd, bool shared, off_t from_offset,
+                                          off_t to_offset) {
   // F_OFD_GETLK reports one conflicting lock of a range, not the lowest:
   // the range is split around each one found.
   constexpr int kMaxProbes = 64;
-  std::vector<dev_t> marks;
-  std::vector<std::pair<off_t, off_t>> ranges{{kMountMarks, kMountMarksEnd}};
+  std::vector<off_t> marks;
+  std::vector<std::pair<off_t, off_t>> ranges{{from_offset, to_offset}};
   for (int probes = 0; !ranges.empty(); ++probes) {
     if (probes == kMaxProbes) return std::nullopt;
     const auto [from, to] = ranges.back();
@@ -111,7 +122,7 @@ std::optional<std::vector<dev_t>> MountMarks(int fd, bool shared) {
     if (fcntl(fd, F_OFD_GETLK, &probe) != 0) return std::nullopt;
     if (probe.l_type == F_UNLCK) continue;
     if (probe.l_start < from || probe.l_len != 1) return std::nullopt;  // not a mark
-    marks.push_back(MountMarkDevice(probe.l_start));
+    marks.push_back(probe.l_start);
     if (probe.l_start > from) ranges.emplace_back(from, probe.l_start);
     if (probe.l_start + 1 < to) ranges.emplace_back(probe.l_start + 1, to);
   }
@@ -143,16 +154,28 @@ std::optional<std::set<dev_t>> FuseMounts() {
 }
 
 // True if a mount mark that conflicts with an opener of the given kind
-// names a FUSE mount still in mountinfo; its device number in *mount. Marks
-// or mountinfo that cannot be read count as such a mount (*mount 0).
+// names a mount still in this process's mount namespace; its device number
+// in *mount. Marks, mounts or mountinfo that cannot be read count as such a
+// mount (*mount 0).
 bool ServedThroughLiveMount(int fd, bool shared, dev_t* mount) {
   *mount = 0;
-  const std::optional<std::vector<dev_t>> marks = MountMarks(fd, shared);
+  const std::optional<std::vector<off_t>> unique =
+      MarksIn(fd, shared, kUniqueMarks, kUniqueMarksEnd);
+  if (!unique) return true;
+  for (const off_t mark : *unique) {
+    dev_t dev = 0;
+    const int r = MountLive(static_cast<uint64_t>(mark - kUniqueMarks), &dev);
+    if (r == -ENOENT) continue;  // gone: its holder is on its way out
+    *mount = r == 0 ? dev : 0;
+    return true;
+  }
+  const std::optional<std::vector<off_t>> marks = MarksIn(fd, shared, kMountMarks, kMountMarksEnd);
   if (!marks) return true;
   if (marks->empty()) return false;
   const std::optional<std::set<dev_t>> mounts = FuseMounts();
   if (!mounts) return true;
-  for (const dev_t dev : *marks) {
+  for (const off_t mark : *marks) {
+    const dev_t dev = MountMarkDevice(mark);
     if (mounts->count(dev) != 0) {
       *mount = dev;
       return true;
@@ -194,9 +217,12 @@ Status Pmem2Media::Lock(bool shared, uint32_t wait_ms) {
   return Status::Ok();
 }
 
-void Pmem2Media::ServeThroughMount(dev_t mount_dev) {
+void Pmem2Media::ServeThroughMount(const MountName& mount) {
   if (!serving_) return;
-  const off_t mark = MountMarkOffset(mount_dev);
+  const off_t mark =
+      mount.unique_id != 0 && mount.unique_id < uint64_t{kUniqueMarksEnd - kUniqueMarks}
+          ? kUniqueMarks + static_cast<off_t>(mount.unique_id)
+          : MountMarkOffset(mount.dev);
   if (mark < 0) return;  // keep byte 0: in use until EndService
   // The mount mark before byte 0 goes: never a moment with neither.
   if (!SetMark(fd_, read_only() ? F_RDLCK : F_WRLCK, mark)) return;  // keep byte 0

@@ -89,7 +89,7 @@ class Pmem2Media final : public Media {
   }
   uint64_t LostPages() const override { return LostPagesOf(base_); }
   void EndService() override;
-  void ServeThroughMount(dev_t mount_dev) override;
+  void ServeThroughMount(const MountName& mount) override;
   uint64_t BackedBytes() const override {
     if (backed_whole_) return size();
     return std::min<uint64_t>(size(), backed_chunks_.load(std::memory_order_relaxed) * kBackChunk);
