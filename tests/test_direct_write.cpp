@@ -282,6 +282,50 @@ TEST_CASE("direct write: who may not write directly writes right through the ker
   StopAndCheck(m);
 }
 
+// cp, dd, tar and NFS servers open the files they write O_WRONLY: such a
+// descriptor is attached for its writes alone (a writer may read the whole
+// namespace anyway), and its reads stay the kernel's.
+TEST_CASE("direct write: a write-only descriptor writes directly; its reads are the kernel's "
+          "(EBADF)", "[mount][direct][write]") {
+  NVFS_REQUIRE_FUSE();
+  if (!RootDaemon()) NVFS_SKIP("the direct socket needs a root daemon");
+  MountedFs m;
+  m.Start();
+  WriteKernel(m.path("w"), std::string(8192, 'w'), 0);
+  {
+    Attached f(m.path("w"), O_WRONLY);
+    CHECK(nvfs_direct_why(f.d) == NVFS_DIRECT_NOT_READABLE);
+    CHECK(nvfs_direct_write_why(f.d) == NVFS_DIRECT_ACTIVE);
+    REQUIRE(f.Write("over", 100) == 4);  // maps it, proves the session
+    REQUIRE(f.Write("tail", 8192) == 4);  // extends it
+    CHECK(nvfs_direct_write_why(f.d) == NVFS_DIRECT_ACTIVE);
+    char byte;
+    errno = 0;
+    CHECK(nvfs_direct_pread(f.d, &byte, 1, 0) == -1);
+    CHECK(errno == EBADF);
+    CHECK(nvfs_direct_why(f.d) == NVFS_DIRECT_NOT_READABLE);
+    // A new file, O_WRONLY | O_CREAT | O_TRUNC as cp makes it.
+    Attached g(m.path("copy"), O_WRONLY | O_CREAT | O_TRUNC);
+    std::string model;
+    for (int i = 0; i < 8; ++i) {
+      const std::string bytes(6000, static_cast<char>('A' + i));
+      REQUIRE(g.Write(bytes, static_cast<off_t>(model.size())) == 6000);
+      model += bytes;
+    }
+    CHECK(nvfs_direct_write_why(g.d) == NVFS_DIRECT_ACTIVE);
+    CHECK(KernelAll(m.path("copy")) == model);
+  }
+  std::string expect(8192, 'w');
+  expect.replace(100, 4, "over");
+  CHECK(KernelAll(m.path("w")) == expect + "tail");
+  {
+    // Write-only and O_APPEND: the kernel's.
+    Attached app(m.path("w"), O_WRONLY | O_APPEND);
+    CHECK(nvfs_direct_write_why(app.d) == NVFS_DIRECT_NOT_WRITABLE);
+  }
+  StopAndCheck(m);
+}
+
 TEST_CASE("direct write: a process that may read but not write the namespace",
           "[mount][direct][write]") {
   NVFS_REQUIRE_FUSE();

@@ -47,28 +47,32 @@ int WhyOfMapError(int err) {
   }
 }
 
-// Whether a descriptor's writes may go direct, as far as its flags tell.
-int ClassifyWrite(int fd) {
-  const int flags = libc::Get(&libc::Table::fcntl)(fd, F_GETFL);
-  if (flags < 0 || (flags & O_ACCMODE) != O_RDWR || (flags & (O_APPEND | O_PATH | O_DIRECT)) != 0) {
+// Whether a descriptor's writes may go direct, as far as its flags tell:
+// open for writing (O_WRONLY or O_RDWR), and not O_APPEND (whose writes the
+// kernel places at the end, whatever the offset).
+int ClassifyWrite(int flags) {
+  if (flags < 0 || (flags & O_ACCMODE) == O_RDONLY || (flags & (O_APPEND | O_PATH | O_DIRECT)) != 0) {
     return NVFS_DIRECT_NOT_WRITABLE;
   }
   return NVFS_DIRECT_ACTIVE;
 }
 
 // What a descriptor is, before any session: NVFS_DIRECT_ACTIVE when it may
-// be read directly as far as the process can tell.
-int Classify(int fd, struct stat* st) {
+// be attached as far as the process can tell (read directly if *readable;
+// a write-only one for its writes alone), and its flags in *flags.
+int Classify(int fd, struct stat* st, int* flags, bool* readable) {
+  *flags = -1;
+  *readable = false;
   if (fstat(fd, st) != 0 || !S_ISREG(st->st_mode)) return NVFS_DIRECT_NOT_NVFS;
   if (!TestMode()) {
     struct statfs fs;
     if (fstatfs(fd, &fs) != 0 || fs.f_type != FUSE_SUPER_MAGIC) return NVFS_DIRECT_NOT_NVFS;
   }
-  const int flags = libc::Get(&libc::Table::fcntl)(fd, F_GETFL);
-  if (flags < 0 || (flags & O_PATH) != 0 || (flags & O_ACCMODE) == O_WRONLY) {
-    return NVFS_DIRECT_NOT_READABLE;
-  }
-  if ((flags & O_DIRECT) != 0) return NVFS_DIRECT_O_DIRECT;
+  *flags = libc::Get(&libc::Table::fcntl)(fd, F_GETFL);
+  if (*flags < 0 || (*flags & O_PATH) != 0) return NVFS_DIRECT_NOT_READABLE;
+  if ((*flags & O_DIRECT) != 0) return NVFS_DIRECT_O_DIRECT;
+  *readable = (*flags & O_ACCMODE) != O_WRONLY;
+  if (!*readable && ClassifyWrite(*flags) != NVFS_DIRECT_ACTIVE) return NVFS_DIRECT_NOT_READABLE;
   return NVFS_DIRECT_ACTIVE;
 }
 
@@ -100,8 +104,15 @@ __attribute__((constructor)) void LibraryInit() {
 
 nvfs_direct* Attach(int fd, uint64_t offset) {
   struct stat st;
-  const int why = Classify(fd, &st);
-  auto* f = new (std::nothrow) nvfs_direct(fd, why, why == NVFS_DIRECT_ACTIVE ? ClassifyWrite(fd) : why);
+  int flags;
+  bool readable;
+  const int why = Classify(fd, &st, &flags, &readable);
+  // A descriptor refused as unreadable may still be refused for writing
+  // for its own reason (write-only and O_APPEND).
+  const int write_why =
+      why == NVFS_DIRECT_ACTIVE || (why == NVFS_DIRECT_NOT_READABLE && flags >= 0)
+          ? ClassifyWrite(flags) : why;
+  auto* f = new (std::nothrow) nvfs_direct(fd, readable, why, write_why);
   if (f == nullptr) {
     errno = ENOMEM;
     return nullptr;
@@ -118,8 +129,16 @@ nvfs_direct* Attach(int fd, uint64_t offset) {
       if (session_why == NVFS_DIRECT_GONE) continue;
       return f;
     }
+    // A write-only descriptor is mapped for a writer alone: the session
+    // proves it may write the namespace first.
     MapReply reply;
-    const int status = session->Map(fd, offset, &reply);
+    const int status = session->Map(fd, offset, &reply, /*for_write=*/!readable);
+    if (status == Session::kMapNoWrites) {
+      f->write_why.store(session->write_why(), std::memory_order_relaxed);
+      f->why.store(NVFS_DIRECT_NOT_READABLE, std::memory_order_relaxed);
+      session->Unref();
+      return f;
+    }
     if (status == Session::kMapGone) {
       session->Unref();
       f->why.store(NVFS_DIRECT_GONE, std::memory_order_relaxed);
@@ -136,6 +155,9 @@ nvfs_direct* Attach(int fd, uint64_t offset) {
       // Without memory for it, the first read asks again.
       f->ino = reply.ino;
       f->snapshot.store(BuildSnapshot(session, reply, nullptr), std::memory_order_release);
+      if (!readable && (reply.flags & kMapWritable) == 0) {
+        f->write_why.store(NVFS_DIRECT_PRIVILEGED, std::memory_order_relaxed);
+      }
     } else if (status > 0) {
       f->why.store(WhyOfMapError(status), std::memory_order_relaxed);
     }
@@ -163,7 +185,7 @@ NVFS_DIRECT_EXPORT nvfs_direct* nvfs_direct_attach(int fd) {
 }
 
 NVFS_DIRECT_EXPORT ssize_t nvfs_direct_pread(nvfs_direct* f, void* buf, size_t count, off_t offset) {
-  if (tls.depth != 0) return libc::Get(&libc::Table::pread)(f->fd, buf, count, offset);
+  if (tls.depth != 0 || !f->readable) return libc::Get(&libc::Table::pread)(f->fd, buf, count, offset);
   DepthGuard depth;
   if (count <= kChunk && offset >= 0) {
     ReadSection section;
@@ -181,7 +203,7 @@ NVFS_DIRECT_EXPORT ssize_t nvfs_direct_pread(nvfs_direct* f, void* buf, size_t c
 
 NVFS_DIRECT_EXPORT ssize_t nvfs_direct_preadv(nvfs_direct* f, const struct iovec* iov, int iovcnt,
                                               off_t offset) {
-  if (tls.depth != 0) return libc::Get(&libc::Table::preadv)(f->fd, iov, iovcnt, offset);
+  if (tls.depth != 0 || !f->readable) return libc::Get(&libc::Table::preadv)(f->fd, iov, iovcnt, offset);
   DepthGuard depth;
   return ReadSlow(f, iov, iovcnt, offset);
 }
@@ -212,11 +234,13 @@ NVFS_DIRECT_EXPORT int nvfs_direct_fsync(nvfs_direct* f) {
 NVFS_DIRECT_EXPORT int nvfs_direct_write_why(const nvfs_direct* f) {
   if (f == nullptr) return NVFS_DIRECT_NO_MEMORY;
   const int why = f->why.load(std::memory_order_acquire);
-  return why != NVFS_DIRECT_ACTIVE ? why : f->write_why.load(std::memory_order_acquire);
+  // Unreadable says nothing of writing: a write-only descriptor's own reason.
+  return why != NVFS_DIRECT_ACTIVE && why != NVFS_DIRECT_NOT_READABLE
+             ? why : f->write_why.load(std::memory_order_acquire);
 }
 
 NVFS_DIRECT_EXPORT int nvfs_direct_why(const nvfs_direct* f) {
-  return f == nullptr ? NVFS_DIRECT_NO_MEMORY : f->why.load(std::memory_order_acquire);
+  return f == nullptr ? NVFS_DIRECT_NO_MEMORY : f->read_why();
 }
 
 NVFS_DIRECT_EXPORT const char* nvfs_direct_strwhy(int why) {

@@ -226,6 +226,7 @@ bool FdServe(int fd, const iovec* iov, int iovcnt, off_t offset, ssize_t* result
       if (!section.Enter()) break;
       h = e == nullptr ? nullptr : e->handle.load(std::memory_order_acquire);
       if (IsNotDirect(h)) break;
+      if (h != nullptr && !h->readable) break;  // write-only: the kernel's EBADF
       if (h != nullptr) {
         if (iovcnt == 1 && iov[0].iov_len <= kChunk) {
           const Snapshot* s = h->snapshot.load(std::memory_order_acquire);
@@ -271,7 +272,9 @@ int FdWhy(int fd, bool write) {
       if (h != nullptr) {
         if (IsNotDirect(h)) return NotDirectWhy(h);
         const int why = h->why.load(std::memory_order_relaxed);
-        return why != NVFS_DIRECT_ACTIVE || !write ? why : h->write_why.load(std::memory_order_relaxed);
+        if (!write) return h->read_why();
+        return why != NVFS_DIRECT_ACTIVE && why != NVFS_DIRECT_NOT_READABLE
+                   ? why : h->write_why.load(std::memory_order_relaxed);
       }
     }
     if (!Classify(fd, 0)) break;

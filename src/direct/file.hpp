@@ -25,6 +25,7 @@
 
 #include "direct/epoch.hpp"
 #include "direct/session.hpp"
+#include "nvfs/direct.h"
 #include "nvfs/direct_abi.hpp"
 #include "util/races.hpp"
 
@@ -76,6 +77,11 @@ static_assert(sizeof(Snapshot) % alignof(Extent) == 0);
 // The handle of include/nvfs/direct.h.
 struct nvfs_direct {
   const int fd;
+  // Opened for reading (not O_WRONLY): a write-only descriptor is attached
+  // for its writes alone, and its reads are the kernel's (EBADF).
+  const bool readable;
+  // NVFS_DIRECT_ACTIVE while attached to a session (reads are direct if
+  // `readable`), else why not.
   std::atomic<int> why;
   // Null while the file is not read directly, or before its first runs.
   std::atomic<nvfs::direct::Snapshot*> snapshot{nullptr};
@@ -104,7 +110,12 @@ struct nvfs_direct {
   // while it holds the inode (-1: none).
   std::atomic<int> dirty_index{-1};
 
-  nvfs_direct(int f, int w, int ww) : fd(f), why(w), write_why(ww) {}
+  nvfs_direct(int f, bool r, int w, int ww) : fd(f), readable(r), why(w), write_why(ww) {}
+  // What nvfs_direct_why says of its reads.
+  int read_why() const {
+    const int w = why.load(std::memory_order_acquire);
+    return w == NVFS_DIRECT_ACTIVE && !readable ? NVFS_DIRECT_NOT_READABLE : w;
+  }
 };
 
 namespace nvfs::direct {

@@ -86,13 +86,21 @@ bool Readable(int fd) {
   return (flags & O_ACCMODE) == O_RDONLY || (flags & O_ACCMODE) == O_RDWR;
 }
 
-// Open for reading and writing, not O_APPEND (whose writes the kernel
-// places at the end, whatever the offset): what a direct writer's file
-// descriptor, and the namespace it maps shared and writable, must be.
-bool ReadWrite(int fd, bool append_ok) {
+// Open for reading and writing: what the namespace a direct writer maps
+// shared and writable must be.
+bool ReadWrite(int fd) {
   const int flags = fcntl(fd, F_GETFL);
-  if (flags < 0 || (flags & O_PATH) || (flags & O_ACCMODE) != O_RDWR) return false;
-  return append_ok || (flags & O_APPEND) == 0;
+  return flags >= 0 && !(flags & O_PATH) && (flags & O_ACCMODE) == O_RDWR;
+}
+
+// Open for writing (O_WRONLY or O_RDWR), not O_APPEND (whose writes the
+// kernel places at the end, whatever the offset): what a direct writer's
+// file descriptor must be. A write-only one is mapped for a writer alone,
+// who may read the whole namespace anyway.
+bool Writable(int fd) {
+  const int flags = fcntl(fd, F_GETFL);
+  if (flags < 0 || (flags & O_PATH) || (flags & O_ACCMODE) == O_RDONLY) return false;
+  return (flags & O_APPEND) == 0;
 }
 
 DirectFlush FlushOf(Granularity g) {
@@ -426,8 +434,9 @@ void Server::State::Prove(Connection& c) {
   Send(c, &reply, sizeof reply, table_ro_fd);
 }
 
-// A file of this mount, open for reading: the kernel checked the caller's
-// permission at that open. Its inode number is the mount's st_ino.
+// A file of this mount, open for reading (or, for a writer, for writing):
+// the kernel checked the caller's permission at that open. Its inode number
+// is the mount's st_ino.
 void Server::State::Map(Connection& c) {
   MapReply reply{};
   reply.h = {kMagic, kOpMap, 0, sizeof reply};
@@ -437,11 +446,12 @@ void Server::State::Map(Connection& c) {
     reply.h.error = EXDEV;
   } else if (!S_ISREG(stx.stx_mode)) {
     reply.h.error = EINVAL;
-  } else if (!Readable(c.passed)) {
+  } else if (!Readable(c.passed) &&
+             !((c.request.flags & kMapForWrite) != 0 && c.write_proven && Writable(c.passed))) {
     reply.h.error = EBADF;
   } else {
-    const bool for_write = (c.request.flags & kMapForWrite) != 0 && c.write_proven &&
-                           ReadWrite(c.passed, /*append_ok=*/false);
+    const bool for_write =
+        (c.request.flags & kMapForWrite) != 0 && c.write_proven && Writable(c.passed);
     // The inode stays open (the client's descriptor) while DirectMap runs
     // only if the client keeps it; ours goes first, so that a last close
     // here never runs under the core's locks. DirectMap refuses an inode
@@ -514,7 +524,7 @@ void Server::State::WriteProve(Connection& c) {
   if (writers == nullptr) {
     reply.h.error = fs->read_only() ? EROFS : EOPNOTSUPP;
   } else if (c.passed < 0 || !descriptors.IsNamespace(c.passed) ||
-             !ReadWrite(c.passed, /*append_ok=*/true)) {
+             !ReadWrite(c.passed)) {
     reply.h.error = EACCES;
   } else if (fs->read_only()) {
     reply.h.error = EROFS;
@@ -543,7 +553,7 @@ uint64_t Server::State::WriterFile(Connection& c, int* error) {
     *error = EXDEV;
   } else if (!S_ISREG(stx.stx_mode)) {
     *error = EINVAL;
-  } else if (!ReadWrite(c.passed, /*append_ok=*/false)) {
+  } else if (!Writable(c.passed)) {
     *error = EBADF;
   }
   // Ours goes first, as in Map: the client's keeps the inode open.

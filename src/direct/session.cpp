@@ -782,9 +782,10 @@ int Session::CallLocked(const Request& req, int fd, MapReply* reply) {
   return kMapUnavailable;
 }
 
-int Session::Map(int fd, uint64_t offset, MapReply* reply) {
+int Session::Map(int fd, uint64_t offset, MapReply* reply, bool for_write) {
   std::lock_guard lock(mu);
-  return MapLocked(fd, offset, reply);
+  if (!for_write) return MapLocked(fd, offset, reply);
+  return CallLocked(Request{kMagic, kVersion, kOpMap, kMapForWrite, offset, 0, 0, 0}, fd, reply);
 }
 
 Session* SessionFor(dev_t dev, int* why) {

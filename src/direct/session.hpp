@@ -108,7 +108,7 @@ class Session {
   // REQUIRES: mu held.
   int MapLocked(int fd, uint64_t offset, MapReply* reply);
   // Takes mu.
-  int Map(int fd, uint64_t offset, MapReply* reply);
+  int Map(int fd, uint64_t offset, MapReply* reply, bool for_write = false);
 
   void Ref() { refs_.fetch_add(1, std::memory_order_relaxed); }
   // Unmaps and frees the session with the last reference; no read may

@@ -91,7 +91,12 @@ nvfs_build() {
     meson configure "$NVFS_BUILD" "${options[@]}" >/dev/null
   fi
   printf '%s' "${options[*]}" > "$NVFS_BUILD/.nvfs-flags"
-  ninja -C "$NVFS_BUILD" >/dev/null
+  # Quiet when it builds; the compiler's errors when it does not.
+  if ! ninja -C "$NVFS_BUILD" > "$NVFS_BUILD/ninja.log" 2>&1; then
+    grep -E -A3 'error|FAILED' "$NVFS_BUILD/ninja.log" | head -60 >&2
+    echo "nvfs: the build failed (whole log: $NVFS_BUILD/ninja.log)" >&2
+    return 1
+  fi
   nvfs_relink_direct_lib "$NVFS_BUILD"
 }
 
