@@ -25,8 +25,8 @@
  * pread, pread64, preadv, preadv64, preadv2 and preadv64v2 (flags 0) of
  * unmodified programs for regular files on nvfs mounts opened for reading
  * (not O_DIRECT), pwrite, pwrite64, pwritev, pwritev64, pwritev2 and
- * pwritev64v2 (flags 0, RWF_DSYNC, RWF_SYNC) of those opened O_RDWR (not
- * O_APPEND), fsync and fdatasync (which set the times of what was written
+ * pwritev64v2 (flags 0, RWF_DSYNC, RWF_SYNC) of those opened for writing
+ * (O_RDWR or O_WRONLY, not O_APPEND), fsync and fdatasync (which set the times of what was written
  * directly), and hands every other call to the kernel.
  *
  * A session is bound to the namespace and to the credentials that proved
@@ -70,7 +70,7 @@ enum nvfs_direct_why {
                                    restart): the kernel answers from now on */
   NVFS_DIRECT_NO_MEMORY = 8,
   /* Why a handle is not written directly (nvfs_direct_write_why). */
-  NVFS_DIRECT_NOT_WRITABLE = 9,        /* not open for reading and writing, or O_APPEND */
+  NVFS_DIRECT_NOT_WRITABLE = 9,        /* not open for writing, or O_APPEND */
   NVFS_DIRECT_NO_WRITE_NAMESPACE = 10, /* this process may not write the namespace */
   NVFS_DIRECT_NO_WRITES = 11,          /* the mount serves no direct writes (read-only,
                                           cache=page, an older daemon) */
@@ -91,7 +91,7 @@ ssize_t nvfs_direct_preadv(nvfs_direct *f, const struct iovec *iov, int iovcnt, 
 
 /* As pwrite(2) and pwritev(2) on the attached descriptor. A process that
  * may write the namespace (it can open the image or device for reading
- * and writing) writes a file opened O_RDWR (not O_APPEND) from its own
+ * and writing) writes a file opened O_RDWR or O_WRONLY (not O_APPEND) from its own
  * mapping: an overwrite of bytes the file has is a copy and a flush, with
  * no system call; a write that extends the file or fills a hole costs one
  * request to the daemon, never a FUSE round trip. Durable when it returns,

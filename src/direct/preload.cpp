@@ -137,7 +137,7 @@ NVFS_DIRECT_EXPORT ssize_t preadv64v2(int fd, const struct iovec* iov, int iovcn
 }
 
 // --- writes --------------------------------------------------------------------
-// Of a file opened O_RDWR (not O_APPEND) on an nvfs mount, by a process
+// Of a file opened for writing (O_RDWR or O_WRONLY, not O_APPEND) on an nvfs mount, by a process
 // that may write the namespace: stored from its own mapping (write.cpp).
 // Flags 0, RWF_DSYNC and RWF_SYNC (every direct write is durable when it
 // returns); the rest, and offset -1, are the kernel's (Write, write.cpp,
