@@ -14,6 +14,14 @@
 # in-process floor; 4 KiB random, 4 KiB appends, 1 MiB sequential, two threads,
 # and fio's psync engine under the preload:
 #   tools/bench.sh --writes [--reps N] [--size BYTES] [--seconds S]
+# With --depth first, random reads at queue depth as the seeds run them
+# (tools/bench_depth.py): fio's libaio engine at depth 128 on 4 jobs (seed
+# 000) and its io_uring engine with registered buffers and files at depth 32
+# (seed 001), on nvfs over both transports and cache modes, tmpfs, ext4 on a
+# loop device and fuse2fs:
+#   tools/bench.sh --depth [--reps N] [--size BYTES] [--seconds S]
+#                          [--targets a,b,...] [--workloads a,b,...]
+#                          [--baseline DIR_WITH_AN_OLDER_nvfs]
 # With --walks first, tree walks with the kernel's caches as long as the mount
 # against 1 s timeouts (tools/bench_walks.py):
 #   tools/bench.sh --walks [--files N] [--reps N] [--idle S] [--targets a,b,...]
@@ -32,6 +40,12 @@ if [ "${1:-}" = --writes ]; then
   nvfs_install_deps fio
   nvfs_build
   exec python3 "$NVFS_TOP/tools/bench_writes.py" "$@"
+fi
+if [ "${1:-}" = --depth ]; then
+  shift
+  nvfs_install_deps fio fuse2fs
+  nvfs_build
+  exec python3 "$NVFS_TOP/tools/bench_depth.py" "$@"
 fi
 if [ "${1:-}" = --walks ]; then
   shift

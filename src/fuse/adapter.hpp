@@ -152,6 +152,10 @@ struct AdapterOptions {
 // the kernel for.
 inline constexpr uint32_t kFuseMaxIo = 1u << 20;
 
+// Background requests (asynchronous direct I/O, read-ahead) the kernel keeps
+// in flight to the daemon; more wait in its queue (OpInit).
+inline constexpr unsigned kMaxBackground = 256;
+
 // Whether the caller of the request this thread serves is in group `gid`
 // (MountOptions::caller_in_group): its fsgid, else its supplementary groups
 // (fuse_req_getgroups, from /proc). False where that cannot be told, and on

@@ -1,0 +1,158 @@
+#!/usr/bin/env python3
+"""Reads at queue depth, as the seeds measure them: fio's asynchronous
+engines on nvfs over both FUSE transports and both cache modes, side by side
+with tmpfs, ext4 on a loop device and fuse2fs. Called by tools/bench.sh
+--depth (which installs fio and builds first).
+
+Workloads (random reads of one data file, O_DIRECT):
+  seed000      fio --ioengine=libaio --bs=4k --iodepth=128 --iodepth_low=96
+               --iodepth_batch=16 --numjobs=4 (seed 000's command line)
+  seed001-BS   fio --ioengine=io_uring --fixedbufs --registerfiles
+               --iodepth=32, BS = 512, 4k, 64k (seed 001: t/io_uring with
+               registered buffers and files; FUSE files take no polled I/O)
+Targets (tools/lib/targets.py, made as bench.py makes them; images and
+tmpfs under /dev/shm):
+  tmpfs, ext4-loop, fuse2fs, nvfs-none (cache=none, /dev/fuse),
+  nvfs-none-uring (cache=none, FUSE over io_uring), nvfs-page,
+  nvfs-page-uring.
+FUSE over io_uring needs the kernel's global switch: on for the run, the old
+value back on every exit. Targets alternate within each repetition; the
+table gives median k IOPS, then the ratios issue 32 names, from one run.
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+import benchreport  # noqa: E402
+from bench import MNT, WORK, data_of, nvfs_options, setup, target  # noqa: E402
+from benchreport import run  # noqa: E402
+
+MIB = 1024 * 1024
+KIB = 1024
+
+# name -> fio arguments beyond the common ones
+WORKLOADS = {
+    "seed000": ["--ioengine=libaio", "--bs=4k", "--iodepth=128", "--iodepth_low=96",
+                "--iodepth_batch=16", "--numjobs=4", "--group_reporting"],
+    "seed001-512": ["--ioengine=io_uring", "--fixedbufs", "--registerfiles", "--bs=512",
+                    "--iodepth=32"],
+    "seed001-4k": ["--ioengine=io_uring", "--fixedbufs", "--registerfiles", "--bs=4k",
+                   "--iodepth=32"],
+    "seed001-64k": ["--ioengine=io_uring", "--fixedbufs", "--registerfiles", "--bs=64k",
+                    "--iodepth=32"],
+}
+
+
+def targets():
+    return [
+        target("tmpfs", "tmpfs"),
+        target("ext4-loop", "ext4-loop"),
+        target("fuse2fs", "fuse2fs"),
+        target("nvfs-none", "nvfs", nvfs_options("map", "none")),
+        target("nvfs-none-uring", "nvfs", nvfs_options("map", "none", io_uring="on")),
+        target("nvfs-page", "nvfs", nvfs_options("map", "page")),
+        target("nvfs-page-uring", "nvfs", nvfs_options("map", "page", io_uring="on")),
+    ]
+
+
+def once(t, wl, size, seconds):
+    """k IOPS of workload `wl` on target `t`, or None if fio refused."""
+    cmd = ["fio", "--name=depth", f"--filename={data_of(t)}", "--rw=randread",
+           "--direct=1", f"--size={size}", "--time_based", f"--runtime={seconds}",
+           "--gtod_reduce=1", "--randrepeat=1", "--norandommap", "--invalidate=0",
+           "--output-format=json", "--eta=never", "--thread"] + WORKLOADS[wl]
+    r = run(cmd, check=False)
+    if r.returncode != 0:
+        print(f"{t.name} {wl}: fio failed: {(r.stderr or r.stdout).strip()[:200]}",
+              file=sys.stderr)
+        return None
+    res = json.loads(r.stdout)
+    return sum(job["read"]["iops"] for job in res["jobs"]) / 1000.0
+
+
+def report(results, names, wls):
+    med = {k: statistics.median(v) for k, v in results.items() if v}
+    print("\nrandom reads at depth, O_DIRECT, median k IOPS:")
+    width = max(len(n) for n in names)
+    print(f"  {'workload':14}" + "".join(f" {n:>{max(width, 9)}}" for n in names))
+    for wl in wls:
+        cells = [med.get((n, wl)) for n in names]
+        print(f"  {wl:14}" + "".join(
+            f" {('-' if c is None else f'{c:.0f}'):>{max(width, 9)}}" for c in cells))
+
+    def ratio(a, b):
+        x, y = med.get(a), med.get(b)
+        return None if x is None or not y else x / y
+
+    rows = [
+        ("seed000: nvfs-none-uring / ext4-loop", ratio(("nvfs-none-uring", "seed000"),
+                                                        ("ext4-loop", "seed000")), 1.0),
+        ("seed000: nvfs-none (/dev/fuse) / ext4-loop", ratio(("nvfs-none", "seed000"),
+                                                              ("ext4-loop", "seed000")), 0.8),
+    ]
+    for wl in wls:
+        if wl.startswith("seed001"):
+            for n in ("nvfs-none", "nvfs-none-uring"):
+                rows.append((f"{wl}: {n} / ext4-loop", ratio((n, wl), ("ext4-loop", wl)), 1.0))
+    print("\ntargets (issue 32; this run's medians):")
+    for what, value, limit in rows:
+        if value is None:
+            print(f"  {what:48} {'-':>6}  >= {limit:<4} n/a")
+        else:
+            verdict = "met" if value >= limit else "MISSED"
+            print(f"  {what:48} {value:6.2f}  >= {limit:<4} {verdict}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    benchreport.add_reps(ap, 3)
+    ap.add_argument("--size", type=int, default=512 * MIB, help="bytes of the data file")
+    ap.add_argument("--seconds", type=float, default=5.0, help="per measurement")
+    benchreport.add_targets(ap)
+    ap.add_argument("--workloads", default="", help="comma-separated subset of " +
+                    ",".join(WORKLOADS))
+    benchreport.add_baseline(ap, "a directory with another build's nvfs and mkfs.nvfs: every nvfs "
+                             "target also runs as base-<name> on it, alternating with this build's")
+    args = ap.parse_args()
+    chosen = benchreport.pick(targets(), args.targets)
+    if args.baseline:
+        bindir = os.path.abspath(args.baseline)
+        chosen += [t.like("base-" + t.name, bindir) for t in list(chosen) if t.kind == "nvfs"]
+    wls = benchreport.pick(list(WORKLOADS), args.workloads, lambda wl: wl)
+    uring = benchreport.UringSwitch(chosen, lambda t: t.uses_uring,
+                                    "the io_uring targets are left out")
+    chosen = uring.keep()
+    os.makedirs(WORK, exist_ok=True)
+    os.makedirs(MNT, exist_ok=True)
+    source = os.path.join(WORK, "source.dat")
+    with open(source, "wb") as f:
+        for _ in range(args.size // MIB):
+            f.write(os.urandom(MIB))
+    results = {}
+    try:
+        uring.on()
+        for t in chosen:
+            setup(t, args.size, source)
+        for rep in range(args.reps):
+            for wl in wls:
+                for t in chosen:
+                    r = once(t, wl, args.size, args.seconds)
+                    if r is not None:
+                        results.setdefault((t.name, wl), []).append(r)
+                        print(f"rep {rep + 1} {wl:12} {t.name:16} {r:8.0f} k IOPS", flush=True)
+    finally:
+        for t in chosen:
+            t.destroy()
+        uring.off()
+        if os.path.exists(source):
+            os.unlink(source)
+    report(results, [t.name for t in chosen], wls)
+
+
+if __name__ == "__main__":
+    main()
