@@ -27,7 +27,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
 import benchreport  # noqa: E402  (what the benchmark scripts share)
-from targets import Target  # noqa: E402  (one way to make, mount and unmount them)
+from targets import Target, with_baseline  # noqa: E402  (one way to make, mount and unmount them)
 from benchreport import BUILD, TOP, drop_caches, run  # noqa: E402
 
 WORK = os.environ.get("BENCH_WORK", "/dev/shm/nvfs-bench")
@@ -277,9 +277,7 @@ def main():
     chosen.append(target("nvfs-map-none-uring", "nvfs", nvfs_options("map", "none", io_uring="on")))
     chosen.append(target("nvfs-direct", "nvfs", nvfs_options("map", "none", direct=True)))
     chosen = benchreport.pick(chosen, args.targets)
-    if args.baseline:
-        bindir = os.path.abspath(args.baseline)
-        chosen += [t.like("base-" + t.name, bindir) for t in list(chosen) if t.kind == "nvfs"]
+    chosen = with_baseline(chosen, args.baseline)
 
     # FUSE over io_uring needs the kernel's switch, which is global: on for
     # this run, the old value back on every exit (finally below).

@@ -30,6 +30,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib
 import benchreport  # noqa: E402
 from bench import MNT, WORK, data_of, nvfs_options, setup, target  # noqa: E402
 from benchreport import run  # noqa: E402
+from targets import with_baseline  # noqa: E402
 
 MIB = 1024 * 1024
 KIB = 1024
@@ -120,9 +121,7 @@ def main():
                              "target also runs as base-<name> on it, alternating with this build's")
     args = ap.parse_args()
     chosen = benchreport.pick(targets(), args.targets)
-    if args.baseline:
-        bindir = os.path.abspath(args.baseline)
-        chosen += [t.like("base-" + t.name, bindir) for t in list(chosen) if t.kind == "nvfs"]
+    chosen = with_baseline(chosen, args.baseline)
     wls = benchreport.pick(list(WORKLOADS), args.workloads, lambda wl: wl)
     uring = benchreport.UringSwitch(chosen, lambda t: t.uses_uring,
                                     "the io_uring targets are left out")

@@ -155,3 +155,12 @@ class Target:
         """The FUSE connection id the kernel's tracepoints name (fc->dev)."""
         d = os.stat(self.dir).st_dev
         return (os.major(d) << 20) | os.minor(d)
+
+
+def with_baseline(targets, baseline):
+    """`targets`, and with `baseline` (a directory holding another build's
+    nvfs and mkfs.nvfs) each nvfs target again on it, as base-<name>."""
+    if not baseline:
+        return list(targets)
+    bindir = os.path.abspath(baseline)
+    return list(targets) + [t.like("base-" + t.name, bindir) for t in targets if t.kind == "nvfs"]
