@@ -1,4 +1,4 @@
-// The direct protocol between the daemon (src/direct/server.cpp) and
+// The direct protocol between the daemon (src/daemon/direct_server.cpp) and
 // libnvfs-direct (src/direct/session.cpp, write.cpp). One unix stream socket per mount,
 // at SocketPath(st_dev of the mount); requests are answered in order, one
 // at a time; every message has a fixed size.
@@ -181,7 +181,7 @@ struct WriteProveReply {
 // both sides send.
 using nvfs::SendWithFd;
 
-// Bounds the daemon keeps (server.cpp).
+// Bounds the daemon keeps (src/daemon/direct_server.cpp).
 inline constexpr unsigned kMaxConnections = 256;        // all clients
 inline constexpr unsigned kRootReserve = 32;            // ... of which only root's may use these
 inline constexpr unsigned kMaxConnectionsPerUid = 32;   // one user's
