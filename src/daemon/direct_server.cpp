@@ -37,6 +37,7 @@
 #include "direct/protocol.hpp"
 #include "nvfs/format.hpp"
 #include "nvfs/media.hpp"
+#include "nvfs/paths.hpp"
 #include "util/fd_passing.hpp"
 
 namespace nvfs::direct {

@@ -27,8 +27,8 @@
 #include <cstring>
 #include <new>
 
-#include "direct/protocol.hpp"
 #include "nvfs/format.hpp"
+#include "nvfs/paths.hpp"
 
 namespace nvfs::direct {
 
