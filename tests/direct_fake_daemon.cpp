@@ -70,7 +70,7 @@ FakeDirectDaemon::FakeDirectDaemon(const std::string& root, uint64_t ns_size, ui
   struct stat st;
   Check(stat(root.c_str(), &st) == 0, "stat root");
   socket_path_ = direct::SocketPath(st.st_dev);
-  socket_path_ = socket_dir_ + socket_path_.substr(std::strlen(direct::kSocketDir));
+  socket_path_ = socket_dir_ + socket_path_.substr(std::strlen(kSocketDir));
   unlink(socket_path_.c_str());
   listen_fd_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   Check(listen_fd_ >= 0, "socket");

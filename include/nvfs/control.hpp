@@ -47,9 +47,6 @@ struct Reply {
   char message[256];
 };
 
-// /run/nvfs/control-MAJOR:MINOR.
-std::string SocketPath(dev_t mount_dev);
-
 // Asks the daemon of the mount `mount_dev` to grow to `size` bytes, passing
 // `namespace_fd` (opened O_RDWR) as proof. The reply, or an error with one
 // line (no daemon socket, refused, no reply).

@@ -139,14 +139,14 @@ uint64_t CompletedGrace();
 void WaitForGrace(uint64_t ticket);
 
 // Grace periods of stores made outside this process: direct writers
-// (src/direct/writers.hpp), which store into a file's blocks from their own
-// mapping of the namespace. A block a file gave up may go to another file
-// only once every such store that might have begun before the file's
-// change was published has ended. Unlike a guard in this process, such a
-// store may be held up for as long as its process is stopped: nothing
-// ever waits for one. The allocator keeps what it frees until Completed()
-// passes its ticket, and counts it as in use meanwhile (doc/integrity.md,
-// section 11).
+// (src/daemon/direct_writers.hpp), which store into a file's blocks from
+// their own mapping of the namespace. A block a file gave up may go to
+// another file only once every such store that might have begun before the
+// file's change was published has ended. Unlike a guard in this process,
+// such a store may be held up for as long as its process is stopped:
+// nothing ever waits for one. The allocator keeps what it frees until
+// Completed() passes its ticket, and counts it as in use meanwhile
+// (doc/integrity.md, section 11).
 class ExternalGrace {
  public:
   virtual ~ExternalGrace() = default;

@@ -1,6 +1,5 @@
 // The client's side of the control socket (include/nvfs/control.hpp).
 #include <sys/socket.h>
-#include <sys/sysmacros.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -9,15 +8,10 @@
 #include <cstring>
 
 #include "nvfs/control.hpp"
+#include "nvfs/paths.hpp"
 #include "util/fd_passing.hpp"
 
 namespace nvfs::control {
-
-std::string SocketPath(dev_t mount_dev) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "/run/nvfs/control-%u:%u", major(mount_dev), minor(mount_dev));
-  return buf;
-}
 
 Result<Reply> AskGrow(dev_t mount_dev, int namespace_fd, uint64_t size) {
   const std::string path = SocketPath(mount_dev);

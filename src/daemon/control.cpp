@@ -14,6 +14,7 @@
 
 #include "daemon/socket_server.hpp"
 #include "nvfs/control.hpp"
+#include "nvfs/paths.hpp"
 #include "util/fd_passing.hpp"
 
 namespace nvfs::control {

@@ -14,9 +14,9 @@ namespace nvfs::control {
 
 class Server {
  public:
-  // Binds control::SocketPath(mount_dev), mode 0600 (root only). nullptr,
-  // with one line in *why, when it cannot (the mount goes on; nvfs-resize
-  // then says the daemon cannot be asked).
+  // Binds control::SocketPath(mount_dev) (nvfs/paths.hpp), mode 0600 (root
+  // only). nullptr, with one line in *why, when it cannot (the mount goes
+  // on; nvfs-resize then says the daemon cannot be asked).
   static std::unique_ptr<Server> Create(Filesystem& fs, dev_t mount_dev,
                                         const std::string& namespace_path, std::string* why);
   ~Server();  // Stop()

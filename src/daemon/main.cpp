@@ -17,7 +17,7 @@
 // durable already, and the next mount recovers (journal, orphans).
 //
 // The command line is options.cpp's, the mount's life serve.cpp's, the
-// sockets' control.cpp's and src/direct/server.cpp's.
+// sockets' control.cpp's and direct_server.cpp's.
 #include <cerrno>
 #include <cstring>
 #include <memory>

@@ -10,9 +10,9 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "daemon/direct_writers.hpp"
 #include "daemon/host.hpp"
 #include "daemon/say.hpp"
-#include "direct/writers.hpp"
 #include "fuse/transport.hpp"
 #include "nvfs/media.hpp"
 
@@ -105,7 +105,7 @@ int Daemon::Mount(fuse_args* args) {
   }
   // A daemon killed under direct writers leaves them running: before this
   // mount can give any block to another file, none of them may still be
-  // inside a store (src/direct/writers.hpp, doc/integrity.md section 11).
+  // inside a store (direct_writers.hpp, doc/integrity.md section 11).
   if (!fs_->read_only()) {
     const nvfs::direct::NamespaceIdentity id = nvfs::direct::IdentityAt(fs_->media().base());
     std::string why;

@@ -12,8 +12,8 @@
 #include <string>
 
 #include "daemon/control.hpp"
+#include "daemon/direct_server.hpp"
 #include "daemon/options.hpp"
-#include "direct/server.hpp"
 #include "fuse/adapter.hpp"
 #include "fuse/uring.hpp"
 #include "nvfs/fs.hpp"

@@ -16,7 +16,7 @@
 #include <cstring>
 #include <system_error>
 
-#include "direct/protocol.hpp"
+#include "nvfs/paths.hpp"
 #include "util/fd_passing.hpp"
 
 namespace nvfs::daemon {
@@ -31,7 +31,7 @@ void CloseFd(int& fd) {
 // The directory of the sockets: root's, writable by root alone, so that a
 // socket in it is a daemon's (clients check the same).
 bool MakeSocketDir(std::string* why) {
-  const char* dir = direct::kSocketDir;
+  const char* dir = kSocketDir;
   if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
     *why = std::string("cannot make ") + dir + ": " + std::strerror(errno);
     return false;

@@ -1,5 +1,5 @@
 // The skeleton the daemon's two sockets share, the direct-read socket
-// (src/direct/server.cpp) and the control socket (control.cpp): a unix
+// (direct_server.cpp) and the control socket (control.cpp): a unix
 // stream socket bound in /run/nvfs, an eventfd that tells the serving
 // thread to return, the thread, and at the end the socket file removed if
 // it is still the one bound here. What is served, and to whom (each

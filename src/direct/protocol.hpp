@@ -1,7 +1,8 @@
-// The direct protocol between the daemon (src/direct/server.cpp) and
-// libnvfs-direct (src/direct/session.cpp, write.cpp). One unix stream socket per mount,
-// at SocketPath(st_dev of the mount); requests are answered in order, one
-// at a time; every message has a fixed size.
+// The direct protocol between the daemon (src/daemon/direct_server.cpp) and
+// libnvfs-direct (src/direct/session.cpp, write.cpp). One unix stream
+// socket per mount, at SocketPath(st_dev of the mount) (nvfs/paths.hpp);
+// requests are answered in order, one at a time; every message has a fixed
+// size.
 //
 // A session:
 //   1. kOpHello (no descriptor): the reply is a header and nothing else
@@ -69,40 +70,20 @@
 #pragma once
 
 #include <sys/socket.h>
-#include <sys/sysmacros.h>
 #include <sys/types.h>
 
 #include <climits>
 #include <cstdint>
-#include <cstdio>
 #include <cstring>
-#include <string>
 
 #include "nvfs/direct_abi.hpp"
+#include "nvfs/paths.hpp"
 #include "util/fd_passing.hpp"
 
 namespace nvfs::direct {
 
 inline constexpr uint32_t kMagic = 0x7264766eu;  // "nvdr"
 inline constexpr uint32_t kVersion = 3;
-
-// Where a root daemon makes the sockets (0755, root's): only root can put a
-// socket there, so a client that finds one trusts it is the mount's daemon.
-inline constexpr const char* kSocketDir = "/run/nvfs";
-
-// The socket of the FUSE mount whose st_dev is `dev`: DIR/direct-MAJOR:MINOR,
-// written into `buf` (cut short if it does not fit), DIR being `dir`
-// (libnvfs-direct's tests name another; the library allocates nothing here).
-inline void SocketPath(char* buf, size_t size, dev_t dev, const char* dir) {
-  std::snprintf(buf, size, "%s/direct-%u:%u", dir, major(dev), minor(dev));
-}
-
-// /run/nvfs/direct-MAJOR:MINOR.
-inline std::string SocketPath(dev_t dev) {
-  char buf[96];
-  SocketPath(buf, sizeof buf, dev, kSocketDir);
-  return buf;
-}
 
 enum Op : uint32_t {
   kOpHello = 1,
@@ -181,7 +162,7 @@ struct WriteProveReply {
 // both sides send.
 using nvfs::SendWithFd;
 
-// Bounds the daemon keeps (server.cpp).
+// Bounds the daemon keeps (src/daemon/direct_server.cpp).
 inline constexpr unsigned kMaxConnections = 256;        // all clients
 inline constexpr unsigned kRootReserve = 32;            // ... of which only root's may use these
 inline constexpr unsigned kMaxConnectionsPerUid = 32;   // one user's

@@ -20,6 +20,7 @@
 #include "direct/transport.hpp"
 #include "nvfs/direct.h"
 #include "nvfs/format.hpp"
+#include "nvfs/paths.hpp"
 
 namespace nvfs::direct {
 

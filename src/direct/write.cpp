@@ -10,7 +10,7 @@
 // not stopped direct writes. Only then does it store and flush, and it
 // makes the gen even after. The daemon moves the file's seq before a
 // block leaves the file, and reuses the block only once every gen it saw
-// odd after that has moved (writers.cpp): a store that passed its check
+// odd after that has moved (src/daemon/direct_writers.cpp): a store that passed its check
 // lands in a block of its own file, or in one still waiting to be reused.
 //
 // An overwrite of bytes the file has: no lock, no request, no system call
@@ -303,7 +303,7 @@ Step StoreChunk(nvfs_direct* f, Source& src, uint64_t offset, size_t len, Snapsh
 
   // Inside: from here to the even gen the daemon waits for this thread.
   // The store of the odd gen before the loads of the check: the daemon's
-  // membarrier makes this thread fence when it scans (writers.cpp), so a
+  // membarrier makes this thread fence when it scans (src/daemon/direct_writers.cpp), so a
   // compiler barrier is all it needs here; without the registration, a
   // fence of its own (which also waits for the last store's 4 KiB to drain,
   // about half the cost of an overwrite).

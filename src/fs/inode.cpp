@@ -87,7 +87,7 @@ Result<Attr> FsImpl::SetAttr(uint64_t ino, const SetAttrRequest& req) {
     return Error(EPERM);
   }
   // A direct writer maps again after a change of mode or owner, and the
-  // daemon looks at the set-ID bits again (src/direct/server.cpp).
+  // daemon looks at the set-ID bits again (src/daemon/direct_server.cpp).
   if (req.valid & (kSetSize | kSetMode | kSetUid | kSetGid)) change.emplace(ref->get());
   const timespec now = FsOps::Now();
   OrphanTx tx(*this, "setattr");

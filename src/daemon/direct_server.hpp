@@ -38,8 +38,8 @@ class Server {
   // `fs` serves. On failure returns nullptr and says why in *why (one
   // line); the mount goes on without direct reads.
   // The table must outlive `fs`: destroy the Server after the filesystem.
-  // With options.writes, also the writers' file (writers.hpp), whose grace
-  // the filesystem then waits out (Filesystem::SetExternalGrace); if it
+  // With options.writes, also the writers' file (direct_writers.hpp), whose
+  // grace the filesystem then waits out (Filesystem::SetExternalGrace); if it
   // cannot be made the mount serves direct reads only, and *writes_why says
   // why.
   static std::unique_ptr<Server> Create(Filesystem& fs, dev_t mount_dev,

@@ -1,4 +1,4 @@
-// Direct writers' grace periods, the daemon's side (writers.hpp).
+// Direct writers' grace periods, the daemon's side (direct_writers.hpp).
 //
 // The rule (doc/integrity.md section 11) is the read path's Dekker pair
 // turned around. A writer makes its thread's gen odd, fences, and only then
@@ -8,7 +8,7 @@
 // the gens. So a writer that Start() did not see inside loads the moved
 // seq and stores nothing into the old runs, and one it saw inside is waited
 // out: its gen moves when its store and flush are done.
-#include "direct/writers.hpp"
+#include "daemon/direct_writers.hpp"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -27,8 +27,8 @@
 #include <cstring>
 #include <new>
 
-#include "direct/protocol.hpp"
 #include "nvfs/format.hpp"
+#include "nvfs/paths.hpp"
 
 namespace nvfs::direct {
 

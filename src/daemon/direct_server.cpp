@@ -1,16 +1,16 @@
-// The direct-read server (server.hpp, protocol.hpp). One thread polls the
-// listening socket and every connection; each request is read without
-// blocking, answered at once, and never waited for: a client that sends
-// half a request holds only its own buffer, one that does not read its
-// replies is dropped, a user who asks too fast is not polled until the
-// user's tokens come back, a connection not proven in time is closed. The
-// thread takes no lock of the daemon's but the core's inode lock (shared,
-// in DirectMap), and touches the mount only through descriptors it was
-// given: statx(AT_STATX_DONT_SYNC) asks the kernel's cache, not this
+// The direct-read server (direct_server.hpp, src/direct/protocol.hpp). One
+// thread polls the listening socket and every connection; each request is
+// read without blocking, answered at once, and never waited for: a client
+// that sends half a request holds only its own buffer, one that does not
+// read its replies is dropped, a user who asks too fast is not polled until
+// the user's tokens come back, a connection not proven in time is closed.
+// The thread takes no lock of the daemon's but the core's inode lock
+// (shared, in DirectMap), and touches the mount only through descriptors it
+// was given: statx(AT_STATX_DONT_SYNC) asks the kernel's cache, not this
 // daemon. A descriptor is taken only from a peer who could open the
-// namespace (protocol.hpp), and one whose close could wait is closed on
-// the reaper's thread (daemon::ClientDescriptors), never here.
-#include "direct/server.hpp"
+// namespace (protocol.hpp), and one whose close could wait is closed on the
+// reaper's thread (daemon::ClientDescriptors), never here.
+#include "daemon/direct_server.hpp"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -32,11 +32,12 @@
 
 #include <linux/fs.h>
 
+#include "daemon/direct_writers.hpp"
 #include "daemon/socket_server.hpp"
 #include "direct/protocol.hpp"
-#include "direct/writers.hpp"
 #include "nvfs/format.hpp"
 #include "nvfs/media.hpp"
+#include "nvfs/paths.hpp"
 #include "util/fd_passing.hpp"
 
 namespace nvfs::direct {
