@@ -18,7 +18,7 @@ for tool in git rsync make cc tar diff getfattr setfattr sqlite3 fusermount3; do
   command -v "$tool" >/dev/null || { echo "missing tool: $tool (tools/lib/common.sh installs it)"; exit 1; }
 done
 
-repo_src=$(cd "$(dirname "$0")/.." && pwd)/src
+repo_src=$(cd "$(dirname "$0")/../.." && pwd)/src
 image=/dev/shm/nvfs-tools-$$.img
 mnt=
 work=
