@@ -8,8 +8,8 @@
 #include <stdexcept>
 
 #include "crash_harness.hpp"
+#include "helpers.hpp"
 #include "nvfs/mkfs.hpp"
-#include "test_util.hpp"
 
 namespace nvfs::test {
 

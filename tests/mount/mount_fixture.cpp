@@ -1,7 +1,7 @@
 #include "mount_fixture.hpp"
 
+#include "helpers.hpp"
 #include "skip_count.hpp"
-#include "test_util.hpp"
 
 #include <catch2/catch.hpp>
 

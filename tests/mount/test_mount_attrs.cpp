@@ -24,9 +24,9 @@
 #include <utility>
 #include <vector>
 
+#include "helpers.hpp"
 #include "mount_fixture.hpp"
 #include "mount_helpers.hpp"
-#include "test_util.hpp"
 
 namespace nvfs::test {
 namespace {

@@ -26,9 +26,9 @@
 #include <thread>
 #include <vector>
 
+#include "helpers.hpp"
 #include "mount_fixture.hpp"
 #include "mount_helpers.hpp"
-#include "test_util.hpp"
 
 namespace nvfs::test {
 namespace {

@@ -22,13 +22,13 @@
 #include <thread>
 #include <vector>
 
+#include "helpers.hpp"
 #include "mount_fixture.hpp"
 #include "mount_helpers.hpp"
 #include "nvfs/format.hpp"
 #include "nvfs/fs.hpp"
 #include "nvfs/geometry.hpp"
 #include "nvfs/media.hpp"
-#include "test_util.hpp"
 
 namespace nvfs::test {
 namespace {

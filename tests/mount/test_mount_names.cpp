@@ -17,9 +17,9 @@
 #include <set>
 #include <string>
 
+#include "helpers.hpp"
 #include "mount_fixture.hpp"
 #include "mount_helpers.hpp"
-#include "test_util.hpp"
 
 namespace nvfs::test {
 namespace {

@@ -18,9 +18,9 @@
 #include <string>
 #include <utility>
 
+#include "helpers.hpp"
 #include "mount_fixture.hpp"
 #include "mount_helpers.hpp"
-#include "test_util.hpp"
 
 namespace nvfs::test {
 namespace {

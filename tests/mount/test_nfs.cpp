@@ -25,9 +25,9 @@
 #include <string>
 #include <vector>
 
+#include "helpers.hpp"
 #include "mount_fixture.hpp"
 #include "nfs_fixture.hpp"
-#include "test_util.hpp"
 
 namespace nvfs::test {
 namespace {

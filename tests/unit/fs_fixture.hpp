@@ -12,11 +12,11 @@
 
 #include "alloc/allocator.hpp"
 #include "ctx/context.hpp"
+#include "helpers.hpp"
 #include "journal/journal.hpp"
 #include "nvfs/media.hpp"
 #include "nvfs/mkfs.hpp"
 #include "nvfs/superblock.hpp"
-#include "test_util.hpp"
 
 namespace nvfs::test {
 

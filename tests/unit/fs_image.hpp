@@ -8,10 +8,10 @@
 #include <string>
 #include <vector>
 
+#include "helpers.hpp"
 #include "nvfs/fs.hpp"
 #include "nvfs/media.hpp"
 #include "nvfs/mkfs.hpp"
-#include "test_util.hpp"
 
 namespace nvfs::test {
 

@@ -16,6 +16,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "helpers.hpp"
 #include "nvfs/cli.hpp"
 #include "nvfs/crc32c.hpp"
 #include "nvfs/dir_block.hpp"
@@ -24,7 +25,6 @@
 #include "nvfs/geometry.hpp"
 #include "nvfs/name_hash.hpp"
 #include "nvfs/superblock.hpp"
-#include "test_util.hpp"
 
 namespace nvfs {
 namespace {

@@ -19,12 +19,12 @@
 
 #include "fs_fixture.hpp"
 #include "fs_image.hpp"
+#include "helpers.hpp"
 #include "nvfs/fs.hpp"
 #include "nvfs/fsck.hpp"
 #include "nvfs/media.hpp"
 #include "nvfs/mkfs.hpp"
 #include "nvfs/superblock.hpp"
-#include "test_util.hpp"
 
 namespace nvfs {
 namespace {

@@ -18,9 +18,9 @@
 
 #include <catch2/catch.hpp>
 
+#include "helpers.hpp"
 #include "nvfs/media.hpp"
 #include "skip_count.hpp"
-#include "test_util.hpp"
 
 namespace nvfs {
 namespace {

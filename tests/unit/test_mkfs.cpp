@@ -15,13 +15,13 @@
 
 #include <catch2/catch.hpp>
 
+#include "helpers.hpp"
 #include "nvfs/bitmap.hpp"
 #include "nvfs/fsck.hpp"
 #include "nvfs/media.hpp"
 #include "nvfs/mkfs.hpp"
 #include "nvfs/name_hash.hpp"
 #include "nvfs/superblock.hpp"
-#include "test_util.hpp"
 
 namespace nvfs {
 namespace {

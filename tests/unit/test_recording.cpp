@@ -9,11 +9,11 @@
 #include <cstring>
 #include <vector>
 
-#include "testing/recording_media.hpp"
+#include "helpers.hpp"
 #include "nvfs/fs.hpp"
 #include "nvfs/fsck.hpp"
 #include "nvfs/mkfs.hpp"
-#include "test_util.hpp"
+#include "testing/recording_media.hpp"
 
 namespace nvfs::test {
 namespace {

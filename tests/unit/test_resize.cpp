@@ -18,6 +18,7 @@
 #include <catch2/catch.hpp>
 
 #include "fs/fs_impl.hpp"
+#include "helpers.hpp"
 #include "journal/journal.hpp"
 #include "nvfs/fs.hpp"
 #include "nvfs/fsck.hpp"
@@ -25,7 +26,6 @@
 #include "nvfs/mkfs.hpp"
 #include "nvfs/resize.hpp"
 #include "nvfs/superblock.hpp"
-#include "test_util.hpp"
 
 namespace nvfs {
 namespace {

@@ -1,4 +1,4 @@
-#include "test_util.hpp"
+#include "helpers.hpp"
 
 #include <fcntl.h>
 #include <sys/mount.h>

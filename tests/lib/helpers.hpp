@@ -1,5 +1,7 @@
-// Helpers shared by the tests: scratch images under /dev/shm that remove
-// themselves, reading and damaging them, and running the programs.
+// Helpers shared by the tests of every folder (not a test of src/util):
+// scratch images under /dev/shm that remove themselves, reading and damaging
+// them, a FUSE mount no daemon serves, running the programs, and parsing a
+// directory leaf.
 #pragma once
 
 #include <sys/types.h>
