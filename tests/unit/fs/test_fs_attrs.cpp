@@ -189,26 +189,6 @@ TEST_CASE("xattrs: 1000 names and 64 KiB values, listed, replaced, removed, bloc
   RequireFsckClean(img, "removes");
 }
 
-TEST_CASE("xattrs: the list never outgrows the kernel's 64 KiB (ENOSPC, as ext4 when full)",
-          "[fs][xattr]") {
-  FsImage img;
-  const uint64_t f = MustCreate(img.fs(), kRoot, "f");
-  int set = 0;
-  for (;; ++set) {
-    std::string name = "user." + std::to_string(set) + "_";
-    name.resize(255, 'n');
-    Status st = img->SetXattr(f, name, "v", 1, 0);
-    if (!st.ok()) {
-      CHECK(st.code() == ENOSPC);
-      break;
-    }
-    REQUIRE(set < 300);
-  }
-  CHECK(set == 65536 / 256);
-  CHECK(*img->ListXattr(f, nullptr, 0, Cred{}) <= 65536);
-  RequireFsckClean(img, "a full list");
-}
-
 TEST_CASE("xattrs: a remove works on a full filesystem and frees the value's blocks",
           "[fs][xattr]") {
   FsImage img(16ull << 20);
