@@ -4,9 +4,7 @@
 
 #include <sys/stat.h>
 
-#include <chrono>
 #include <cstddef>
-#include <cstring>
 #include <map>
 #include <optional>
 #include <random>
@@ -748,47 +746,6 @@ TEST_CASE("random maps, punches and truncates agree with a model", "[bmap]") {
   CheckRuns(bmap, inode, span, {0, 1, 10, 11, 100, 522, 523, 1000, 2999});
   TruncateAll(fs, bmap, ino, 0);
   CHECK(fs.alloc().free_blocks() == baseline);
-}
-
-// Not run by default: `test_bmap "[.bench]"`. The read path's lookup against a
-// 4 KiB memcpy from the mapping.
-TEST_CASE("lookup cost", "[.bench]") {
-  FsFixture fs(256ull << 20);
-  Bmap bmap(fs.ctx());
-  const uint64_t ino = CreateFile(fs);
-  const uint64_t blocks = 20000;  // direct, depth 1 and depth 2
-  MapRange(fs, bmap, ino, 0, blocks);
-  const Inode& inode = InodeOf(fs, ino);
-  std::vector<uint64_t> random_order(1 << 16);
-  std::mt19937_64 rng(1);
-  for (uint64_t& index : random_order) index = rng() % blocks;
-  const auto time_ns = [](int iterations, auto&& body) {
-    const auto start = std::chrono::steady_clock::now();
-    for (int i = 0; i < iterations; ++i) body(i);
-    return std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start)
-               .count() / iterations;
-  };
-  uint64_t sum = 0;
-  constexpr int kIterations = 10'000'000;
-  const double sequential = time_ns(kIterations, [&](int i) {
-    uint64_t run;
-    sum += bmap.Lookup(inode, static_cast<uint64_t>(i) % blocks, 1, &run);
-  });
-  const double random = time_ns(kIterations, [&](int i) {
-    uint64_t run;
-    sum += bmap.Lookup(inode, random_order[i & 0xFFFF], 1, &run);
-  });
-  uint64_t run = 0;
-  const double whole = time_ns(100'000, [&](int) { sum += bmap.Lookup(inode, 0, blocks, &run); });
-  std::vector<char> dst(4096);
-  const double copy = time_ns(1'000'000, [&](int i) {
-    uint64_t r;
-    std::memcpy(dst.data(), fs.ctx().Block(bmap.Lookup(inode, random_order[i & 0xFFFF] % 2000, 1, &r)), 4096);
-    sum += static_cast<uint64_t>(dst[static_cast<size_t>(i) % 4096]);
-  });
-  WARN("Lookup, max_run 1: sequential " << sequential << " ns, random " << random
-       << " ns; whole " << blocks << "-block file: " << whole << " ns in runs of " << run
-       << "; lookup + 4 KiB memcpy (8 MiB working set): " << copy << " ns (" << sum % 2 << ")");
 }
 
 }  // namespace
