@@ -46,7 +46,7 @@ std::string FormatId(const std::string& workload, uint64_t point, uint64_t subse
 }
 
 std::string ReplayHint(const std::string& id) {
-  return "replay alone: NVFS_CRASH_REPLAY=" + id + " ./build/tests/test_crash";
+  return "replay alone: NVFS_CRASH_REPLAY=" + id + " ./build/tests/crash/test_crash";
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
 // The Catch2 main of every test binary. Catch2 2.x has no skip of its own: a
-// case that skips says so (NVFS_SKIP, tests/skip_count.hpp) and Catch2
+// case that skips says so (NVFS_SKIP, tests/lib/skip_count.hpp) and Catch2
 // counts it as passed. A run in which cases ran and every one skipped exits
 // 77, meson's SKIP, so that the summary says SKIP rather than OK; its output
 // keeps the "NVFS-SKIPPED: why" lines that tools/lib/count_tests.py counts.

@@ -3,7 +3,7 @@
 
 namespace nvfs::test {
 
-// Counts one test case as skipped (test_main.cpp): a binary whose every run
+// Counts one test case as skipped (catch_main.cpp): a binary whose every run
 // case skipped exits 77. Called by PrintSkipped, once per skipped case.
 void CountSkipped();
 

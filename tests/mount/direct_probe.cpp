@@ -409,7 +409,7 @@ void PwriteAll(int fd, const std::string& bytes, off_t at, const std::string& wh
 }
 
 // Writes through the preload under fork, dup2 and a reused number
-// (tests/test_direct_write.cpp checks the files after).
+// (tests/mount/test_direct_write.cpp checks the files after).
 void Writes() {
   const int w1 = open(Path("w1").c_str(), O_RDWR | O_CREAT, 0644);
   Check(w1 >= 0, "open w1");

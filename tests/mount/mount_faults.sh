@@ -17,7 +17,7 @@
 #     transaction commits after a page was lost).
 # Run by meson (suite mount) with NVFS_MKFS, NVFS_DAEMON, NVFS_FSCK set, or:
 #   NVFS_DAEMON=build/nvfs NVFS_MKFS=build/mkfs.nvfs NVFS_FSCK=build/fsck.nvfs \
-#     bash tests/mount_faults.sh [host-space|cut-backing|cut-metadata]
+#     bash tests/mount/mount_faults.sh [host-space|cut-backing|cut-metadata]
 # Everything it mounts (the tmpfs included) is unmounted on any exit.
 set -euo pipefail
 

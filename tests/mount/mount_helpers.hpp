@@ -1,4 +1,4 @@
-// What the mount suite's files (tests/test_mount_*.cpp, one executable,
+// What the mount suite's files (tests/mount/test_mount_*.cpp, one executable,
 // test_mount) share besides the mount itself (mount_fixture.hpp): sizes, an
 // owned descriptor, whole-file reads and writes through the mount, stat and
 // statfs that REQUIRE success, seeded data, polling, and errors collected

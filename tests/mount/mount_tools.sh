@@ -6,7 +6,7 @@
 # default cache=none), statx's birth time (stat %W). Run by meson
 # (suite mount) with NVFS_MKFS, NVFS_DAEMON and NVFS_FSCK set; also by hand:
 #   NVFS_DAEMON=build/nvfs NVFS_MKFS=build/mkfs.nvfs NVFS_FSCK=build/fsck.nvfs \
-#     bash tests/mount_tools.sh [MOUNT_OPTIONS]
+#     bash tests/mount/mount_tools.sh [MOUNT_OPTIONS]
 # Everything it makes is removed, and the mount unmounted, on any exit.
 set -euo pipefail
 

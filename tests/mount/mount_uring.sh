@@ -19,7 +19,7 @@
 # Run by meson (suite mount) with NVFS_MKFS, NVFS_DAEMON, NVFS_FSCK,
 # NVFS_TEST_MOUNT set, or by hand:
 #   NVFS_DAEMON=build/nvfs NVFS_MKFS=build/mkfs.nvfs NVFS_FSCK=build/fsck.nvfs \
-#     NVFS_TEST_MOUNT=build/tests/test_mount bash tests/mount_uring.sh [refusal|teardown|suite]
+#     NVFS_TEST_MOUNT=build/tests/mount/test_mount bash tests/mount/mount_uring.sh [refusal|teardown|suite]
 set -euo pipefail
 
 which=${1:-all}
@@ -232,7 +232,7 @@ startup_unmount() {
 
 suite() {
   echo Y > "$knob"
-  : "${NVFS_TEST_MOUNT:?set NVFS_TEST_MOUNT to tests/test_mount}"
+  : "${NVFS_TEST_MOUNT:?set NVFS_TEST_MOUNT to tests/mount/test_mount}"
   export NVFS_IO_URING=on
   echo "== test_mount over io_uring"
   "$NVFS_TEST_MOUNT" "$@"

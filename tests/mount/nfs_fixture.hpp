@@ -1,4 +1,4 @@
-// An NFS export of an nvfs mount for tests/test_nfs.cpp: nfs-ganesha
+// An NFS export of an nvfs mount for tests/mount/test_nfs.cpp: nfs-ganesha
 // (FSAL_VFS) serving a MountedFs on 127.0.0.1 with the sample
 // doc/ganesha.conf, rpcbind where none runs, and libnfs as the client.
 //

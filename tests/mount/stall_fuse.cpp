@@ -2,7 +2,7 @@
 // FUSE (fusermount3) can make to have a close(2) of one of its files wait
 // for as long as the user likes. Once the server has read a FLUSH, the
 // closing thread waits for the answer uninterruptibly (the kernel sends
-// FLUSH as a forced request). tests/test_direct.cpp passes such a file to
+// FLUSH as a forced request). tests/mount/test_direct.cpp passes such a file to
 // the nvfs daemon.
 //
 //   stall_fuse MOUNTPOINT

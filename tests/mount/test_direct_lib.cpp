@@ -5,7 +5,7 @@
 // NVFS_DIRECT_NO_RECHECK defined, as test_direct_lib_nocheck, linked with a
 // build of the library that never checks a copy against the file's slot,
 // where the race case must find another file's bytes (hidden: run by hand,
-// `build/tests/test_direct_lib_nocheck '[race]'`, to see that the case
+// `build/tests/mount/test_direct_lib_nocheck '[race]'`, to see that the case
 // can fail for the reason it names).
 #include <catch2/catch.hpp>
 #include <dlfcn.h>

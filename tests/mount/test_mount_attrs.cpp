@@ -1,4 +1,4 @@
-// The mount suite (test_mount, tests/test_mount_*.cpp): attributes — POSIX
+// The mount suite (test_mount, tests/mount/test_mount_*.cpp): attributes — POSIX
 // timestamps, and the kernel's cached attributes and listings staying true
 // after every kind of change.
 #include <catch2/catch.hpp>

@@ -1,4 +1,4 @@
-// The mount suite (test_mount, tests/test_mount_*.cpp): work at once and at
+// The mount suite (test_mount, tests/mount/test_mount_*.cpp): work at once and at
 // random — concurrent writers and creators, a seeded exerciser against a
 // shadow copy on tmpfs, and reads racing a truncate while another user
 // takes the freed blocks.

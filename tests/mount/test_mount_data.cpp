@@ -1,4 +1,4 @@
-// The mount suite (test_mount, tests/test_mount_*.cpp): a file's bytes
+// The mount suite (test_mount, tests/mount/test_mount_*.cpp): a file's bytes
 // through read and write — a file unlinked while open, O_APPEND, sparse
 // files with SEEK_DATA and SEEK_HOLE, a file past 4 GiB, and every read path
 // returning the same bytes.

@@ -1,4 +1,4 @@
-// The mount suite (test_mount, tests/test_mount_*.cpp): faults — kill -9 of
+// The mount suite (test_mount, tests/mount/test_mount_*.cpp): faults — kill -9 of
 // the daemon under writing processes and in the middle of a workload, and
 // damage found by a read turning the mount read-only.
 #include <catch2/catch.hpp>

@@ -1,4 +1,4 @@
-// The mount suite (test_mount, tests/test_mount_*.cpp): file handles as NFS
+// The mount suite (test_mount, tests/mount/test_mount_*.cpp): file handles as NFS
 // servers use them — across a remount, stale once an inode number is
 // reused, and directory handles reconnected to the root.
 #include <catch2/catch.hpp>

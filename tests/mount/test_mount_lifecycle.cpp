@@ -1,4 +1,4 @@
-// The mount suite (test_mount, tests/test_mount_*.cpp): the daemon's life —
+// The mount suite (test_mount, tests/mount/test_mount_*.cpp): the daemon's life —
 // persistence across mounts, -s and -d sessions, refusals, SIGTERM and
 // SIGINT, read-only mounts, mount -t fuse.nvfs and fstab, fsck and a new
 // mount right after umount, a user's FUSE mount that names the image as its

@@ -1,4 +1,4 @@
-// The mount suite (test_mount, tests/test_mount_*.cpp): shared mappings and
+// The mount suite (test_mount, tests/mount/test_mount_*.cpp): shared mappings and
 // the kernel's page cache — mmap in both cache modes, fsync of a mapping's
 // pages without FSYNC requests, read-ahead, and buffered reads after
 // asynchronous direct writes.

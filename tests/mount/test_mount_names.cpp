@@ -1,4 +1,4 @@
-// The mount suite (test_mount, tests/test_mount_*.cpp): the namespace through
+// The mount suite (test_mount, tests/mount/test_mount_*.cpp): the namespace through
 // the kernel — the errno of each misuse, hard links and link counts,
 // symlinks, rename in every form, and a 10,000-entry directory listed while
 // it changes.

@@ -1,4 +1,4 @@
-// The mount suite (test_mount, tests/test_mount_*.cpp): who may do what —
+// The mount suite (test_mount, tests/mount/test_mount_*.cpp): who may do what —
 // permissions for a second uid, the image's own mode (the namespace is the
 // boundary), and set-user-ID, set-group-ID and capabilities dropped by an
 // unprivileged change, down to what exec(2) sees.

@@ -1,4 +1,4 @@
-// The mount suite (test_mount, tests/test_mount_*.cpp): space — statfs
+// The mount suite (test_mount, tests/mount/test_mount_*.cpp): space — statfs
 // following use, fallocate of all it says is available, and a removed
 // file's blocks free at once (fstests generic/103 and generic/511).
 #include <catch2/catch.hpp>

@@ -1,4 +1,4 @@
-// The mount suite (test_mount, tests/test_mount_*.cpp): extended attributes
+// The mount suite (test_mount, tests/mount/test_mount_*.cpp): extended attributes
 // through the kernel — get, set, list and remove, the namespaces' policy
 // (system.* refused, trusted.* listed to root only), and large values and
 // many names on a full filesystem.
@@ -68,7 +68,7 @@ TEST_CASE("mount: extended attributes", "[mount]") {
   CHECK(getxattr(m.path("d").c_str(), "user.dir", buf, sizeof buf) == 3);
   REQUIRE(symlink("f", m.path("s").c_str()) == 0);
   CHECK(Err(lsetxattr(m.path("s").c_str(), "user.x", "1", 1, 0)) == EPERM);
-  // POSIX ACLs are served (tests/mount_acl.sh has more): none yet here; a
+  // POSIX ACLs are served (tests/mount/mount_acl.sh has more): none yet here; a
   // value of another version is the kernel's EOPNOTSUPP, a malformed one
   // its EINVAL (posix_acl_from_xattr, posix_acl_valid).
   CHECK(Err(getxattr(f.c_str(), "system.posix_acl_access", buf, sizeof buf)) == ENODATA);

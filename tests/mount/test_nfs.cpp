@@ -1,6 +1,6 @@
 // The NFS export suite: an nvfs mount exported by nfs-ganesha (FSAL_VFS,
 // the sample doc/ganesha.conf) on 127.0.0.1, with libnfs as the client
-// (tests/nfs_fixture.hpp). Skipped, loudly, where ganesha or /dev/fuse is
+// (tests/mount/nfs_fixture.hpp). Skipped, loudly, where ganesha or /dev/fuse is
 // absent. The daemon's side on its own (handles through the kernel, no
 // ganesha) is test_mount's "file handles" cases.
 //

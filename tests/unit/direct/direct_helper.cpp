@@ -1,4 +1,4 @@
-// The other process of tests/test_direct.cpp: run (mostly with
+// The other process of tests/unit/direct/test_direct_client.cpp: run (mostly with
 // LD_PRELOAD=libnvfs-direct.so) against the fake daemon, it does what an
 // unmodified program does with descriptors and checks which bytes its
 // preads get. Files hold one byte value throughout: a lowercase letter in

@@ -61,7 +61,7 @@ TEST_CASE("xattrs: system names refused and trusted names listed only to uid 0",
   Filesystem& fs = img.fs();
   const uint64_t f = MustCreate(fs, kRoot, "f");
   char buf[64];
-  // (The POSIX ACL names are served: tests/test_acl.cpp.)
+  // (The POSIX ACL names are served: tests/unit/test_acl.cpp.)
   for (const char* name : {"system.foo", "system.posix_acl_accessx", "system."}) {
     INFO(name);
     CHECK(fs.SetXattr(f, name, "\2\0\0\0", 4, 0).code() == EOPNOTSUPP);
