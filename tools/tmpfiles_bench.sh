@@ -14,7 +14,7 @@ runs=${2:-3}
 options=${3:-}
 NVFS_DAEMON=$build/nvfs NVFS_MKFS=$build/mkfs.nvfs NVFS_FSCK=$build/fsck.nvfs
 export NVFS_DAEMON NVFS_MKFS NVFS_FSCK
-source "$top/tests/mount_lib.sh"
+source "$top/tests/mount/mount_lib.sh"
 require_fuse
 image=/dev/shm/nvfs-tmpfiles-$$.img
 mnt=$(mktemp -d /tmp/nvfs-tmpfiles.XXXXXX)

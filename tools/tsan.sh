@@ -7,7 +7,7 @@
 # its argument.
 #   tools/tsan.sh [RUN ...]   (default: every run below)
 # A RUN is a test binary, optionally with its Catch2 test spec as one word
-# ("test_fs [fs]"), or `stress [MOUNT_OPTIONS]`: tests/mount_stress.sh
+# ("test_fs [fs]"), or `stress [MOUNT_OPTIONS]`: tests/mount/mount_stress.sh
 # (nvfs-stress's 8 threads racing namespace and data operations on a real
 # mount, FORGETs included) for NVFS_STRESS_SECONDS (default here 30)
 # against the detector's daemon, whose reports make it exit 66.
@@ -25,18 +25,27 @@ fi
 if [ ! -f "$build/build.ninja" ]; then
   meson setup "$build" "$NVFS_TOP" -Db_sanitize=thread -Db_lundef=false >/dev/null
 fi
-targets=(mkfs.nvfs fsck.nvfs tests/direct_helper)
+# A test binary's path in the build, by its folder of tests/ (tests/meson.build).
+test_path() {
+  case $1 in
+    test_direct_client) echo "tests/unit/direct/$1" ;;
+    test_crash) echo "tests/crash/$1" ;;
+    test_mount | test_direct | test_direct_lib | test_direct_write | test_nfs) echo "tests/mount/$1" ;;
+    *) echo "tests/unit/$1" ;;
+  esac
+}
+targets=(mkfs.nvfs fsck.nvfs tests/unit/direct/direct_helper)
 for run in "${runs[@]}"; do
   case $run in
     stress*) targets+=(nvfs nvfs-stress) ;;
-    *) targets+=("tests/${run%% *}") ;;
+    *) targets+=("$(test_path "${run%% *}")") ;;
   esac
 done
 ninja -C "$build" "${targets[@]}" >/dev/null
 nvfs_relink_direct_lib "$build"
 
 export NVFS_MKFS=$build/mkfs.nvfs NVFS_FSCK=$build/fsck.nvfs
-export NVFS_DIRECT_HELPER=$build/tests/direct_helper NVFS_DIRECT_LIB=$build/libnvfs-direct.so
+export NVFS_DIRECT_HELPER=$build/tests/unit/direct/direct_helper NVFS_DIRECT_LIB=$build/libnvfs-direct.so
 export NVFS_DAEMON=$build/nvfs NVFS_STRESS=$build/nvfs-stress
 export NVFS_STRESS_SECONDS=${NVFS_STRESS_SECONDS:-30}
 # The direct client's readers rely on membarrier on the retiring side, which
@@ -52,10 +61,10 @@ for run in "${runs[@]}"; do
   start=$(date +%s)
   status=0
   case $run in
-    stress) bash "$NVFS_TOP/tests/mount_stress.sh" >"$log" 2>&1 || status=$? ;;
-    stress\ *) bash "$NVFS_TOP/tests/mount_stress.sh" "${run#stress }" >"$log" 2>&1 || status=$? ;;
-    *\ *) "$build/tests/${run%% *}" "${run#* }" >"$log" 2>&1 || status=$? ;;
-    *) "$build/tests/$run" >"$log" 2>&1 || status=$? ;;
+    stress) bash "$NVFS_TOP/tests/mount/mount_stress.sh" >"$log" 2>&1 || status=$? ;;
+    stress\ *) bash "$NVFS_TOP/tests/mount/mount_stress.sh" "${run#stress }" >"$log" 2>&1 || status=$? ;;
+    *\ *) "$build/$(test_path "${run%% *}")" "${run#* }" >"$log" 2>&1 || status=$? ;;
+    *) "$build/$(test_path "$run")" >"$log" 2>&1 || status=$? ;;
   esac
   reports=$(grep -c "WARNING: ThreadSanitizer" "$log" || true)
   if [ "$status" -eq 77 ] && [ "$reports" -eq 0 ]; then

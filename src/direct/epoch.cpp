@@ -149,7 +149,7 @@ ReaderRecord* AcquireRecord() {
 void EpochInit() {
   static pthread_once_t once = PTHREAD_ONCE_INIT;
   pthread_once(&once, [] {
-    // Test-only: the readers' fence instead (tests/meson.build runs the
+    // Test-only: the readers' fence instead (tests/unit/direct/meson.build runs the
     // race test both ways).
     if (secure_getenv("NVFS_DIRECT_NO_MEMBARRIER") != nullptr) return;
     const long supported = Membarrier(MEMBARRIER_CMD_QUERY);

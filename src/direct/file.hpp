@@ -133,7 +133,7 @@ inline constexpr ssize_t kSlow = -1;
 // A copy is good only while the slot's seq is the snapshot's: the check
 // that makes a direct read safe (doc/integrity.md section 10). A build with
 // NVFS_DIRECT_NO_RECHECK, a library the tests build to show that the race
-// test fails without it (tests/meson.build; never installed), skips it.
+// test fails without it (tests/mount/meson.build; never installed), skips it.
 [[gnu::always_inline]] inline bool SeqIs(uint64_t now, uint64_t want) {
 #ifdef NVFS_DIRECT_NO_RECHECK
   (void)now;

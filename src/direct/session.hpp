@@ -199,7 +199,7 @@ Session* SessionFor(dev_t dev, int* why);
 // reconnects instead of using the number again. Async-signal-safe.
 void SessionsNoteClosed(unsigned first, unsigned last);
 
-// Test-only (tests/test_direct.cpp): the socket directory given by
+// Test-only (tests/mount/test_direct.cpp): the socket directory given by
 // NVFS_DIRECT_SOCKET_DIR (secure_getenv: ignored for setuid programs) is
 // used instead of /run/nvfs; it may then belong to this process's user, the
 // daemon may run as that user, and any file system counts as nvfs.

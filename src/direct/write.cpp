@@ -333,7 +333,7 @@ Step StoreChunk(nvfs_direct* f, Source& src, uint64_t offset, size_t len, Snapsh
     }
   }
 #ifdef NVFS_DIRECT_TEST_HOOKS
-  // The tests' build (tests/meson.build, never installed) holds a store
+  // The tests' build (tests/mount/meson.build, never installed) holds a store
   // between its check and its bytes, to show what the grace period and
   // the mount's guard keep out.
   if (ok) TestStoreDelay();

@@ -93,7 +93,7 @@
 // directory listings (FOPEN_CACHE_DIR, dir.cpp), which the kernel drops when
 // it changes the directory's entries; with entry timeouts shorter than
 // kCacheListingsFrom (entry_timeout=, for measurements) they are not.
-// tests/test_mount_attrs.cpp ("the kernel's cached attributes ...") checks each
+// tests/mount/test_mount_attrs.cpp ("the kernel's cached attributes ...") checks each
 // kind of change against a fresh mount's view.
 #pragma once
 

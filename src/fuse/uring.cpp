@@ -314,7 +314,7 @@ int UringTransport::Queue::Setup() {
   r = io_uring_submit(&ring);
   if (r < 0) return r;
   if (const char* delay = std::getenv("NVFS_TEST_RING_SETUP_DELAY_MS")) {
-    usleep(static_cast<useconds_t>(std::atoi(delay)) * 1000);  // tests/mount_uring.sh
+    usleep(static_cast<useconds_t>(std::atoi(delay)) * 1000);  // tests/mount/mount_uring.sh
   }
   // A REGISTER the kernel refuses completes at once; one it takes stays
   // pending until a request comes, and one may come at once (the last

@@ -27,7 +27,7 @@
 //    compares the bmap work it did with the inode's block count, loaded
 //    without the lock (LoadRacing): a hint, where any value the count held
 //    lately only moves the build a little sooner or later;
-//  - tests/direct_helper.cpp's churn reads a descriptor on three threads
+//  - tests/unit/direct/direct_helper.cpp's churn reads a descriptor on three threads
 //    while the main thread closes and reuses its number (dup2, close,
 //    open): the race of a program with itself that the preload must
 //    survive, serving the file the number names at each moment. The

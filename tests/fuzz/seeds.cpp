@@ -10,7 +10,7 @@
 #include <string>
 
 #include "arena_media.hpp"
-#include "../forced_name_hash.hpp"
+#include "forced_name_hash.hpp"
 #include "nvfs/fs.hpp"
 #include "nvfs/mkfs.hpp"
 

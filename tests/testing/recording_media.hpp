@@ -33,7 +33,7 @@
 // through the const accessors. The gate (set_gate) runs before every store,
 // flush, fence and operation mark, outside the mutex: a test's scheduler
 // parks the calling thread there to choose the global order of the media
-// writes of several threads (tests/crash_concurrent.hpp).
+// writes of several threads (tests/crash/crash_concurrent.hpp).
 #pragma once
 
 #include <cstddef>

@@ -11,10 +11,10 @@ NVFS_PACKAGES=(
   liburing-dev  # FUSE over io_uring (src/fuse/uring.cpp)
   e2fsprogs util-linux
   dpkg-dev  # dpkg-buildflags: the package's hardening flags (nvfs_build)
-  git rsync make gcc attr sqlite3  # tests/mount_tools.sh: ordinary tools on a mount
-  acl  # tests/mount_acl.sh: setfacl, getfacl
-  strace  # tests/test_direct_write.cpp: counts the system calls of a program under the preload
-  # tests/test_nfs.cpp, tools/nfs_bench.sh: the NFS export (doc/ganesha.conf)
+  git rsync make gcc attr sqlite3  # tests/mount/mount_tools.sh: ordinary tools on a mount
+  acl  # tests/mount/mount_acl.sh: setfacl, getfacl
+  strace  # tests/mount/test_direct_write.cpp: counts the system calls of a program under the preload
+  # tests/mount/test_nfs.cpp, tools/nfs_bench.sh: the NFS export (doc/ganesha.conf)
   nfs-ganesha nfs-ganesha-vfs rpcbind libnfs-dev libnfs-utils
 )
 
@@ -36,7 +36,7 @@ NVFS_XFSTESTS_PACKAGES=(
 )
 
 # What tools/package.sh uses to build and check the Debian packages, and the
-# install test (tests/package_install.sh) to read their man pages.
+# install test (tests/package/package_install.sh) to read their man pages.
 NVFS_PACKAGE_TOOLS=(
   debhelper dpkg-dev fakeroot lintian groff man-db rsync git ccache
 )

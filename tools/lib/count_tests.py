@@ -6,7 +6,7 @@ A test whose output has no Catch2 summary (it crashed, timed out, or is not a
 Catch2 binary) counts as one case, passed or failed by its meson result, or
 skipped if meson says SKIP (a shell test that exited 77; a Catch2 binary whose
 every case skipped exits 77 too, and counts one per skip line). Catch2 2.x has no
-skip: a case that skips prints "NVFS-SKIPPED: why" (tests/mount_fixture.hpp)
+skip: a case that skips prints "NVFS-SKIPPED: why" (tests/mount/mount_fixture.hpp)
 and Catch2 counts it as passed; each such line moves one case from passed to
 skipped. Prints "N passed, N failed, N skipped" last and exits 1 if anything
 failed.
@@ -37,7 +37,7 @@ for path in sys.argv[1:]:
         out = test.get("stdout", "") or ""
         if test.get("result") == "SKIP":
             # A Catch2 binary whose every case skipped exits 77 too
-            # (tests/test_main.cpp): one case per "NVFS-SKIPPED" line.
+            # (tests/lib/catch_main.cpp): one case per "NVFS-SKIPPED" line.
             skipped += max(1, len(SKIPPED.findall(out)))
             continue
         ok = test.get("result") in ("OK", "EXPECTEDFAIL")

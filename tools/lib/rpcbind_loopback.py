@@ -6,7 +6,7 @@ rpcbind has no option for that (its -h binds UDP only, and TCP on every
 address), but it takes its sockets from systemd's socket activation
 (LISTEN_PID, LISTEN_FDS; fds from 3): this script binds them and execs
 rpcbind, whose PID is then this script's. Used by tools/nfs_bench.sh;
-tests/nfs_fixture.cpp does the same in C++. Refuses if something already
+tests/mount/nfs_fixture.cpp does the same in C++. Refuses if something already
 answers on /run/rpcbind.sock (use that rpcbind instead).
 """
 import fcntl
