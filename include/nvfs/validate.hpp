@@ -66,7 +66,7 @@ enum InodeFault : uint32_t {
 using InodeFaults = uint32_t;
 
 // The one validator of an inode's own fields, for an inode in use (its
-// bitmap bit set), used by the core wherever it loads one (FsOps::CheckIno,
+// bitmap bit set), used by the core wherever it loads one (FsImpl::CheckIno,
 // so also orphan processing), by fsck and by nvfs-dump. The size bound by
 // type: a regular file at most `max_file_size` (FileMapLayout::max_size for
 // the block size: a damaged size near 2^64 would wrap every rounding up to

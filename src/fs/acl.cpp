@@ -125,15 +125,15 @@ bool Masq(Acl& acl, uint32_t* mode) {
 // which fsck.nvfs repairs by dropping it.
 Result<std::optional<Acl>> LoadAcl(FsImpl& fs, uint64_t ino, const Inode& inode,
                                    std::string_view name) {
-  Result<std::optional<std::string>> value = FsOps::FindXattr(fs, inode, name);
+  Result<std::optional<std::string>> value = fs.FindXattr(inode, name);
   if (!value.ok()) return value.take_error();
   if (!value->has_value()) return std::optional<Acl>();
   Acl acl;
   const AclFault fault = DecodeAcl(**value, &acl);
   if (fault != AclFault::kNone) {
-    return FsOps::Ctx(fs).Damaged(MakeError(EIO, "inode %" PRIu64 ": %.*s is %s; run fsck.nvfs",
-                                            ino, static_cast<int>(name.size()), name.data(),
-                                            AclFaultName(fault)));
+    return fs.context().Damaged(MakeError(EIO, "inode %" PRIu64 ": %.*s is %s; run fsck.nvfs", ino,
+                                          static_cast<int>(name.size()), name.data(),
+                                          AclFaultName(fault)));
   }
   return std::optional<Acl>(std::move(acl));
 }
@@ -145,15 +145,14 @@ Result<std::optional<Acl>> LoadAcl(FsImpl& fs, uint64_t ino, const Inode& inode,
 // so no crash shows the ACL with the old mode or the reverse. An access
 // ACL the mode says whole is not stored (a stored one is removed): the
 // mode alone then says it, as on ext4.
-Status FsOps::SetAcl(FsImpl& fs, uint64_t ino, bool is_default, std::string_view value,
-                     unsigned xattr_flags) {
+Status FsImpl::SetAcl(uint64_t ino, bool is_default, std::string_view value, unsigned xattr_flags) {
   // The kernel's answers: another version is EOPNOTSUPP, anything else
   // malformed EINVAL (posix_acl_from_xattr, posix_acl_valid).
   Acl acl;
   const AclFault fault = DecodeAcl(value, &acl);
   if (fault == AclFault::kVersion) return Error(EOPNOTSUPP);
   if (fault != AclFault::kNone) return Error(EINVAL);
-  Result<InodeRef> ref = Get(fs, ino);
+  Result<InodeRef> ref = Get(ino);
   if (!ref.ok()) return ref.take_error();
   std::unique_lock lock(ref.value()->lock);
   const Inode& inode = ref->media();
@@ -170,10 +169,10 @@ Status FsOps::SetAcl(FsImpl& fs, uint64_t ino, bool is_default, std::string_view
     if (extended) stored = Encode(acl);
   }
   const timespec now = Now();
-  Tx tx(Jnl(fs), is_default ? "set-default-acl" : "set-acl");
+  Tx tx(*journal_, is_default ? "set-default-acl" : "set-acl");
   if (mode != inode.mode) tx.Set(inode.mode, static_cast<uint16_t>(mode));
   const XattrChange change{NameOf(is_default), stored ? &*stored : nullptr};
-  NVFS_TRY(ChangeXattrs(fs, tx, ino, inode, {&change, 1}, now));
+  NVFS_TRY(ChangeXattrs(tx, ino, inode, {&change, 1}, now));
   Touch(tx, inode, false, true, now);
   return tx.Commit();
 }
@@ -182,13 +181,12 @@ Status FsOps::SetAcl(FsImpl& fs, uint64_t ino, bool is_default, std::string_view
 // taken from the mode: the mode is the one truth for what both say (they
 // are kept equal by every change here; a value stored by a version that
 // did not keep them so is shown as chmod would have left it).
-Result<size_t> FsOps::GetAcl(FsImpl& fs, uint64_t ino, bool is_default, void* value,
-                             size_t size) {
-  Result<InodeRef> ref = Get(fs, ino);
+Result<size_t> FsImpl::GetAcl(uint64_t ino, bool is_default, void* value, size_t size) {
+  Result<InodeRef> ref = Get(ino);
   if (!ref.ok()) return ref.take_error();
   std::shared_lock lock(ref.value()->lock);
   const Inode& inode = ref->media();
-  Result<std::optional<Acl>> acl = LoadAcl(fs, ino, inode, NameOf(is_default));
+  Result<std::optional<Acl>> acl = LoadAcl(*this, ino, inode, NameOf(is_default));
   if (!acl.ok()) return acl.take_error();
   if (!acl->has_value()) return Error(ENODATA);
   if (!is_default) SetPerms(**acl, inode.mode);
@@ -199,10 +197,11 @@ Result<size_t> FsOps::GetAcl(FsImpl& fs, uint64_t ino, bool is_default, void* va
   return out.size();
 }
 
-Result<uint32_t> FsOps::InheritAcl(FsImpl& fs, uint64_t parent_ino, const Inode& parent,
-                                   uint32_t mode, uint32_t umask, InheritedAcl* out) {
+Result<uint32_t> FsImpl::InheritAcl(uint64_t parent_ino, const Inode& parent, uint32_t mode,
+                                    uint32_t umask, InheritedAcl* out) {
   if (S_ISLNK(mode)) return mode;
-  Result<std::optional<Acl>> inherited = LoadAcl(fs, parent_ino, parent, format::kAclDefaultName);
+  Result<std::optional<Acl>> inherited =
+      LoadAcl(*this, parent_ino, parent, format::kAclDefaultName);
   if (!inherited.ok()) return inherited.take_error();
   if (!inherited->has_value()) return mode & ~(umask & kPermBits);
   Acl access = **inherited;
@@ -211,26 +210,25 @@ Result<uint32_t> FsOps::InheritAcl(FsImpl& fs, uint64_t parent_ino, const Inode&
   return mode;
 }
 
-Status FsOps::StoreInheritedAcl(FsImpl& fs, Tx& tx, uint64_t ino, const Inode& inode,
-                                const InheritedAcl& acl, timespec now) {
+Status FsImpl::StoreInheritedAcl(Tx& tx, uint64_t ino, const Inode& inode, const InheritedAcl& acl,
+                                 timespec now) {
   XattrChange changes[2];
   size_t n = 0;
   if (acl.access) changes[n++] = {format::kAclAccessName, &*acl.access};
   if (acl.default_acl) changes[n++] = {format::kAclDefaultName, &*acl.default_acl};
   if (n == 0) return Status::Ok();
-  return ChangeXattrs(fs, tx, ino, inode, {changes, n}, now);
+  return ChangeXattrs(tx, ino, inode, {changes, n}, now);
 }
 
-Status FsOps::ChmodAcl(FsImpl& fs, Tx& tx, uint64_t ino, const Inode& inode, uint32_t mode,
-                       timespec now) {
+Status FsImpl::ChmodAcl(Tx& tx, uint64_t ino, const Inode& inode, uint32_t mode, timespec now) {
   if (S_ISLNK(inode.mode)) return Status::Ok();
-  Result<std::optional<Acl>> acl = LoadAcl(fs, ino, inode, format::kAclAccessName);
+  Result<std::optional<Acl>> acl = LoadAcl(*this, ino, inode, format::kAclAccessName);
   if (!acl.ok()) return acl.take_error();
   if (!acl->has_value()) return Status::Ok();
   SetPerms(**acl, mode);
   const std::string value = Encode(**acl);
   const XattrChange change{format::kAclAccessName, &value};
-  return ChangeXattrs(fs, tx, ino, inode, {&change, 1}, now);
+  return ChangeXattrs(tx, ino, inode, {&change, 1}, now);
 }
 
 }  // namespace nvfs

@@ -221,6 +221,6 @@ class CrossChecker {
 
 }  // namespace
 
-void FsOps::CrossCheck(FsImpl& fs) { CrossChecker(*fs.ctx_, *fs.alloc_).Run(); }
+void FsImpl::CrossCheck() { CrossChecker(*ctx_, *alloc_).Run(); }
 
 }  // namespace nvfs

@@ -23,7 +23,7 @@ void DamageRecorder::Damaged(const Error& error) {
   } else {
     std::fprintf(stderr, "nvfs: %s\n", line.c_str());
   }
-  if (stop) FsOps::SetReadOnly(fs_);
+  if (stop) fs_.SetReadOnly();
   if (armed_.load(std::memory_order_acquire)) {
     std::lock_guard lock(mu_);
     writer_ = std::thread([this] { Record(); });
@@ -34,7 +34,7 @@ void DamageRecorder::Damaged(const Error& error) {
 void DamageRecorder::Record() {
   OrphanTx tx(fs_, "errors");
   tx.CommitAfterMediaLoss();
-  FsOps::UpdateDynamic(fs_, tx, [](format::SuperDynamic& d) { d.errors = 1; });
+  fs_.UpdateDynamic(tx, [](format::SuperDynamic& d) { d.errors = 1; });
   Status st = tx.Commit();
   if (!st.ok()) {
     std::fprintf(stderr, "nvfs: %s: cannot record the error in the superblock: %s\n",

@@ -34,7 +34,7 @@ Status FillRuns(FsImpl& fs, Bmap& bmap, uint32_t shift, uint64_t ino, const form
   while (index < end && m->run_count < max_runs) {
     uint64_t run;
     const uint64_t phys = bmap.Lookup(inode, index, end - index, &run);
-    if (phys == Bmap::kCorrupt) return FsOps::BadMap(fs, ino);
+    if (phys == Bmap::kCorrupt) return fs.BadMap(ino);
     if (index >= size_blocks && phys == 0) break;
     if (index < size_blocks && index + run > size_blocks && phys == 0) run = size_blocks - index;
     runs[m->run_count++] = {phys == 0 ? kDirectHole : phys << shift, run << shift};
@@ -48,7 +48,7 @@ Status FillRuns(FsImpl& fs, Bmap& bmap, uint32_t shift, uint64_t ino, const form
 Result<Filesystem::DirectMapping> FsImpl::DirectMap(uint64_t ino, uint64_t offset,
                                                     DirectRun* runs, size_t max_runs) {
   if (cache_->direct_table() == nullptr || max_runs == 0) return Error(EINVAL);
-  Result<InodeRef> ref = FsOps::Get(*this, ino);
+  Result<InodeRef> ref = Get(ino);
   if (!ref.ok()) return ref.take_error();
   CachedInode* ci = ref->get();
   // Held shared: no MappingChange runs, so the seq read below is even and
@@ -79,7 +79,7 @@ Status DirectWritable(const FsImpl& fs, const InodeCache& cache, CachedInode* ci
   if (!S_ISREG(inode.mode)) return Error(S_ISDIR(inode.mode) ? EISDIR : EINVAL);
   if (cache.Opens(ci) == 0) return Error(EBADF);
   if (fs.read_only()) return Error(EROFS);
-  if (FsOps::Immutable(inode) || FsOps::AppendOnly(inode)) return Error(EPERM);
+  if (Immutable(inode) || AppendOnly(inode)) return Error(EPERM);
   return Status::Ok();
 }
 
@@ -89,7 +89,7 @@ Result<Filesystem::DirectMapping> FsImpl::DirectAllocate(uint64_t ino, uint64_t 
                                                          uint64_t len, uint64_t reserve_end,
                                                          DirectRun* runs, size_t max_runs) {
   if (cache_->direct_table() == nullptr || max_runs == 0 || len == 0) return Error(EINVAL);
-  Result<InodeRef> ref = FsOps::Get(*this, ino);
+  Result<InodeRef> ref = Get(ino);
   if (!ref.ok()) return ref.take_error();
   CachedInode* ci = ref->get();
   const uint64_t max_bytes = bmap_->max_size();
@@ -110,7 +110,7 @@ Result<Filesystem::DirectMapping> FsImpl::DirectAllocate(uint64_t ino, uint64_t 
     for (uint64_t index = offset >> shift; index < end_index && !holes;) {
       uint64_t run;
       const uint64_t phys = bmap_->Lookup(inode, index, end_index - index, &run);
-      if (phys == Bmap::kCorrupt) return FsOps::BadMap(*this, ino);
+      if (phys == Bmap::kCorrupt) return BadMap(ino);
       // Past the size only the write's own blocks must be there; the
       // reserve is kept when anything is allocated at all.
       if (phys == 0 && (index << shift) < offset + len) holes = true;
@@ -126,7 +126,7 @@ Result<Filesystem::DirectMapping> FsImpl::DirectAllocate(uint64_t ino, uint64_t 
     while (index < end_index) {
       uint64_t run;
       const uint64_t phys = bmap_->Lookup(inode, index, end_index - index, &run);
-      if (phys == Bmap::kCorrupt) return FsOps::BadMap(*this, ino);
+      if (phys == Bmap::kCorrupt) return BadMap(ino);
       if (phys == 0) {
         // Inside the size a block's other bytes show: zeroed. Past it,
         // every byte is undefined until a commit's size exposes it (which
@@ -159,7 +159,7 @@ Result<Filesystem::DirectMapping> FsImpl::DirectCommit(uint64_t ino, uint64_t st
                                                        uint64_t seq, uint64_t map_end,
                                                        DirectRun* runs, size_t max_runs) {
   if (cache_->direct_table() == nullptr || max_runs == 0 || start > end) return Error(EINVAL);
-  Result<InodeRef> ref = FsOps::Get(*this, ino);
+  Result<InodeRef> ref = Get(ino);
   if (!ref.ok()) return ref.take_error();
   CachedInode* ci = ref->get();
   if (end > bmap_->max_size()) return Error(EFBIG);
@@ -169,10 +169,10 @@ Result<Filesystem::DirectMapping> FsImpl::DirectCommit(uint64_t ino, uint64_t st
   const format::Inode& inode = *ci->media;
   DirectSlot* slot = cache_->AssignSlot(ci);
   if (slot == nullptr) return Error(ENOSPC);
-  const timespec now = FsOps::Now();
+  const timespec now = Now();
   if (start == end) {
     OrphanTx tx(*this, "direct write times");
-    FsOps::Touch(tx, inode, true, true, now);
+    Touch(tx, inode, true, true, now);
     NVFS_TRY(tx.Commit());
   } else {
     // The writer's runs are the file's still, and hold every byte it stored.
@@ -180,7 +180,7 @@ Result<Filesystem::DirectMapping> FsImpl::DirectCommit(uint64_t ino, uint64_t st
     for (uint64_t index = start >> shift; index < ((end - 1) >> shift) + 1;) {
       uint64_t run;
       const uint64_t phys = bmap_->Lookup(inode, index, ((end - 1) >> shift) + 1 - index, &run);
-      if (phys == Bmap::kCorrupt) return FsOps::BadMap(*this, ino);
+      if (phys == Bmap::kCorrupt) return BadMap(ino);
       if (phys == 0) return Error(EAGAIN);
       index += run;
     }
@@ -190,10 +190,10 @@ Result<Filesystem::DirectMapping> FsImpl::DirectCommit(uint64_t ino, uint64_t st
       // The bytes between the old end and the write read as zeros, as a
       // write through the mount leaves them (Resize zeroes what it exposes);
       // the writer's own bytes are then exposed as they are.
-      if (start > inode.size) NVFS_TRY(FsOps::Resize(*this, ino, start, &tx));
+      if (start > inode.size) NVFS_TRY(Resize(ino, start, &tx));
       tx.Set(inode.size, end);
     }
-    FsOps::Touch(tx, inode, true, true, now);
+    Touch(tx, inode, true, true, now);
     NVFS_TRY(tx.Commit());
   }
   DirectMapping m;
@@ -206,7 +206,7 @@ Result<Filesystem::DirectMapping> FsImpl::DirectCommit(uint64_t ino, uint64_t st
 }
 
 Status FsImpl::DirectTrim(uint64_t ino) {
-  Result<InodeRef> ref = FsOps::Get(*this, ino);
+  Result<InodeRef> ref = Get(ino);
   if (!ref.ok()) return ref.take_error();
   CachedInode* ci = ref->get();
   std::unique_lock lock(ci->lock);

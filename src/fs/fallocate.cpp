@@ -21,20 +21,19 @@ using format::Inode;
 // write of zeros would: flushed now, drained by the caller's commit; durable,
 // not atomic. Holes already read as zeros. REQUIRES: inode lock held
 // exclusively (and a MappingChange, so lock-free readers retry).
-static Status ZeroMapped(FsImpl& fs, uint64_t ino, const Inode& inode, uint64_t from,
-                         uint64_t to) {
-  const Geometry& g = FsOps::Geo(fs);
+static Status ZeroMapped(FsContext& ctx, const Bmap& bmap, uint64_t ino, const Inode& inode,
+                         uint64_t from, uint64_t to) {
+  const Geometry& g = ctx.geometry;
   const uint32_t shift = g.block_shift();
   const uint64_t mask = g.block_size() - 1;
-  Media& media = fs.media();
+  Media& media = ctx.media;
   while (from < to) {
     const uint64_t in_block = from & mask;
     uint64_t run;
     const uint64_t phys =
-        FsOps::BmapOf(fs).Lookup(inode, from >> shift, (in_block + (to - from) + mask) >> shift, &run);
+        bmap.Lookup(inode, from >> shift, (in_block + (to - from) + mask) >> shift, &run);
     if (phys == Bmap::kCorrupt) {
-      return FsOps::Ctx(fs).Damaged(
-          MakeError(EIO, "a block pointer names no data block; run fsck.nvfs"));
+      return ctx.Damaged(MakeError(EIO, "a block pointer names no data block; run fsck.nvfs"));
     }
     const uint64_t n = std::min((run << shift) - in_block, to - from);
     // File data: a media error fails the request (a recovery point, as a
@@ -44,7 +43,7 @@ static Status ZeroMapped(FsImpl& fs, uint64_t ino, const Inode& inode, uint64_t 
           media.Fill(g.BlockOffset(phys) + in_block, 0, n);
           media.Flush(g.BlockOffset(phys) + in_block, n);
         })) {
-      FsOps::ReportMediaError("zeroing", ino);
+      ReportMediaError("zeroing", ino);
       return Error(EIO);
     }
     from += n;
@@ -72,8 +71,8 @@ Status FsImpl::Fallocate(FileHandle file, int mode, uint64_t offset, uint64_t le
   if (!S_ISREG(inode.mode)) return Error(ENODEV);
   // chattr's attributes (vfs_fallocate): nothing on an immutable file; on
   // an append-only one only allocation that keeps the bytes.
-  if (FsOps::Immutable(inode)) return Error(EPERM);
-  if (FsOps::AppendOnly(inode) && (mode & ~FALLOC_FL_KEEP_SIZE)) return Error(EPERM);
+  if (Immutable(inode)) return Error(EPERM);
+  if (AppendOnly(inode) && (mode & ~FALLOC_FL_KEEP_SIZE)) return Error(EPERM);
   const Geometry& g = *geometry_;
   const uint32_t shift = g.block_shift();
   const uint64_t bs = g.block_size();
@@ -81,8 +80,8 @@ Status FsImpl::Fallocate(FileHandle file, int mode, uint64_t offset, uint64_t le
   if (offset >= max_bytes || len > max_bytes - offset) return Error(EFBIG);
   const uint64_t end = offset + len;
   // Before anything changes (zero range stores zeros in place).
-  NVFS_TRY(FsOps::KillPrivsFirst(*this, ci->ino, inode, io_flags & kKillSuidgid));
-  const timespec now = FsOps::Now();
+  NVFS_TRY(KillPrivsFirst(ci->ino, inode, io_flags & kKillSuidgid));
+  const timespec now = Now();
 
   if (punch) {
     const uint64_t size = inode.size;
@@ -96,11 +95,11 @@ Status FsImpl::Fallocate(FileHandle file, int mode, uint64_t offset, uint64_t le
     // cost a record as large as the range, which with large blocks does not
     // fit a journal slot, so such a punch failed with ENOSPC.
     if (first_full >= end_full) {
-      NVFS_TRY(ZeroMapped(*this, ci->ino, inode, offset, zero_end));
+      NVFS_TRY(ZeroMapped(*ctx_, *bmap_, ci->ino, inode, offset, zero_end));
     } else {
-      NVFS_TRY(ZeroMapped(*this, ci->ino, inode, offset, first_full << shift));
+      NVFS_TRY(ZeroMapped(*ctx_, *bmap_, ci->ino, inode, offset, first_full << shift));
       if ((end_full << shift) < zero_end) {
-        NVFS_TRY(ZeroMapped(*this, ci->ino, inode, end_full << shift, zero_end));
+        NVFS_TRY(ZeroMapped(*ctx_, *bmap_, ci->ino, inode, end_full << shift, zero_end));
       }
       for (;;) {
         Result<bool> done = bmap_->Punch(*tx, inode, first_full, end_full - first_full);
@@ -110,7 +109,7 @@ Status FsImpl::Fallocate(FileHandle file, int mode, uint64_t offset, uint64_t le
         tx.emplace(*journal_, "punch");
       }
     }
-    FsOps::Touch(*tx, inode, true, true, now);
+    Touch(*tx, inode, true, true, now);
     return tx->Commit();
   }
 
@@ -124,13 +123,15 @@ Status FsImpl::Fallocate(FileHandle file, int mode, uint64_t offset, uint64_t le
   // ZERO_RANGE: first the mapped bytes of the range inside the file are
   // zeroed in place (ZeroMapped; drained by the commit below); mapped bytes
   // past the end need nothing, as above.
-  if (zero_range) NVFS_TRY(ZeroMapped(*this, ci->ino, inode, offset, std::min(end, inode.size)));
+  if (zero_range) {
+    NVFS_TRY(ZeroMapped(*ctx_, *bmap_, ci->ino, inode, offset, std::min(end, inode.size)));
+  }
   uint64_t index = offset >> shift;
   const uint64_t end_index = (end + bs - 1) >> shift;
   while (index < end_index) {
     uint64_t run;
     const uint64_t phys = bmap_->Lookup(inode, index, end_index - index, &run);
-    if (phys == Bmap::kCorrupt) return FsOps::BadMap(*this, ci->ino);
+    if (phys == Bmap::kCorrupt) return BadMap(ci->ino);
     if (phys == 0) {
       const bool zero = !extend || (index << shift) < inode.size;
       Result<Extent> mapped = bmap_->MapForWrite(*tx, inode, index, run, zero);
@@ -143,8 +144,8 @@ Status FsImpl::Fallocate(FileHandle file, int mode, uint64_t offset, uint64_t le
       tx.emplace(*this, "fallocate");
     }
   }
-  if (extend) NVFS_TRY(FsOps::Resize(*this, ci->ino, end, &*tx));
-  FsOps::Touch(*tx, inode, false, true, now);
+  if (extend) NVFS_TRY(Resize(ci->ino, end, &*tx));
+  Touch(*tx, inode, false, true, now);
   return tx->Commit();
 }
 

@@ -1,9 +1,12 @@
 // Shared by the files of the filesystem core (src/fs/*.cpp): the mounted
-// filesystem's state (FsImpl, with its lock order), the helpers that work on
-// it (FsOps), and the RAII pin on a cached inode.
+// filesystem (FsImpl): its state and lock order, private; the few calls the
+// rest of src/fs/ makes into it; its own operations, private, grouped by the
+// state they touch; and the RAII pin on a cached inode. What needs no state
+// of the filesystem's is in inode_rules.hpp.
 #pragma once
 
 #include <sys/stat.h>
+#include <sys/uio.h>
 
 #include <atomic>
 #include <cstdint>
@@ -23,6 +26,7 @@
 #include "ctx/context.hpp"
 #include "dir/dir.hpp"
 #include "fs/inode_cache.hpp"
+#include "fs/inode_rules.hpp"
 #include "journal/journal.hpp"
 #include "nvfs/format.hpp"
 #include "nvfs/fs.hpp"
@@ -40,11 +44,12 @@ struct OpenFile {
 
 class InodeRef;
 class DamageRecorder;
+class ExtentMap;
 class OrphanTx;
 
 // The mounted filesystem behind nvfs::Filesystem (include/nvfs/fs.hpp, whose
-// contracts the overrides keep). Its state is for FsOps and the files of
-// src/fs/ alone.
+// contracts the overrides keep). Its state is its members' alone; the files
+// of src/fs/ share the operations below the Filesystem interface.
 class FsImpl final : public Filesystem {
  public:
   FsImpl();
@@ -128,8 +133,176 @@ class FsImpl final : public Filesystem {
   }
   void ReportReadFault(FileHandle file) override;
 
+  // --- What code of src/fs/ outside FsImpl's members calls (free helpers,
+  // InodeRef, DamageRecorder, the module tests). Everything else FsImpl
+  // does, and all its state, is private.
+
+  // The modules' shared state (media, geometry, allocator, journal, hash
+  // key, damage sink): how code outside FsImpl's members reaches them.
+  FsContext& context() const { return *ctx_; }
+
+  // Inodes.
+  // Pins the inode (after CheckIno).
+  Result<InodeRef> Get(uint64_t ino);
+  // Drops one pin where nothing may throw (InodeRef's destructor and move):
+  // a reclaim that throws is said on stderr, and the inode stays on the
+  // orphan list for its next pin or the next mount.
+  void UnpinNoThrow(CachedInode* inode) noexcept;
+
+  // Extended attributes (xattr.cpp), for the POSIX ACLs (acl.cpp).
+  // The value of attribute `name` (any namespace, served or not), if the
+  // inode has it; EIO if the attributes are damaged. REQUIRES: inode lock
+  // held.
+  Result<std::optional<std::string>> FindXattr(const format::Inode& inode,
+                                               std::string_view name);
+
+  // The orphan list and the dynamic superblock (orphan.cpp; orphan_mu_,
+  // orphan_prev_), logged in `tx`; each takes tx's orphan lock (held until
+  // tx finishes, so that an abort's undo, even one a throw starts, runs
+  // under it).
+  void OrphanAdd(OrphanTx& tx, uint64_t ino);
+  Status OrphanRemove(OrphanTx& tx, uint64_t ino);
+  // Stores fields of the dynamic superblock with its checksum, logged; takes
+  // tx's orphan lock as OrphanAdd does.
+  template <class Fn>
+  void UpdateDynamic(OrphanTx& tx, Fn&& change);
+
+  // Damage (super.cpp, damage.cpp).
+  // From now on every change fails with EROFS (DamageRecorder).
+  void SetReadOnly() { read_only_.store(true, std::memory_order_relaxed); }
+  // A file's map is damaged (Bmap::kCorrupt, seen under the inode lock or
+  // confirmed by the read's sequence check): reports it, returns EIO.
+  Error BadMap(uint64_t ino);
+
  private:
-  friend struct FsOps;  // the implementation's helpers (src/fs/)
+  // --- FsImpl's own operations, grouped by the state they touch.
+
+  // Inodes (inode_access.cpp, ialloc.cpp, reclaim.cpp).
+  // Checks an inode number from outside or from the media: in range,
+  // allocated, with a known file type. ESTALE when it is not in use. With
+  // `wait_reclaim` (Get), an inode caught by a reclaim between its mode's
+  // clearing and its bitmap bit's (mode 0, bit set) is waited out: EAGAIN,
+  // look again; otherwise that is damage (EUCLEAN).
+  Status CheckIno(uint64_t ino, bool wait_reclaim = false) const;
+  Attr MakeAttr(uint64_t ino, const format::Inode& inode) const;
+  // Allocates an inode near `parent` and writes it whole (fresh).
+  Result<uint64_t> NewInode(Tx& tx, const format::Inode& parent_inode, uint64_t parent,
+                            uint32_t mode, uint64_t rdev, const Cred& cred, timespec now);
+  // Drops one pin.
+  void Unpin(CachedInode* inode) {
+    if (CachedInode* unlinked = cache_->Unpin(inode)) ReclaimIdle(unlinked);
+  }
+  // Called when a cached inode has no pins, lookups or opens left.
+  // Frees an idle unlinked inode the cache handed back (InodeCache::Unpin),
+  // then drops it from the cache.
+  void ReclaimIdle(CachedInode* inode);
+  // ReclaimIdle where nothing may throw (Forget, ForgetAll, Release): the
+  // same report. False if it threw.
+  bool ReclaimIdleNoThrow(CachedInode* inode) noexcept;
+
+  // Privileges (inode.cpp; the rules without state: inode_rules.hpp).
+  // KilledMode for a change by a caller known to lack CAP_FSETID (a write,
+  // truncate or fallocate it marked): set-group-ID without group execution
+  // goes too where the caller is outside the file's group `gid` (the
+  // kernel's setattr_should_drop_sgid; MountOptions::caller_in_group).
+  uint32_t KilledModeFor(uint32_t mode, uint32_t gid) const;
+  // True if there is something to take away; EIO if the attributes are
+  // damaged. REQUIRES: inode lock held.
+  Result<bool> HasPrivs(const format::Inode& inode, bool suidgid);
+  // Takes it away, logged in `tx` (ctime becomes `now`). REQUIRES: inode
+  // lock held exclusively.
+  Status KillPrivs(uint64_t ino, const format::Inode& inode, bool suidgid, Tx& tx,
+                   timespec now);
+  // For the calls that store bytes before their transaction commits (write,
+  // fallocate): if there is anything to take away, does it in a transaction
+  // of its own, committed before the caller stores anything. REQUIRES: inode
+  // lock held exclusively, until the caller's change is done.
+  Status KillPrivsFirst(uint64_t ino, const format::Inode& inode, bool suidgid);
+  // Tells MountOptions::privs_dropped (after the commit that cleared them).
+  void PrivsDropped(uint64_t ino);
+
+  // Extended attributes (xattr.cpp).
+  // security.capability, if the inode has it: present, and removed in `tx`.
+  Result<bool> HasCapability(const format::Inode& inode);
+  Status RemoveCapability(uint64_t ino, const format::Inode& inode, Tx& tx);
+  // Frees the inode's extended attributes (blocks and value runs) in `tx`,
+  // a record or block at a time while the slot has room: true when none is
+  // left, false when the caller must commit and call again. EIO for damage
+  // (nothing damaged is followed or freed). REQUIRES: inode lock held
+  // exclusively, or no one else referencing the inode.
+  Result<bool> FreeXattrs(Tx& tx, const format::Inode& inode);
+  // With FindXattr (above), what the POSIX ACLs (acl.cpp) build on,
+  // whatever the storage beneath. Sets (value) or removes (nullptr) each named attribute, in the caller's
+  // transaction (ctime becomes `now` if anything changed; nothing is stored
+  // if nothing did). REQUIRES: inode lock held exclusively.
+  struct XattrChange {
+    std::string_view name;
+    const std::string* value;  // nullptr: remove
+  };
+  Status ChangeXattrs(Tx& tx, uint64_t ino, const format::Inode& inode,
+                      std::span<const XattrChange> changes, timespec now);
+
+  // POSIX ACLs (acl.cpp; fs.hpp, "POSIX ACLs"). SetAcl and GetAcl serve
+  // SetXattr and GetXattr of the two ACL names.
+  Status SetAcl(uint64_t ino, bool is_default, std::string_view value, unsigned xattr_flags);
+  Result<size_t> GetAcl(uint64_t ino, bool is_default, void* value, size_t size);
+  // What a new inode inherits from its parent's default ACL.
+  struct InheritedAcl {
+    std::optional<std::string> access;       // its access ACL, if not the mode's equal
+    std::optional<std::string> default_acl;  // a directory's own default ACL
+  };
+  // The mode a new inode of `mode` (type and permission bits) gets in
+  // `parent`: masked by the parent's default ACL where it has one (which
+  // `out` then holds, as the new inode's), else by `umask`. Symlinks get
+  // 0777 and nothing. REQUIRES: the parent's lock held.
+  Result<uint32_t> InheritAcl(uint64_t parent_ino, const format::Inode& parent, uint32_t mode,
+                              uint32_t umask, InheritedAcl* out);
+  // Stores what InheritAcl gave, in the create's transaction.
+  Status StoreInheritedAcl(Tx& tx, uint64_t ino, const format::Inode& inode,
+                           const InheritedAcl& acl, timespec now);
+  // A mode change (chmod) carried into the access ACL, if the inode has
+  // one: its owner, mask (else owning group) and other entries become the
+  // mode's, in the chmod's transaction. REQUIRES: inode lock held
+  // exclusively.
+  Status ChmodAcl(Tx& tx, uint64_t ino, const format::Inode& inode, uint32_t mode,
+                  timespec now);
+
+  // The orphan list (orphan.cpp; OrphanAdd and OrphanRemove above).
+  // Finishes every inode on the orphan list (mount).
+  Status ProcessOrphans();
+
+  // Truncation and reclaim (truncate.cpp, reclaim.cpp).
+  // Frees the blocks of `ino` from file block `from` on, in as many
+  // transactions as it takes; the inode must be on the orphan list if more
+  // than one is needed (the caller arranges it). The last transaction takes
+  // it off the list, unless it is unlinked (reclaim does that). REQUIRES:
+  // inode lock held exclusively.
+  Status FreeBlocksFrom(uint64_t ino, uint64_t from);
+  // Changes the size of a regular file (truncate up or down), atomically as
+  // seen after a crash. A truncation too long for one transaction puts the
+  // file on the orphan list in *first_tx, commits that (its orphan lock is
+  // released) and goes on in further transactions. REQUIRES: inode lock
+  // held exclusively.
+  Status Resize(uint64_t ino, uint64_t new_size, OrphanTx* first_tx);
+  // Frees an unlinked inode and everything it holds, and takes it off the
+  // orphan list. REQUIRES: no one else references it.
+  Status Reclaim(uint64_t ino);
+  // The data of a regular file that has lost its last link and has no open
+  // file left goes at once (generic/511), not when the kernel forgets the
+  // inode: its size becomes 0 and its blocks are freed, in as many
+  // transactions as it takes; the inode stays on the orphan list, with its
+  // xattrs, for reclaim. Nothing if the file is open, may still get a name
+  // (O_TMPFILE, `linkable`), has links, or the filesystem is read-only.
+  // Called after the commit that dropped the last link, and at the release
+  // of the last open file. REQUIRES: inode lock held exclusively.
+  Status FreeUnlinkedData(CachedInode* inode);
+
+  // Damage (super.cpp, cross_check.cpp).
+  // A read-write mount's check of the bitmaps against the inodes
+  // (cross_check.cpp): what contradicts them is reported as damage and
+  // reserved in the allocator's DRAM bitmaps.
+  void CrossCheck();
+
   friend class OrphanTx;
 
   // Locking (the order, outermost first):
@@ -137,7 +310,7 @@ class FsImpl final : public Filesystem {
   //      directory (create, mknod, mkdir, symlink, link, unlink, rmdir, rename);
   //      such an operation may then lock several inodes. Every other operation
   //      locks at most one inode and takes no tree_mu_. Inode reclaim
-  //      (FsOps::ReclaimIdle) is one of those: it frees an inode no directory
+  //      (ReclaimIdle) is one of those: it frees an inode no directory
   //      names (nlink 0) that no one can reach any more (InodeCache's
   //      `reclaiming` turns new references away), so it changes no directory;
   //      and it must not take tree_mu_, since it runs wherever the last
@@ -194,12 +367,12 @@ class FsImpl final : public Filesystem {
   // the orphan bit of Inode::flags) and the rest of the dynamic superblock.
   // orphan_next is written under this mutex alone, also the predecessor's,
   // whose inode lock OrphanRemove does not take: no other store may cover
-  // it (FsOps::StoreInodeDiff cuts its range around it). Locked only by
+  // it (StoreInodeDiff cuts its range around it). Locked only by
   // OrphanTx (below), after its journal slot; a transaction that stores
   // under it finishes (commits or aborts) before it is released.
   std::mutex orphan_mu_;
   // For each inode on the orphan list, the inode before it (0: the head):
-  // what lets FsOps::OrphanRemove unlink it without walking the singly
+  // what lets OrphanRemove unlink it without walking the singly
   // linked list. A hint only: each is checked against the media before it
   // is used (an aborted transaction's undo puts the list back, not this),
   // and a missing or wrong one falls back to the walk. Protected by
@@ -209,220 +382,34 @@ class FsImpl final : public Filesystem {
   std::atomic<uint64_t> extent_maps_built_{0};
   // Last: its writer thread uses everything above, and is joined first.
   std::unique_ptr<DamageRecorder> damage_;
-};
 
-struct FsOps {
-  // Current time for timestamps.
-  static timespec Now();
-
-  // Checks an inode number from outside or from the media: in range,
-  // allocated, with a known file type. ESTALE when it is not in use. With
-  // `wait_reclaim` (Get), an inode caught by a reclaim between its mode's
-  // clearing and its bitmap bit's (mode 0, bit set) is waited out: EAGAIN,
-  // look again; otherwise that is damage (EUCLEAN).
-  static Status CheckIno(const FsImpl& fs, uint64_t ino, bool wait_reclaim = false);
-  // Pins the inode (after CheckIno).
-  static Result<InodeRef> Get(FsImpl& fs, uint64_t ino);
-  static Attr MakeAttr(const FsImpl& fs, uint64_t ino, const format::Inode& inode);
-
-  // chattr's attributes (format.hpp kInodeFlag*, enforced as ext4 does;
-  // doc/format.md): an immutable inode changes in nothing — bytes, size,
-  // attributes, xattrs, names (no link, unlink or rename of it, no entry
-  // added to or removed from it as a directory); an append-only one takes
-  // bytes only at its end and keeps its names and attributes likewise, but
-  // as a directory takes new entries. Both EPERM. REQUIRES: inode lock held.
-  static bool Immutable(const format::Inode& inode) {
-    return inode.flags & format::kInodeFlagImmutable;
-  }
-  static bool AppendOnly(const format::Inode& inode) {
-    return inode.flags & format::kInodeFlagAppend;
-  }
-  // Neither its names nor its attributes may change (either flag).
-  static bool Pinned(const format::Inode& inode) {
-    return inode.flags & (format::kInodeFlagImmutable | format::kInodeFlagAppend);
-  }
-
-  // Sets mtime and/or ctime to `now`, logged. REQUIRES: inode lock held.
-  static void Touch(Tx& tx, const format::Inode& inode, bool mtime, bool ctime, timespec now);
-  // Logs and stores the bytes where `updated` differs from the on-media inode,
-  // as one record (two if they lie on both sides of orphan_next, which is
-  // never stored: OrphanAdd and OrphanRemove own it, under orphan_mu_).
-  static void StoreInodeDiff(Tx& tx, const format::Inode& on_media,
-                             const format::Inode& updated);
-
-  // What a change of a file takes away (fs.hpp, "Privileges"): the
-  // security.capability attribute always; with `suidgid`, set-user-ID and
-  // set-group-ID where group execution is on (without it the bit marks
-  // mandatory locking and stays, as on every Linux filesystem).
-  static uint32_t KilledMode(uint32_t mode) {
-    uint32_t kill = mode & S_ISUID;
-    if ((mode & (S_ISGID | S_IXGRP)) == (S_ISGID | S_IXGRP)) kill |= S_ISGID;
-    return mode & ~kill;
-  }
-  // The same for a change by a caller known to lack CAP_FSETID (a write,
-  // truncate or fallocate it marked): set-group-ID without group execution
-  // goes too where the caller is outside the file's group `gid` (the
-  // kernel's setattr_should_drop_sgid; MountOptions::caller_in_group).
-  static uint32_t KilledModeFor(const FsImpl& fs, uint32_t mode, uint32_t gid);
-  // True if there is something to take away; EIO if the attributes are
-  // damaged. REQUIRES: inode lock held.
-  static Result<bool> HasPrivs(FsImpl& fs, const format::Inode& inode, bool suidgid);
-  // Takes it away, logged in `tx` (ctime becomes `now`). REQUIRES: inode
-  // lock held exclusively.
-  static Status KillPrivs(FsImpl& fs, uint64_t ino, const format::Inode& inode, bool suidgid,
-                          Tx& tx, timespec now);
-  // For the calls that store bytes before their transaction commits (write,
-  // fallocate): if there is anything to take away, does it in a transaction
-  // of its own, committed before the caller stores anything. REQUIRES: inode
-  // lock held exclusively, until the caller's change is done.
-  static Status KillPrivsFirst(FsImpl& fs, uint64_t ino, const format::Inode& inode,
-                               bool suidgid);
-  // Tells MountOptions::privs_dropped (after the commit that cleared them).
-  static void PrivsDropped(FsImpl& fs, uint64_t ino);
-  // security.capability, if the inode has it: present, and removed in `tx`
-  // (xattr.cpp).
-  static Result<bool> HasCapability(FsImpl& fs, const format::Inode& inode);
-  static Status RemoveCapability(FsImpl& fs, uint64_t ino, const format::Inode& inode, Tx& tx);
-  // Frees the inode's extended attributes (blocks and value runs) in `tx`,
-  // a record or block at a time while the slot has room: true when none is
-  // left, false when the caller must commit and call again. EIO for damage
-  // (nothing damaged is followed or freed). REQUIRES: inode lock held
-  // exclusively, or no one else referencing the inode (xattr.cpp).
-  static Result<bool> FreeXattrs(FsImpl& fs, Tx& tx, const format::Inode& inode);
-
-  // Extended attributes for the core's own features (xattr.cpp): the two
-  // calls the POSIX ACLs (acl.cpp) build on, whatever the storage beneath.
-  // The value of attribute `name` (any namespace, served or not), if the
-  // inode has it; EIO if the attributes are damaged. REQUIRES: inode lock
-  // held.
-  static Result<std::optional<std::string>> FindXattr(FsImpl& fs, const format::Inode& inode,
-                                                      std::string_view name);
-  // Sets (value) or removes (nullptr) each named attribute, in the caller's
-  // transaction (ctime becomes `now` if anything changed; nothing is stored
-  // if nothing did). REQUIRES: inode lock held exclusively.
-  struct XattrChange {
-    std::string_view name;
-    const std::string* value;  // nullptr: remove
-  };
-  static Status ChangeXattrs(FsImpl& fs, Tx& tx, uint64_t ino, const format::Inode& inode,
-                             std::span<const XattrChange> changes, timespec now);
-
-  // POSIX ACLs (acl.cpp; fs.hpp, "POSIX ACLs"). SetAcl and GetAcl serve
-  // SetXattr and GetXattr of the two ACL names.
-  static Status SetAcl(FsImpl& fs, uint64_t ino, bool is_default, std::string_view value,
-                       unsigned xattr_flags);
-  static Result<size_t> GetAcl(FsImpl& fs, uint64_t ino, bool is_default, void* value,
-                               size_t size);
-  // What a new inode inherits from its parent's default ACL.
-  struct InheritedAcl {
-    std::optional<std::string> access;       // its access ACL, if not the mode's equal
-    std::optional<std::string> default_acl;  // a directory's own default ACL
-  };
-  // The mode a new inode of `mode` (type and permission bits) gets in
-  // `parent`: masked by the parent's default ACL where it has one (which
-  // `out` then holds, as the new inode's), else by `umask`. Symlinks get
-  // 0777 and nothing. REQUIRES: the parent's lock held.
-  static Result<uint32_t> InheritAcl(FsImpl& fs, uint64_t parent_ino,
-                                     const format::Inode& parent, uint32_t mode, uint32_t umask,
-                                     InheritedAcl* out);
-  // Stores what InheritAcl gave, in the create's transaction.
-  static Status StoreInheritedAcl(FsImpl& fs, Tx& tx, uint64_t ino, const format::Inode& inode,
-                                  const InheritedAcl& acl, timespec now);
-  // A mode change (chmod) carried into the access ACL, if the inode has
-  // one: its owner, mask (else owning group) and other entries become the
-  // mode's, in the chmod's transaction. REQUIRES: inode lock held
-  // exclusively.
-  static Status ChmodAcl(FsImpl& fs, Tx& tx, uint64_t ino, const format::Inode& inode,
-                         uint32_t mode, timespec now);
-
-  // Allocates an inode near `parent` and writes it whole (fresh).
-  static Result<uint64_t> NewInode(FsImpl& fs, Tx& tx, const format::Inode& parent_inode,
-                                   uint64_t parent, uint32_t mode, uint64_t rdev,
-                                   const Cred& cred, timespec now);
-
-  // Orphan list, logged in `tx`; each takes tx's orphan lock (held until
-  // tx finishes, so that an abort's undo, even one a throw starts, runs
-  // under it).
-  static void OrphanAdd(FsImpl& fs, OrphanTx& tx, uint64_t ino);
-  static Status OrphanRemove(FsImpl& fs, OrphanTx& tx, uint64_t ino);
-  // Stores fields of the dynamic superblock with its checksum, logged; takes
-  // tx's orphan lock as OrphanAdd does.
-  template <class Fn>
-  static void UpdateDynamic(FsImpl& fs, OrphanTx& tx, Fn&& change);
-
-  // Frees the blocks of `ino` from file block `from` on, in as many
-  // transactions as it takes; the inode must be on the orphan list if more
-  // than one is needed (the caller arranges it). The last transaction takes
-  // it off the list, unless it is unlinked (reclaim does that). REQUIRES:
-  // inode lock held exclusively.
-  static Status FreeBlocksFrom(FsImpl& fs, uint64_t ino, uint64_t from);
-  // Changes the size of a regular file (truncate up or down), atomically as
-  // seen after a crash. A truncation too long for one transaction puts the
-  // file on the orphan list in *first_tx, commits that (its orphan lock is
-  // released) and goes on in further transactions. REQUIRES: inode lock
-  // held exclusively.
-  static Status Resize(FsImpl& fs, uint64_t ino, uint64_t new_size, OrphanTx* first_tx);
-
-  // Frees an unlinked inode and everything it holds, and takes it off the
-  // orphan list. REQUIRES: no one else references it.
-  static Status Reclaim(FsImpl& fs, uint64_t ino);
-  // The data of a regular file that has lost its last link and has no open
-  // file left goes at once (generic/511), not when the kernel forgets the
-  // inode: its size becomes 0 and its blocks are freed, in as many
-  // transactions as it takes; the inode stays on the orphan list, with its
-  // xattrs, for reclaim. Nothing if the file is open, may still get a name
-  // (O_TMPFILE, `linkable`), has links, or the filesystem is read-only.
-  // Called after the commit that dropped the last link, and at the release
-  // of the last open file. REQUIRES: inode lock held exclusively.
-  static Status FreeUnlinkedData(FsImpl& fs, CachedInode* inode);
-  // Called when a cached inode has no pins, lookups or opens left.
-  // Frees an idle unlinked inode the cache handed back (InodeCache::Unpin),
-  // then drops it from the cache.
-  static void ReclaimIdle(FsImpl& fs, CachedInode* inode);
-  // Finishes every inode on the orphan list (mount).
-  static Status ProcessOrphans(FsImpl& fs);
-  // A read-write mount's check of the bitmaps against the inodes
-  // (cross_check.cpp): what contradicts them is reported as damage and
-  // reserved in the allocator's DRAM bitmaps.
-  static void CrossCheck(FsImpl& fs);
-
-  // Drops one pin.
-  static void Unpin(FsImpl& fs, CachedInode* inode) {
-    if (CachedInode* unlinked = fs.cache_->Unpin(inode)) ReclaimIdle(fs, unlinked);
-  }
-  // Drops one pin where nothing may throw (InodeRef's destructor and move):
-  // a reclaim that throws is said on stderr, and the inode stays on the
-  // orphan list for its next pin or the next mount.
-  static void UnpinNoThrow(FsImpl& fs, CachedInode* inode) noexcept;
-  // ReclaimIdle where nothing may throw (Forget, ForgetAll, Release): the
-  // same report. False if it threw.
-  static bool ReclaimIdleNoThrow(FsImpl& fs, CachedInode* inode) noexcept;
-
-  static const format::Inode& InodeAt(const FsImpl& fs, uint64_t ino) {
-    return fs.ctx_->InodeAt(ino);
-  }
-  static FsContext& Ctx(FsImpl& fs) { return *fs.ctx_; }
-  // From now on every change fails with EROFS (DamageRecorder).
-  static void SetReadOnly(FsImpl& fs) { fs.read_only_.store(true, std::memory_order_relaxed); }
-  // A file's map is damaged (Bmap::kCorrupt, seen under the inode lock or
-  // confirmed by the read's sequence check): reports it, returns EIO.
-  static Error BadMap(FsImpl& fs, uint64_t ino);
-  // A media error (SIGBUS) met under a recovery point by `what` on inode
-  // `ino`: says so on stderr (the first 16, then every 1024th); the caller
-  // fails the request with EIO.
-  [[gnu::cold]] static void ReportMediaError(const char* what, uint64_t ino);
-  static Journal& Jnl(FsImpl& fs) { return *fs.journal_; }
-  static Allocator& Alloc(FsImpl& fs) { return *fs.alloc_; }
-  static Bmap& BmapOf(FsImpl& fs) { return *fs.bmap_; }
-  static Directory& DirOf(FsImpl& fs) { return *fs.dir_; }
-  static InodeCache& Cache(FsImpl& fs) { return *fs.cache_; }
-  static std::shared_mutex& TreeMu(FsImpl& fs) { return fs.tree_mu_; }
-  static const Geometry& Geo(const FsImpl& fs) { return *fs.geometry_; }
-  static uint64_t NextGeneration(FsImpl& fs);
-  static uint32_t ExtentMapRuns(const FsImpl& fs) { return fs.extent_map_runs_; }
-  static void CountExtentMap(FsImpl& fs) {
-    fs.extent_maps_built_.fetch_add(1, std::memory_order_relaxed);
-  }
+  // The steps of operations that reach the block maps, the directories or
+  // the tree lock, which no code outside FsImpl's members does.
+  struct NewEntry;  // namei.cpp
+  Result<Attr> CreateEntry(uint64_t parent, std::string_view name, const NewEntry& entry,
+                           const Cred& cred, InodeRef* out);
+  Status RemoveEntry(uint64_t parent, std::string_view name, bool rmdir);
+  Result<bool> IsWithin(uint64_t ino, uint64_t ancestor);
+  struct WriteSource;  // write.cpp
+  Result<size_t> WriteCore(FileHandle file, uint64_t offset, WriteSource& src, size_t len,
+                           unsigned io_flags);
+  // The read paths (read.cpp).
+  template <class Sink>
+  int64_t CopyOutBmap(const format::Inode& inode, uint64_t offset, size_t len, Sink& sink,
+                      uint64_t* work);
+  template <class Sink>
+  int64_t CopyOutMap(const ExtentMap& map, const format::Inode& inode, uint64_t offset,
+                     size_t len, Sink& sink);
+  template <class Sink>
+  int64_t CopyOutStale(const format::Inode& inode, uint64_t offset, size_t len, Sink& sink,
+                       uint64_t* work);
+  void BuildExtents(CachedInode* ci);
+  template <bool kCallerGuarded, class Sink>
+  int64_t ReadSlow(CachedInode* ci, uint64_t offset, size_t len, Sink& sink);
+  template <bool kCallerGuarded = false, class Sink>
+  int64_t ReadInto(CachedInode* ci, uint64_t offset, size_t len, Sink& sink);
+  Result<size_t> ReadSegments(FileHandle file, uint64_t offset, const iovec* iov, int iovcnt);
+  uint64_t NextGeneration();  // PRNG for inode generations (ialloc.cpp)
 };
 
 // A pinned cached inode; unpins on destruction. Declare it before any lock
@@ -441,7 +428,7 @@ class InodeRef {
   }
   ~InodeRef() { Reset(); }
   void Reset() noexcept {
-    if (inode_ != nullptr) FsOps::UnpinNoThrow(*fs_, std::exchange(inode_, nullptr));
+    if (inode_ != nullptr) fs_->UnpinNoThrow(std::exchange(inode_, nullptr));
   }
   // Gives up the pin without unpinning (it now belongs to the caller).
   CachedInode* Release() { return std::exchange(inode_, nullptr); }
@@ -487,25 +474,16 @@ class OrphanTx : public Tx {
 };
 
 template <class Fn>
-void FsOps::UpdateDynamic(FsImpl& fs, OrphanTx& tx, Fn&& change) {
+void FsImpl::UpdateDynamic(OrphanTx& tx, Fn&& change) {
   tx.LockOrphans();
   const auto& current = *reinterpret_cast<const format::SuperDynamic*>(
-      fs.media_->base() + format::kSuperDynamicOffset);
+      media_->base() + format::kSuperDynamicOffset);
   format::SuperDynamic updated = current;
   change(updated);
   updated.checksum = SuperDynamicChecksum(updated);
   // Only the fields before the reserved area and the checksum can change.
   tx.Store(format::kSuperDynamicOffset, &updated, offsetof(format::SuperDynamic, reserved));
   tx.Set(current.checksum, updated.checksum);
-}
-
-inline uint8_t DirType(uint32_t mode) { return static_cast<uint8_t>((mode & S_IFMT) >> 12); }
-
-inline timespec ToTimespec(int64_t sec, uint32_t nsec) {
-  timespec ts;
-  ts.tv_sec = static_cast<time_t>(sec);
-  ts.tv_nsec = static_cast<long>(nsec);
-  return ts;
 }
 
 }  // namespace nvfs

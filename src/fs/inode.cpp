@@ -15,50 +15,49 @@ namespace nvfs {
 using format::Inode;
 
 Result<Attr> FsImpl::GetAttr(uint64_t ino) {
-  Result<InodeRef> ref = FsOps::Get(*this, ino);
+  Result<InodeRef> ref = Get(ino);
   if (!ref.ok()) return ref.take_error();
   std::shared_lock lock(ref.value()->lock);
-  return FsOps::MakeAttr(*this, ino, ref->media());
+  return MakeAttr(ino, ref->media());
 }
 
-uint32_t FsOps::KilledModeFor(const FsImpl& fs, uint32_t mode, uint32_t gid) {
+uint32_t FsImpl::KilledModeFor(uint32_t mode, uint32_t gid) const {
   mode = KilledMode(mode);
-  if ((mode & S_ISGID) && fs.caller_in_group_ && !fs.caller_in_group_(gid)) mode &= ~S_ISGID;
+  if ((mode & S_ISGID) && caller_in_group_ && !caller_in_group_(gid)) mode &= ~S_ISGID;
   return mode;
 }
 
-Result<bool> FsOps::HasPrivs(FsImpl& fs, const Inode& inode, bool suidgid) {
+Result<bool> FsImpl::HasPrivs(const Inode& inode, bool suidgid) {
   if (!S_ISREG(inode.mode)) return false;
-  if (suidgid && KilledModeFor(fs, inode.mode, inode.gid) != inode.mode) return true;
-  return HasCapability(fs, inode);
+  if (suidgid && KilledModeFor(inode.mode, inode.gid) != inode.mode) return true;
+  return HasCapability(inode);
 }
 
 // Order: the mode, then the attribute block (copy on write, published by
 // one logged store), in the caller's transaction.
-Status FsOps::KillPrivs(FsImpl& fs, uint64_t ino, const Inode& inode, bool suidgid, Tx& tx,
-                        timespec now) {
+Status FsImpl::KillPrivs(uint64_t ino, const Inode& inode, bool suidgid, Tx& tx, timespec now) {
   if (!S_ISREG(inode.mode)) return Status::Ok();
-  const uint32_t mode = suidgid ? KilledModeFor(fs, inode.mode, inode.gid) : inode.mode;
+  const uint32_t mode = suidgid ? KilledModeFor(inode.mode, inode.gid) : inode.mode;
   if (mode != inode.mode) tx.Set(inode.mode, static_cast<uint16_t>(mode));
-  NVFS_TRY(RemoveCapability(fs, ino, inode, tx));
+  NVFS_TRY(RemoveCapability(ino, inode, tx));
   Touch(tx, inode, false, true, now);
   return Status::Ok();
 }
 
-Status FsOps::KillPrivsFirst(FsImpl& fs, uint64_t ino, const Inode& inode, bool suidgid) {
-  Result<bool> has = HasPrivs(fs, inode, suidgid);
+Status FsImpl::KillPrivsFirst(uint64_t ino, const Inode& inode, bool suidgid) {
+  Result<bool> has = HasPrivs(inode, suidgid);
   if (!has.ok()) return has.take_error();
   if (!*has) return Status::Ok();
   const uint16_t mode = inode.mode;
-  Tx tx(Jnl(fs), "kill-privs");
-  NVFS_TRY(KillPrivs(fs, ino, inode, suidgid, tx, Now()));
+  Tx tx(*journal_, "kill-privs");
+  NVFS_TRY(KillPrivs(ino, inode, suidgid, tx, Now()));
   NVFS_TRY(tx.Commit());
-  if (inode.mode != mode) PrivsDropped(fs, ino);
+  if (inode.mode != mode) PrivsDropped(ino);
   return Status::Ok();
 }
 
-void FsOps::PrivsDropped(FsImpl& fs, uint64_t ino) {
-  if (fs.privs_dropped_) fs.privs_dropped_(ino);
+void FsImpl::PrivsDropped(uint64_t ino) {
+  if (privs_dropped_) privs_dropped_(ino);
 }
 
 // One transaction changes every requested field, the size included (a
@@ -66,7 +65,7 @@ void FsOps::PrivsDropped(FsImpl& fs, uint64_t ino) {
 // the inode on the orphan list: the new size is visible from the first commit).
 Result<Attr> FsImpl::SetAttr(uint64_t ino, const SetAttrRequest& req) {
   if (read_only_) return Error(EROFS);
-  Result<InodeRef> ref = FsOps::Get(*this, ino);
+  Result<InodeRef> ref = Get(ino);
   if (!ref.ok()) return ref.take_error();
   std::unique_lock lock(ref.value()->lock);
   // Lock-free readers care only about the size (and the mapping a
@@ -81,15 +80,15 @@ Result<Attr> FsImpl::SetAttr(uint64_t ino, const SetAttrRequest& req) {
   }
   // chattr's attributes (notify_change, do_truncate): nothing changes an
   // immutable inode; an append-only one may only have its times set to now.
-  if (FsOps::Immutable(inode)) return Error(EPERM);
-  if (FsOps::AppendOnly(inode) &&
+  if (Immutable(inode)) return Error(EPERM);
+  if (AppendOnly(inode) &&
       (req.valid & (kSetMode | kSetUid | kSetGid | kSetSize | kSetAtime | kSetMtime))) {
     return Error(EPERM);
   }
   // A direct writer maps again after a change of mode or owner, and the
   // daemon looks at the set-ID bits again (src/daemon/direct_server.cpp).
   if (req.valid & (kSetSize | kSetMode | kSetUid | kSetGid)) change.emplace(ref->get());
-  const timespec now = FsOps::Now();
+  const timespec now = Now();
   OrphanTx tx(*this, "setattr");
   // Privileges go in the same transaction as the size or owner change that
   // takes them away (include/nvfs/fs.hpp), after a requested mode, so that they go from
@@ -98,7 +97,7 @@ Result<Attr> FsImpl::SetAttr(uint64_t ino, const SetAttrRequest& req) {
                             (((req.valid & kSetSize) && req.size != inode.size) ||
                              ((req.valid & kSetUid) && req.uid != inode.uid) ||
                              ((req.valid & kSetGid) && req.gid != inode.gid));
-  if (changes_file) NVFS_TRY(FsOps::RemoveCapability(*this, ino, inode, tx));
+  if (changes_file) NVFS_TRY(RemoveCapability(ino, inode, tx));
   uint32_t mode = inode.mode;
   if (req.valid & kSetMode) mode = (inode.mode & S_IFMT) | (req.mode & 07777);
   if ((req.valid & kSetKillSuidgid) && (req.valid & (kSetSize | kSetUid | kSetGid)) &&
@@ -106,11 +105,11 @@ Result<Attr> FsImpl::SetAttr(uint64_t ino, const SetAttrRequest& req) {
     // A truncate's mark says the caller lacks CAP_FSETID; a chown's is sent
     // for every caller, root's too (the kernel's fuse_do_setattr).
     const bool truncate_only = (req.valid & kSetSize) && !(req.valid & (kSetUid | kSetGid));
-    mode = truncate_only ? FsOps::KilledModeFor(*this, mode, inode.gid) : FsOps::KilledMode(mode);
+    mode = truncate_only ? KilledModeFor(mode, inode.gid) : KilledMode(mode);
   }
   // A chmod carries into the access ACL (posix_acl_chmod), before ctime is
   // set below.
-  if (req.valid & kSetMode) NVFS_TRY(FsOps::ChmodAcl(*this, tx, ino, inode, mode, now));
+  if (req.valid & kSetMode) NVFS_TRY(ChmodAcl(tx, ino, inode, mode, now));
   if (mode != inode.mode) tx.Set(inode.mode, static_cast<uint16_t>(mode));
   if (req.valid & kSetUid) tx.Set(inode.uid, req.uid);
   if (req.valid & kSetGid) tx.Set(inode.gid, req.gid);
@@ -129,11 +128,11 @@ Result<Attr> FsImpl::SetAttr(uint64_t ino, const SetAttrRequest& req) {
   tx.Set(inode.ctime_nsec, static_cast<uint32_t>(ctime.tv_nsec));
   if ((req.valid & kSetSize) && req.size != inode.size) {
     // POSIX: a size change updates mtime too, unless it was given.
-    if (!(req.valid & (kSetMtime | kSetMtimeNow))) FsOps::Touch(tx, inode, true, false, now);
-    NVFS_TRY(FsOps::Resize(*this, ino, req.size, &tx));
+    if (!(req.valid & (kSetMtime | kSetMtimeNow))) Touch(tx, inode, true, false, now);
+    NVFS_TRY(Resize(ino, req.size, &tx));
   }
   NVFS_TRY(tx.Commit());  // a no-op if a long truncation committed it already
-  return FsOps::MakeAttr(*this, ino, inode);
+  return MakeAttr(ino, inode);
 }
 
 namespace {
@@ -172,7 +171,7 @@ uint32_t ToMediaFlags(uint32_t fs) {
 }  // namespace
 
 Result<uint32_t> FsImpl::GetInodeFlags(uint64_t ino) {
-  Result<InodeRef> ref = FsOps::Get(*this, ino);
+  Result<InodeRef> ref = Get(ino);
   if (!ref.ok()) return ref.take_error();
   std::shared_lock lock(ref.value()->lock);
   const Inode& inode = ref->media();
@@ -186,7 +185,7 @@ Status FsImpl::SetInodeFlags(uint64_t ino, uint32_t fs_flags, const Cred& cred) 
   if (read_only_) return Error(EROFS);
   const uint32_t wanted = ToMediaFlags(fs_flags);
   if (wanted == UINT32_MAX) return Error(EOPNOTSUPP);
-  Result<InodeRef> ref = FsOps::Get(*this, ino);
+  Result<InodeRef> ref = Get(ino);
   if (!ref.ok()) return ref.take_error();
   std::unique_lock lock(ref.value()->lock);
   const Inode& inode = ref->media();
@@ -197,7 +196,7 @@ Status FsImpl::SetInodeFlags(uint64_t ino, uint32_t fs_flags, const Cred& cred) 
     return Error(EPERM);
   }
   // ext4's rule: a file that is and stays immutable keeps its other flags.
-  if (FsOps::Immutable(inode) && (wanted & format::kInodeFlagImmutable) &&
+  if (Immutable(inode) && (wanted & format::kInodeFlagImmutable) &&
       (changed & ~format::kInodeFlagImmutable)) {
     return Error(EPERM);
   }
@@ -205,12 +204,12 @@ Status FsImpl::SetInodeFlags(uint64_t ino, uint32_t fs_flags, const Cred& cred) 
   OrphanTx tx(*this, "setflags");
   tx.LockOrphans();  // the flags word holds the orphan bit
   tx.Set(inode.flags, (inode.flags & ~format::kInodeAttrFlags) | wanted);
-  FsOps::Touch(tx, inode, false, true, FsOps::Now());
+  Touch(tx, inode, false, true, Now());
   return tx.Commit();
 }
 
 Result<FileHandle> FsImpl::Open(uint64_t ino, int flags, unsigned io_flags) {
-  Result<InodeRef> ref = FsOps::Get(*this, ino);
+  Result<InodeRef> ref = Get(ino);
   if (!ref.ok()) return ref.take_error();
   const int access = flags & O_ACCMODE;
   {
@@ -220,26 +219,26 @@ Result<FileHandle> FsImpl::Open(uint64_t ino, int flags, unsigned io_flags) {
     if (access != O_RDONLY && read_only_) return Error(EROFS);
     // chattr's attributes (may_open): no writer of an immutable file; an
     // append-only one only through O_APPEND, and never truncated.
-    if (access != O_RDONLY && FsOps::Immutable(inode)) return Error(EPERM);
+    if (access != O_RDONLY && Immutable(inode)) return Error(EPERM);
     const bool append = (flags & O_APPEND) || (io_flags & kOpenAppend);
-    if (access != O_RDONLY && FsOps::AppendOnly(inode) && (!append || (flags & O_TRUNC))) {
+    if (access != O_RDONLY && AppendOnly(inode) && (!append || (flags & O_TRUNC))) {
       return Error(EPERM);
     }
     const bool truncating = (flags & O_TRUNC) && access != O_RDONLY && S_ISREG(inode.mode);
     const bool suidgid = io_flags & kKillSuidgid;
     if (truncating && inode.size != 0) {
       const MappingChange change(ref->get());  // lock-free readers retry
-      const timespec now = FsOps::Now();
+      const timespec now = Now();
       const uint16_t mode = inode.mode;
       OrphanTx tx(*this, "open-truncate");
-      NVFS_TRY(FsOps::KillPrivs(*this, ino, inode, suidgid, tx, now));
-      FsOps::Touch(tx, inode, true, true, now);
-      NVFS_TRY(FsOps::Resize(*this, ino, 0, &tx));
+      NVFS_TRY(KillPrivs(ino, inode, suidgid, tx, now));
+      Touch(tx, inode, true, true, now);
+      NVFS_TRY(Resize(ino, 0, &tx));
       NVFS_TRY(tx.Commit());
-      if (inode.mode != mode) FsOps::PrivsDropped(*this, ino);
+      if (inode.mode != mode) PrivsDropped(ino);
     } else if (truncating) {
       // Nothing to cut, but a truncation all the same (as do_truncate).
-      NVFS_TRY(FsOps::KillPrivsFirst(*this, ino, inode, suidgid));
+      NVFS_TRY(KillPrivsFirst(ino, inode, suidgid));
     }
     // Under the lock: FreeUnlinkedData, holding it, must see every open.
     cache_->AddOpen(ref->get());
@@ -252,7 +251,7 @@ void FsImpl::Release(FileHandle file) noexcept {
   delete file;
   bool free_data = false;
   if (CachedInode* unlinked = cache_->CloseOpen(inode, &free_data)) {
-    FsOps::ReclaimIdleNoThrow(*this, unlinked);
+    ReclaimIdleNoThrow(unlinked);
   } else if (free_data) {
     // The last open file of an unlinked inode the kernel still holds (an
     // O_PATH descriptor, a cached dentry): its data goes now, the inode at
@@ -265,8 +264,7 @@ void FsImpl::Release(FileHandle file) noexcept {
     try {
       std::unique_lock lock(inode->lock);
       const uint64_t size = inode->media->size;
-      if (FsOps::FreeUnlinkedData(*this, inode).ok() && size != inode->media->size &&
-          data_freed_) {
+      if (FreeUnlinkedData(inode).ok() && size != inode->media->size && data_freed_) {
         data_freed_(inode->ino);
       }
     } catch (const std::bad_alloc&) {

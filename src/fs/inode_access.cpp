@@ -17,19 +17,19 @@ namespace nvfs {
 
 using format::Inode;
 
-timespec FsOps::Now() {
+timespec Now() {
   timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   return ts;
 }
 
-Status FsOps::CheckIno(const FsImpl& fs, uint64_t ino, bool wait_reclaim) {
-  const Geometry& g = *fs.geometry_;
+Status FsImpl::CheckIno(uint64_t ino, bool wait_reclaim) const {
+  const Geometry& g = *geometry_;
   if (ino == 0 || ino >= g.inode_count()) return Error(ESTALE);
   const uint32_t group = g.InodeGroup(ino);
-  const std::byte* bitmap = fs.media_->base() + g.BlockOffset(g.InodeBitmapBlock(group));
+  const std::byte* bitmap = media_->base() + g.BlockOffset(g.InodeBitmapBlock(group));
   if (!TestBitShared(bitmap, ino % g.inodes_per_group())) return Error(ESTALE);
-  if (InodeTypeOf(LoadRacing(InodeAt(fs, ino).mode)) == InodeType::kInvalid) {
+  if (InodeTypeOf(LoadRacing(ctx_->InodeAt(ino).mode)) == InodeType::kInvalid) {
     // Reclaim stores mode 0 in the transaction whose commit then clears
     // the bitmap bit, with the entry marked reclaiming from before the
     // store until after the bit is clear: a number read in that window is
@@ -39,39 +39,39 @@ Status FsOps::CheckIno(const FsImpl& fs, uint64_t ino, bool wait_reclaim) {
     // other callers walk the orphan list under orphan_mu_, which a reclaim
     // holds from before that store to its commit, so they never see it.
     if (!wait_reclaim) {
-      return fs.ctx_->Damaged(MakeError(EUCLEAN, "inode %" PRIu64 " has an invalid mode", ino));
+      return ctx_->Damaged(MakeError(EUCLEAN, "inode %" PRIu64 " has an invalid mode", ino));
     }
-    if (fs.cache_->WaitReclaimed(ino) || !TestBitShared(bitmap, ino % g.inodes_per_group()) ||
-        InodeTypeOf(LoadRacing(InodeAt(fs, ino).mode)) != InodeType::kInvalid) {
+    if (cache_->WaitReclaimed(ino) || !TestBitShared(bitmap, ino % g.inodes_per_group()) ||
+        InodeTypeOf(LoadRacing(ctx_->InodeAt(ino).mode)) != InodeType::kInvalid) {
       return Error(EAGAIN);
     }
-    return fs.ctx_->Damaged(MakeError(EUCLEAN, "inode %" PRIu64 " has an invalid mode", ino));
+    return ctx_->Damaged(MakeError(EUCLEAN, "inode %" PRIu64 " has an invalid mode", ino));
   }
   // The rest of the inode's own fields (ValidateInode), on a copy: a writer
   // holding the inode's lock may be changing it, but every field checked is
   // stored whole. A type gone meanwhile is a reclaim's (above), not damage.
   Inode copy;
-  CopyRacing(&copy, &InodeAt(fs, ino), sizeof copy);
-  const InodeFaults faults = ValidateInode(copy, fs.bmap_->max_size());
+  CopyRacing(&copy, &ctx_->InodeAt(ino), sizeof copy);
+  const InodeFaults faults = ValidateInode(copy, bmap_->max_size());
   if (faults != 0 && faults != kInodeFaultType) [[unlikely]] {
-    return fs.ctx_->Damaged(MakeError(EUCLEAN, "inode %" PRIu64 " is damaged (%s); run fsck.nvfs",
-                                      ino, InodeFaultName(faults)));
+    return ctx_->Damaged(MakeError(EUCLEAN, "inode %" PRIu64 " is damaged (%s); run fsck.nvfs", ino,
+                                   InodeFaultName(faults)));
   }
   return Status::Ok();
 }
 
-Result<InodeRef> FsOps::Get(FsImpl& fs, uint64_t ino) {
+Result<InodeRef> FsImpl::Get(uint64_t ino) {
   for (;;) {
     // Checked again after waiting out a reclaim (InodeCache::Pin): the
     // number may now be free (an error here) or a new inode's.
-    Status checked = CheckIno(fs, ino, /*wait_reclaim=*/true);
+    Status checked = CheckIno(ino, /*wait_reclaim=*/true);
     if (checked.code() == EAGAIN) continue;  // a reclaim went by
     NVFS_TRY(std::move(checked));
-    if (CachedInode* inode = fs.cache_->Pin(ino, &InodeAt(fs, ino))) return InodeRef(fs, inode);
+    if (CachedInode* inode = cache_->Pin(ino, &ctx_->InodeAt(ino))) return InodeRef(*this, inode);
   }
 }
 
-Attr FsOps::MakeAttr(const FsImpl& fs, uint64_t ino, const Inode& inode) {
+Attr FsImpl::MakeAttr(uint64_t ino, const Inode& inode) const {
   Attr a;
   a.ino = ino;
   a.mode = inode.mode;
@@ -80,8 +80,8 @@ Attr FsOps::MakeAttr(const FsImpl& fs, uint64_t ino, const Inode& inode) {
   a.gid = inode.gid;
   a.rdev = inode.rdev;
   a.size = inode.size;
-  a.blocks = inode.blocks << (fs.geometry_->block_shift() - 9);
-  a.blksize = fs.geometry_->block_size();
+  a.blocks = inode.blocks << (geometry_->block_shift() - 9);
+  a.blksize = geometry_->block_size();
   a.generation = inode.generation;
   a.atime = ToTimespec(inode.atime_sec, inode.atime_nsec);
   a.mtime = ToTimespec(inode.mtime_sec, inode.mtime_nsec);
@@ -92,7 +92,7 @@ Attr FsOps::MakeAttr(const FsImpl& fs, uint64_t ino, const Inode& inode) {
 
 // One logged store covering both times (they sit within 36 bytes), so a
 // touch costs one journal record.
-void FsOps::Touch(Tx& tx, const Inode& inode, bool mtime, bool ctime, timespec now) {
+void Touch(Tx& tx, const Inode& inode, bool mtime, bool ctime, timespec now) {
   if (!mtime && !ctime) return;
   Inode updated;
   CopyRacing(&updated, &inode, sizeof updated);  // orphan_next may be moving: never stored
@@ -112,7 +112,7 @@ void FsOps::Touch(Tx& tx, const Inode& inode, bool mtime, bool ctime, timespec n
 // alone. A diff is therefore cut around it and never stores it, whatever
 // `updated` holds there: a copy taken before a concurrent removal would put
 // the removed (and soon freed) inode back on the list.
-void FsOps::StoreInodeDiff(Tx& tx, const Inode& on_media, const Inode& updated) {
+void StoreInodeDiff(Tx& tx, const Inode& on_media, const Inode& updated) {
   const auto* old_bytes = reinterpret_cast<const std::byte*>(&on_media);
   const auto* new_bytes = reinterpret_cast<const std::byte*>(&updated);
   const auto store_range = [&](size_t first, size_t last) {

@@ -129,7 +129,7 @@ CachedInode* InodeCache::CloseOpen(CachedInode* inode, bool* free_data) {
   if (inode->Idle()) return Settle(inode);  // may delete it
   // The link count is read under mu_, after the decrement: an unlink that
   // drops the last link reads `opens` under mu_ after its commit
-  // (FsOps::FreeUnlinkedData), so one of the two sees the other, and the
+  // (FsImpl::FreeUnlinkedData), so one of the two sees the other, and the
   // data is freed by one of them or both (the second finds nothing). The
   // unlink stores it under the inode's lock, not mu_, so the load races
   // with that store (LoadRacing, util/races.hpp): a hint that

@@ -113,7 +113,7 @@ class InodeCache {
   // there is being reclaimed, waits until the reclaim has erased it and
   // returns nullptr: the inode number may have been freed, or freed and
   // given to a new inode, meanwhile, so the caller checks the inode on the
-  // media again before pinning it anew (FsOps::Get).
+  // media again before pinning it anew (FsImpl::Get).
   CachedInode* Pin(uint64_t ino, const format::Inode* on_media);
   // If inode `ino` is being reclaimed, waits until the reclaim has erased
   // it and returns true; false at once otherwise.
@@ -132,7 +132,7 @@ class InodeCache {
   // As the others; besides, when the last open file of an unlinked inode
   // that is not idle (the kernel still holds it) closes while reclaim is
   // on, pins it for the caller and sets *free_data: the caller frees its
-  // data (FsOps::FreeUnlinkedData), then unpins it.
+  // data (FsImpl::FreeUnlinkedData), then unpins it.
   CachedInode* CloseOpen(CachedInode* inode, bool* free_data);
   // Open files of `inode` now. Opens are added under the inode's lock held
   // exclusively (FsImpl::Open), so a holder of that lock sees the count

@@ -53,7 +53,7 @@ struct LockedDir {
 };
 
 Result<LockedDir> PinAndLockDir(FsImpl& fs, uint64_t ino) {
-  Result<InodeRef> ref = FsOps::Get(fs, ino);
+  Result<InodeRef> ref = fs.Get(ino);
   if (!ref.ok()) return ref.take_error();
   LockedDir dir{std::move(*ref), {}};
   dir.lock = std::unique_lock(dir.ref->lock);
@@ -70,9 +70,9 @@ struct LockedPair {
 };
 
 Result<LockedPair> PinAndLock(FsImpl& fs, uint64_t first, uint64_t second) {
-  Result<InodeRef> a = FsOps::Get(fs, first);
+  Result<InodeRef> a = fs.Get(first);
   if (!a.ok()) return a.take_error();
-  Result<InodeRef> b = FsOps::Get(fs, second);
+  Result<InodeRef> b = fs.Get(second);
   if (!b.ok()) return b.take_error();
   LockedPair pair{std::move(*a), std::move(*b), {}, {}};
   pair.first_lock = std::unique_lock(pair.first->lock);
@@ -86,7 +86,7 @@ Result<LockedPair> PinAndLock(FsImpl& fs, uint64_t first, uint64_t second) {
 Result<Attr> FsImpl::Lookup(uint64_t parent, std::string_view name) {
   uint64_t ino = 0;
   {
-    Result<InodeRef> dir = FsOps::Get(*this, parent);
+    Result<InodeRef> dir = Get(parent);
     if (!dir.ok()) return dir.take_error();
     std::shared_lock lock(dir.value()->lock);
     const Inode& d = dir->media();
@@ -102,24 +102,24 @@ Result<Attr> FsImpl::Lookup(uint64_t parent, std::string_view name) {
       ino = entry->ino;
     }
   }
-  Result<InodeRef> child = FsOps::Get(*this, ino);
+  Result<InodeRef> child = Get(ino);
   if (!child.ok()) return child.error().code == ESTALE ? Error(EIO) : child.take_error();
   std::shared_lock lock(child.value()->lock);
   cache_->AddLookups(child->get(), 1);
-  return FsOps::MakeAttr(*this, ino, child->media());
+  return MakeAttr(ino, child->media());
 }
 
 Result<Attr> FsImpl::LookupInode(uint64_t ino) {
-  Result<InodeRef> inode = FsOps::Get(*this, ino);
+  Result<InodeRef> inode = Get(ino);
   if (!inode.ok()) return inode.take_error();
   std::shared_lock lock(inode.value()->lock);
   cache_->AddLookups(inode->get(), 1);
-  return FsOps::MakeAttr(*this, ino, inode->media());
+  return MakeAttr(ino, inode->media());
 }
 
 void FsImpl::Forget(uint64_t ino, uint64_t count) noexcept {
   if (CachedInode* unlinked = cache_->ForgetLookups(ino, count)) {
-    FsOps::ReclaimIdleNoThrow(*this, unlinked);
+    ReclaimIdleNoThrow(unlinked);
   }
 }
 
@@ -134,33 +134,29 @@ void FsImpl::ForgetAll() noexcept {
                  "stay on the orphan list until the next mount\n");
     return;
   }
-  for (CachedInode* inode : unlinked) FsOps::ReclaimIdleNoThrow(*this, inode);
+  for (CachedInode* inode : unlinked) ReclaimIdleNoThrow(inode);
 }
 
-namespace {
-
-struct NewEntry {
+struct FsImpl::NewEntry {
   uint32_t mode;
   uint64_t rdev = 0;
   std::string_view symlink_target;
 };
 
-}  // namespace
-
 // Shared by mknod, mkdir, symlink and create: allocates and writes the inode
 // (fresh), inserts the name, adjusts the parent, all in one transaction.
-static Result<Attr> CreateEntry(FsImpl& fs, uint64_t parent, std::string_view name,
-                                const NewEntry& entry, const Cred& cred, InodeRef* out) {
-  if (fs.read_only()) return Error(EROFS);
+Result<Attr> FsImpl::CreateEntry(uint64_t parent, std::string_view name, const NewEntry& entry,
+                                 const Cred& cred, InodeRef* out) {
+  if (read_only()) return Error(EROFS);
   if (IsDotOrDotDot(name)) return Error(EEXIST);
   NVFS_TRY(CheckName(name));
-  std::unique_lock tree(FsOps::TreeMu(fs));
-  Result<LockedDir> dir = PinAndLockDir(fs, parent);
+  std::unique_lock tree(tree_mu_);
+  Result<LockedDir> dir = PinAndLockDir(*this, parent);
   if (!dir.ok()) return dir.take_error();
   const Inode& d = dir->ref.media();
   NVFS_TRY(CheckParent(d));
-  if (FsOps::Immutable(d)) return Error(EPERM);
-  Result<DirEntryRef> existing = FsOps::DirOf(fs).Lookup(d, name);
+  if (Immutable(d)) return Error(EPERM);
+  Result<DirEntryRef> existing = dir_->Lookup(d, name);
   if (existing.ok()) return Error(EEXIST);
   if (existing.error().code != ENOENT) return Error(EIO);
   const bool is_dir = S_ISDIR(entry.mode);
@@ -168,36 +164,35 @@ static Result<Attr> CreateEntry(FsImpl& fs, uint64_t parent, std::string_view na
 
   // The parent's default ACL, else the umask, masks the mode (acl.cpp); what
   // the new inode inherits is stored in this transaction.
-  FsOps::InheritedAcl acl;
-  Result<uint32_t> mode = FsOps::InheritAcl(fs, parent, d, entry.mode, cred.umask, &acl);
+  InheritedAcl acl;
+  Result<uint32_t> mode = InheritAcl(parent, d, entry.mode, cred.umask, &acl);
   if (!mode.ok()) return mode.take_error();
 
-  const timespec now = FsOps::Now();
-  Tx tx(FsOps::Jnl(fs), S_ISDIR(entry.mode) ? "mkdir" : S_ISLNK(entry.mode) ? "symlink"
-                                                                            : "create");
-  Result<uint64_t> ino = FsOps::NewInode(fs, tx, d, parent, *mode, entry.rdev, cred, now);
+  const timespec now = Now();
+  Tx tx(*journal_, S_ISDIR(entry.mode) ? "mkdir" : S_ISLNK(entry.mode) ? "symlink" : "create");
+  Result<uint64_t> ino = NewInode(tx, d, parent, *mode, entry.rdev, cred, now);
   if (!ino.ok()) return ino.take_error();
-  const Inode& inode = FsOps::InodeAt(fs, *ino);
+  const Inode& inode = ctx_->InodeAt(*ino);
   if (S_ISLNK(entry.mode)) {
     const std::string_view target = entry.symlink_target;
     if (target.size() <= format::kInlineSymlinkMax) {
       tx.StoreFresh(tx.OffsetOf(inode.map.symlink), target.data(), target.size());
     } else {
-      Result<Extent> block = FsOps::BmapOf(fs).MapForWrite(tx, inode, 0, 1, false);
+      Result<Extent> block = bmap_->MapForWrite(tx, inode, 0, 1, false);
       if (!block.ok()) return block.take_error();
-      tx.StoreFresh(FsOps::Geo(fs).BlockOffset(block->first), target.data(), target.size());
+      tx.StoreFresh(geometry_->BlockOffset(block->first), target.data(), target.size());
     }
     tx.Set(inode.size, uint64_t{target.size()});
   }
-  NVFS_TRY(FsOps::StoreInheritedAcl(fs, tx, *ino, inode, acl, now));
-  NVFS_TRY(FsOps::DirOf(fs).Insert(tx, d, name, *ino, DirType(entry.mode)));
+  NVFS_TRY(StoreInheritedAcl(tx, *ino, inode, acl, now));
+  NVFS_TRY(dir_->Insert(tx, d, name, *ino, DirType(entry.mode)));
   if (is_dir) tx.Set(d.nlink, d.nlink + 1);
-  FsOps::Touch(tx, d, true, true, now);
+  Touch(tx, d, true, true, now);
   NVFS_TRY(tx.Commit());
 
-  Result<InodeRef> child = FsOps::Get(fs, *ino);
+  Result<InodeRef> child = Get(*ino);
   if (!child.ok()) return child.take_error();
-  Attr attr = FsOps::MakeAttr(fs, *ino, inode);
+  Attr attr = MakeAttr(*ino, inode);
   *out = std::move(child.value());
   return attr;
 }
@@ -210,8 +205,7 @@ Result<Attr> FsImpl::Mknod(uint64_t parent, std::string_view name, uint32_t mode
     default: return Error(EINVAL);
   }
   InodeRef ref;
-  Result<Attr> attr = CreateEntry(*this, parent, name, {mode & (S_IFMT | 07777), rdev, {}},
-                                  cred, &ref);
+  Result<Attr> attr = CreateEntry(parent, name, {mode & (S_IFMT | 07777), rdev, {}}, cred, &ref);
   if (attr.ok()) cache_->AddLookups(ref.get(), 1);
   return attr;
 }
@@ -219,8 +213,7 @@ Result<Attr> FsImpl::Mknod(uint64_t parent, std::string_view name, uint32_t mode
 Result<Attr> FsImpl::Mkdir(uint64_t parent, std::string_view name, uint32_t mode,
                            const Cred& cred) {
   InodeRef ref;
-  Result<Attr> attr =
-      CreateEntry(*this, parent, name, {S_IFDIR | (mode & 07777), 0, {}}, cred, &ref);
+  Result<Attr> attr = CreateEntry(parent, name, {S_IFDIR | (mode & 07777), 0, {}}, cred, &ref);
   if (attr.ok()) cache_->AddLookups(ref.get(), 1);
   return attr;
 }
@@ -230,8 +223,7 @@ Result<Attr> FsImpl::Symlink(uint64_t parent, std::string_view name,
   if (target.empty()) return Error(ENOENT);
   if (target.size() > format::kSymlinkMax) return Error(ENAMETOOLONG);
   InodeRef ref;
-  Result<Attr> attr =
-      CreateEntry(*this, parent, name, {S_IFLNK | 0777, 0, target}, cred, &ref);
+  Result<Attr> attr = CreateEntry(parent, name, {S_IFLNK | 0777, 0, target}, cred, &ref);
   if (attr.ok()) cache_->AddLookups(ref.get(), 1);
   return attr;
 }
@@ -239,8 +231,7 @@ Result<Attr> FsImpl::Symlink(uint64_t parent, std::string_view name,
 Result<FileHandle> FsImpl::Create(uint64_t parent, std::string_view name, uint32_t mode,
                                   int flags, const Cred& cred, Attr* attr) {
   InodeRef ref;
-  Result<Attr> created =
-      CreateEntry(*this, parent, name, {S_IFREG | (mode & 07777), 0, {}}, cred, &ref);
+  Result<Attr> created = CreateEntry(parent, name, {S_IFREG | (mode & 07777), 0, {}}, cred, &ref);
   if (!created.ok()) return created.take_error();
   if (attr != nullptr) *attr = *created;
   cache_->AddLookups(ref.get(), 1);
@@ -254,37 +245,36 @@ Result<FileHandle> FsImpl::Create(uint64_t parent, std::string_view name, uint32
 Result<FileHandle> FsImpl::Tmpfile(uint64_t parent, uint32_t mode, int flags,
                                    const Cred& cred, Attr* attr) {
   if (read_only_) return Error(EROFS);
-  Result<InodeRef> dir = FsOps::Get(*this, parent);
+  Result<InodeRef> dir = Get(parent);
   if (!dir.ok()) return dir.take_error();
   uint64_t ino;
   {
     std::shared_lock dir_lock(dir.value()->lock);
     const Inode& d = dir->media();
     NVFS_TRY(CheckParent(d));
-    if (FsOps::Immutable(d)) return Error(EPERM);
+    if (Immutable(d)) return Error(EPERM);
     // As for a named file: the parent's default ACL, else the umask (the
     // kernel applies neither with FUSE_DONT_MASK).
-    FsOps::InheritedAcl acl;
-    Result<uint32_t> masked =
-        FsOps::InheritAcl(*this, parent, d, S_IFREG | (mode & 07777), cred.umask, &acl);
+    InheritedAcl acl;
+    Result<uint32_t> masked = InheritAcl(parent, d, S_IFREG | (mode & 07777), cred.umask, &acl);
     if (!masked.ok()) return masked.take_error();
-    const timespec now = FsOps::Now();
+    const timespec now = Now();
     OrphanTx tx(*this, "tmpfile");
-    Result<uint64_t> made = FsOps::NewInode(*this, tx, d, parent, *masked, 0, cred, now);
+    Result<uint64_t> made = NewInode(tx, d, parent, *masked, 0, cred, now);
     if (!made.ok()) return made.take_error();
     ino = *made;
-    const Inode& inode = FsOps::InodeAt(*this, ino);
-    NVFS_TRY(FsOps::StoreInheritedAcl(*this, tx, ino, inode, acl, now));
+    const Inode& inode = ctx_->InodeAt(ino);
+    NVFS_TRY(StoreInheritedAcl(tx, ino, inode, acl, now));
     tx.Set(inode.nlink, uint32_t{0});
-    FsOps::OrphanAdd(*this, tx, ino);
+    OrphanAdd(tx, ino);
     NVFS_TRY(tx.Commit());
   }
-  Result<InodeRef> file = FsOps::Get(*this, ino);
+  Result<InodeRef> file = Get(ino);
   if (!file.ok()) return file.take_error();
   {
     std::unique_lock lock(file.value()->lock);
     file.value()->linkable = true;
-    if (attr != nullptr) *attr = FsOps::MakeAttr(*this, ino, file->media());
+    if (attr != nullptr) *attr = MakeAttr(ino, file->media());
   }
   cache_->AddLookups(file->get(), 1);
   cache_->AddOpen(file->get());
@@ -303,7 +293,7 @@ Result<Attr> FsImpl::Link(uint64_t ino, uint64_t new_parent, std::string_view ne
   const Inode& inode = target.media();
   NVFS_TRY(CheckParent(d));
   if (S_ISDIR(inode.mode)) return Error(EPERM);
-  if (FsOps::Immutable(d) || FsOps::Pinned(inode)) return Error(EPERM);
+  if (Immutable(d) || Pinned(inode)) return Error(EPERM);
   // Of the unlinked, only a file made by Tmpfile gets a name again.
   const bool first_name = inode.nlink == 0 && target->linkable;
   if (inode.nlink == 0 && !first_name) return Error(ENOENT);
@@ -311,90 +301,90 @@ Result<Attr> FsImpl::Link(uint64_t ino, uint64_t new_parent, std::string_view ne
   Result<DirEntryRef> existing = dir_->Lookup(d, new_name);
   if (existing.ok()) return Error(EEXIST);
   if (existing.error().code != ENOENT) return Error(EIO);
-  const timespec now = FsOps::Now();
+  const timespec now = Now();
   OrphanTx tx(*this, "link");
   NVFS_TRY(dir_->Insert(tx, d, new_name, ino, DirType(inode.mode)));
   tx.Set(inode.nlink, inode.nlink + 1);
-  if (first_name) NVFS_TRY(FsOps::OrphanRemove(*this, tx, ino));
-  FsOps::Touch(tx, inode, false, true, now);
-  FsOps::Touch(tx, d, true, true, now);
+  if (first_name) NVFS_TRY(OrphanRemove(tx, ino));
+  Touch(tx, inode, false, true, now);
+  Touch(tx, d, true, true, now);
   NVFS_TRY(tx.Commit());
   if (first_name) target->linkable = false;
   cache_->AddLookups(target.get(), 1);
-  return FsOps::MakeAttr(*this, ino, inode);
+  return MakeAttr(ino, inode);
 }
 
 // Unlink and rmdir: one transaction removes the name, drops the link count
 // and, at zero, puts the inode on the orphan list; the inode itself is freed
-// when its last reference goes (InodeCache::Unpin, FsOps::ReclaimIdle), or
+// when its last reference goes (InodeCache::Unpin, FsImpl::ReclaimIdle), or
 // at the next mount. A regular file left with no link and no open file
 // loses its data at once, in transactions after that one
-// (FsOps::FreeUnlinkedData), under its own lock only.
-static Status RemoveEntry(FsImpl& fs, uint64_t parent, std::string_view name, bool rmdir) {
-  if (fs.read_only()) return Error(EROFS);
+// (FsImpl::FreeUnlinkedData), under its own lock only.
+Status FsImpl::RemoveEntry(uint64_t parent, std::string_view name, bool rmdir) {
+  if (read_only()) return Error(EROFS);
   if (name == ".") return Error(rmdir ? EINVAL : EISDIR);
   if (name == "..") return Error(rmdir ? ENOTEMPTY : EISDIR);
   NVFS_TRY(CheckName(name));
-  std::unique_lock tree(FsOps::TreeMu(fs));
-  Result<LockedDir> dir = PinAndLockDir(fs, parent);
+  std::unique_lock tree(tree_mu_);
+  Result<LockedDir> dir = PinAndLockDir(*this, parent);
   if (!dir.ok()) return dir.take_error();
   const Inode& d = dir->ref.media();
   if (!S_ISDIR(d.mode)) return Error(ENOTDIR);
-  Result<DirEntryRef> entry = FsOps::DirOf(fs).Lookup(d, name);
+  Result<DirEntryRef> entry = dir_->Lookup(d, name);
   if (!entry.ok()) return entry.error().code == ENOENT ? Error(ENOENT) : Error(EIO);
-  Result<InodeRef> child = FsOps::Get(fs, entry->ino);
+  Result<InodeRef> child = Get(entry->ino);
   if (!child.ok()) return Error(EIO);
   std::unique_lock child_lock(child.value()->lock);
   const Inode& inode = child->media();
   // EPERM first, as the kernel's may_delete answers it before any type or
   // emptiness check (fstests generic/079: rmdir of a non-empty directory
   // that is immutable or in an append-only one).
-  if (FsOps::Pinned(d) || FsOps::Pinned(inode)) return Error(EPERM);
+  if (Pinned(d) || Pinned(inode)) return Error(EPERM);
   if (rmdir) {
     if (!S_ISDIR(inode.mode)) return Error(ENOTDIR);
     if (inode.map.dir.entries != 0) return Error(ENOTEMPTY);
   } else if (S_ISDIR(inode.mode)) {
     return Error(EISDIR);
   }
-  const timespec now = FsOps::Now();
-  OrphanTx tx(fs, rmdir ? "rmdir" : "unlink");
-  NVFS_TRY(FsOps::DirOf(fs).Remove(tx, d, name));
+  const timespec now = Now();
+  OrphanTx tx(*this, rmdir ? "rmdir" : "unlink");
+  NVFS_TRY(dir_->Remove(tx, d, name));
   const uint32_t nlink = rmdir ? 0 : inode.nlink - 1;
   tx.Set(inode.nlink, nlink);
-  FsOps::Touch(tx, inode, false, true, now);
+  Touch(tx, inode, false, true, now);
   if (rmdir) tx.Set(d.nlink, d.nlink - 1);
-  FsOps::Touch(tx, d, true, true, now);
-  if (nlink == 0) FsOps::OrphanAdd(fs, tx, child->ino());
+  Touch(tx, d, true, true, now);
+  if (nlink == 0) OrphanAdd(tx, child->ino());
   NVFS_TRY(tx.Commit());
   if (nlink == 0 && !rmdir) {
     // The name is gone: nothing else here needs the directory locks. A
     // failure leaves the blocks to reclaim; the unlink stands.
     dir->lock.unlock();
     tree.unlock();
-    (void)FsOps::FreeUnlinkedData(fs, child.value().get());
+    (void)FreeUnlinkedData(child.value().get());
   }
   return Status::Ok();
 }
 
 Status FsImpl::Unlink(uint64_t parent, std::string_view name) {
-  return RemoveEntry(*this, parent, name, false);
+  return RemoveEntry(parent, name, false);
 }
 
 Status FsImpl::Rmdir(uint64_t parent, std::string_view name) {
-  return RemoveEntry(*this, parent, name, true);
+  return RemoveEntry(parent, name, true);
 }
 
 // True if directory `ino` is `ancestor` or lies below it. REQUIRES: tree_mu_
 // held exclusively (parent fields change only under it).
-static Result<bool> IsWithin(FsImpl& fs, uint64_t ino, uint64_t ancestor) {
+Result<bool> FsImpl::IsWithin(uint64_t ino, uint64_t ancestor) {
   uint64_t steps = 0;
   for (;;) {
     if (ino == ancestor) return true;
     if (ino == format::kRootIno) return false;
-    if (!FsOps::CheckIno(fs, ino).ok() || ++steps > FsOps::Geo(fs).inode_count()) {
+    if (!CheckIno(ino).ok() || ++steps > geometry_->inode_count()) {
       return Error(EIO);
     }
-    ino = FsOps::InodeAt(fs, ino).parent;
+    ino = ctx_->InodeAt(ino).parent;
   }
 }
 
@@ -439,14 +429,14 @@ Status FsImpl::Rename(uint64_t parent, std::string_view name, uint64_t new_paren
 
   // The source or the target may be one of the parents (a directory moved
   // into itself, or over its own parent): each inode is locked once.
-  Result<InodeRef> src = FsOps::Get(*this, src_ino);
+  Result<InodeRef> src = Get(src_ino);
   if (!src.ok()) return Error(EIO);
   std::unique_lock src_lock(src.value()->lock, std::defer_lock);
   if (src_ino != parent && src_ino != new_parent) src_lock.lock();
   InodeRef dst;
   std::unique_lock<std::shared_mutex> dst_lock;
   if (have_dst) {
-    Result<InodeRef> got = FsOps::Get(*this, dst_ino);
+    Result<InodeRef> got = Get(dst_ino);
     if (!got.ok()) return Error(EIO);
     dst = std::move(got.value());
     dst_lock = std::unique_lock(dst->lock, std::defer_lock);
@@ -459,8 +449,8 @@ Status FsImpl::Rename(uint64_t parent, std::string_view name, uint64_t new_paren
 
   // chattr's attributes: the source name is removed, the target name
   // replaced (or, exchanged, removed too): as unlink, on both sides.
-  if (FsOps::Pinned(sd) || FsOps::Pinned(s) || FsOps::Immutable(dd)) return Error(EPERM);
-  if (have_dst && (FsOps::AppendOnly(dd) || FsOps::Pinned(*t))) return Error(EPERM);
+  if (Pinned(sd) || Pinned(s) || Immutable(dd)) return Error(EPERM);
+  if (have_dst && (AppendOnly(dd) || Pinned(*t))) return Error(EPERM);
   if (!exchange && have_dst) {
     if (src_is_dir && !dst_is_dir) return Error(ENOTDIR);
     if (!src_is_dir && dst_is_dir) return Error(EISDIR);
@@ -468,12 +458,12 @@ Status FsImpl::Rename(uint64_t parent, std::string_view name, uint64_t new_paren
   }
   // A directory may not move below itself.
   if (src_is_dir && new_parent != parent) {
-    Result<bool> within = IsWithin(*this, new_parent, src_ino);
+    Result<bool> within = IsWithin(new_parent, src_ino);
     if (!within.ok()) return within.take_error();
     if (*within) return Error(EINVAL);
   }
   if (exchange && dst_is_dir && new_parent != parent) {
-    Result<bool> within = IsWithin(*this, parent, dst_ino);
+    Result<bool> within = IsWithin(parent, dst_ino);
     if (!within.ok()) return within.take_error();
     if (*within) return Error(EINVAL);
   }
@@ -487,7 +477,7 @@ Status FsImpl::Rename(uint64_t parent, std::string_view name, uint64_t new_paren
   if (dst_dir_delta > 0 && dd.nlink >= kLinkMax) return Error(EMLINK);
   if (src_dir_delta > 0 && sd.nlink >= kLinkMax) return Error(EMLINK);
 
-  const timespec now = FsOps::Now();
+  const timespec now = Now();
   OrphanTx tx(*this, exchange ? "rename-exchange" : whiteout ? "rename-whiteout" : "rename");
   // The new name is made to point at the source before the old name goes, so
   // even inside the transaction the inode is never in neither directory.
@@ -504,7 +494,7 @@ Status FsImpl::Rename(uint64_t parent, std::string_view name, uint64_t new_paren
     if (whiteout) {
       // The whiteout takes the old name's entry over (a Replace, as
       // RENAME_EXCHANGE does), so the name never stops existing.
-      Result<uint64_t> wh = FsOps::NewInode(*this, tx, sd, parent, S_IFCHR, 0, cred, now);
+      Result<uint64_t> wh = NewInode(tx, sd, parent, S_IFCHR, 0, cred, now);
       if (!wh.ok()) return wh.take_error();
       NVFS_TRY(dir_->Replace(tx, sd, name, *wh, DirType(S_IFCHR)));
     } else {
@@ -522,14 +512,14 @@ Status FsImpl::Rename(uint64_t parent, std::string_view name, uint64_t new_paren
   if (!exchange && have_dst) {
     const uint32_t nlink = dst_is_dir ? 0 : t->nlink - 1;
     tx.Set(t->nlink, nlink);
-    FsOps::Touch(tx, *t, false, true, now);
-    if (nlink == 0) FsOps::OrphanAdd(*this, tx, dst_ino);
+    Touch(tx, *t, false, true, now);
+    if (nlink == 0) OrphanAdd(tx, dst_ino);
   } else if (exchange) {
-    FsOps::Touch(tx, *t, false, true, now);
+    Touch(tx, *t, false, true, now);
   }
-  FsOps::Touch(tx, s, false, true, now);
-  FsOps::Touch(tx, sd, true, true, now);
-  if (new_parent != parent) FsOps::Touch(tx, dd, true, true, now);
+  Touch(tx, s, false, true, now);
+  Touch(tx, sd, true, true, now);
+  if (new_parent != parent) Touch(tx, dd, true, true, now);
   NVFS_TRY(tx.Commit());
   if (!exchange && have_dst && t->nlink == 0 && !dst_is_dir) {
     // The replaced file lost its last name: its data goes now, under its
@@ -538,7 +528,7 @@ Status FsImpl::Rename(uint64_t parent, std::string_view name, uint64_t new_paren
       if (l->owns_lock()) l->unlock();
     }
     tree.unlock();
-    if (dst_lock.owns_lock()) (void)FsOps::FreeUnlinkedData(*this, dst.get());
+    if (dst_lock.owns_lock()) (void)FreeUnlinkedData(dst.get());
   }
   return Status::Ok();
 }

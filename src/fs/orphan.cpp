@@ -32,7 +32,7 @@ Journal& SlotFirst(FsImpl& fs) {
     OrphanLockBug("a transaction begun under orphan_mu_ (the order is a journal slot, then "
                   "orphan_mu_)");
   }
-  return FsOps::Jnl(fs);
+  return fs.context().journal;
 }
 
 }  // namespace
@@ -65,42 +65,42 @@ Status OrphanTx::Commit() {
   return committed;
 }
 
-void FsOps::OrphanAdd(FsImpl& fs, OrphanTx& tx, uint64_t ino) {
+void FsImpl::OrphanAdd(OrphanTx& tx, uint64_t ino) {
   tx.LockOrphans();
-  const Inode& inode = InodeAt(fs, ino);
+  const Inode& inode = ctx_->InodeAt(ino);
   if (inode.flags & format::kInodeFlagOrphan) return;
-  const auto& dyn = *reinterpret_cast<const SuperDynamic*>(fs.media_->base() +
-                                                           format::kSuperDynamicOffset);
+  const auto& dyn =
+      *reinterpret_cast<const SuperDynamic*>(media_->base() + format::kSuperDynamicOffset);
   const uint64_t old_head = dyn.orphan_head;
   tx.Set(inode.orphan_next, old_head);
   tx.Set(inode.flags, inode.flags | format::kInodeFlagOrphan);
-  UpdateDynamic(fs, tx, [&](SuperDynamic& d) { d.orphan_head = ino; });
+  UpdateDynamic(tx, [&](SuperDynamic& d) { d.orphan_head = ino; });
   // The index (DRAM only; checked before use, so an abort of `tx` leaving
   // it wrong costs a walk, never a wrong store).
-  fs.orphan_prev_[ino] = 0;
-  if (old_head != 0) fs.orphan_prev_[old_head] = ino;
+  orphan_prev_[ino] = 0;
+  if (old_head != 0) orphan_prev_[old_head] = ino;
 }
 
 // Every link is checked (an inode in use) before it is followed or stored:
 // a damaged link is reported and fails the operation with EIO, the list left
 // as it was for fsck.nvfs.
-Status FsOps::OrphanRemove(FsImpl& fs, OrphanTx& tx, uint64_t ino) {
+Status FsImpl::OrphanRemove(OrphanTx& tx, uint64_t ino) {
   tx.LockOrphans();
-  const Inode& inode = InodeAt(fs, ino);
+  const Inode& inode = ctx_->InodeAt(ino);
   if (!(inode.flags & format::kInodeFlagOrphan)) return Status::Ok();
-  const auto& dyn = *reinterpret_cast<const SuperDynamic*>(fs.media_->base() +
-                                                           format::kSuperDynamicOffset);
+  const auto& dyn =
+      *reinterpret_cast<const SuperDynamic*>(media_->base() + format::kSuperDynamicOffset);
   const auto damaged = [&](uint64_t at) {
-    return fs.ctx_->Damaged(MakeError(EIO, "orphan list is damaged (a link to inode %" PRIu64
-                                      "); run fsck.nvfs", at));
+    return ctx_->Damaged(
+        MakeError(EIO, "orphan list is damaged (a link to inode %" PRIu64 "); run fsck.nvfs", at));
   };
-  if (inode.orphan_next != 0 && !CheckIno(fs, inode.orphan_next).ok()) {
+  if (inode.orphan_next != 0 && !CheckIno(inode.orphan_next).ok()) {
     return damaged(inode.orphan_next);
   }
   const uint64_t next = inode.orphan_next;
   uint64_t prev = 0;
   if (dyn.orphan_head == ino) {
-    UpdateDynamic(fs, tx, [&](SuperDynamic& d) { d.orphan_head = next; });
+    UpdateDynamic(tx, [&](SuperDynamic& d) { d.orphan_head = next; });
   } else {
     // A singly linked list: the predecessor from the index if the media
     // agrees (an inode in use whose link is `ino`: in a list without
@@ -108,34 +108,34 @@ Status FsOps::OrphanRemove(FsImpl& fs, OrphanTx& tx, uint64_t ino) {
     // head. Without the index, n removals in the order of their adds
     // walked O(n^2) links (generic/531: 15,000 O_TMPFILE files took 17 s
     // to reclaim).
-    const auto hint = fs.orphan_prev_.find(ino);
-    if (hint != fs.orphan_prev_.end() && hint->second != 0 &&
-        CheckIno(fs, hint->second).ok() && InodeAt(fs, hint->second).orphan_next == ino) {
+    const auto hint = orphan_prev_.find(ino);
+    if (hint != orphan_prev_.end() && hint->second != 0 && CheckIno(hint->second).ok() &&
+        ctx_->InodeAt(hint->second).orphan_next == ino) {
       prev = hint->second;
     } else {
       prev = dyn.orphan_head;
       uint64_t steps = 0;
       for (;;) {
         if (prev == 0) return damaged(ino);  // missing from the list
-        if (!CheckIno(fs, prev).ok() || ++steps > fs.geometry_->inode_count()) {
+        if (!CheckIno(prev).ok() || ++steps > geometry_->inode_count()) {
           return damaged(prev);
         }
-        if (InodeAt(fs, prev).orphan_next == ino) break;
-        prev = InodeAt(fs, prev).orphan_next;
+        if (ctx_->InodeAt(prev).orphan_next == ino) break;
+        prev = ctx_->InodeAt(prev).orphan_next;
       }
     }
-    tx.Set(InodeAt(fs, prev).orphan_next, next);
+    tx.Set(ctx_->InodeAt(prev).orphan_next, next);
   }
-  fs.orphan_prev_.erase(ino);
-  if (next != 0) fs.orphan_prev_[next] = prev;
+  orphan_prev_.erase(ino);
+  if (next != 0) orphan_prev_[next] = prev;
   tx.Set(inode.orphan_next, uint64_t{0});
   tx.Set(inode.flags, inode.flags & ~format::kInodeFlagOrphan);
   return Status::Ok();
 }
 
-Status FsOps::ProcessOrphans(FsImpl& fs) {
-  const auto& dyn = *reinterpret_cast<const SuperDynamic*>(fs.media_->base() +
-                                                           format::kSuperDynamicOffset);
+Status FsImpl::ProcessOrphans() {
+  const auto& dyn =
+      *reinterpret_cast<const SuperDynamic*>(media_->base() + format::kSuperDynamicOffset);
   // The whole list is checked before the first orphan is touched: each inode
   // in use and valid (CheckIno: a damaged one is reported, EUCLEAN, and
   // nothing of the list is freed), flagged, listed once, and either unlinked
@@ -143,10 +143,9 @@ Status FsOps::ProcessOrphans(FsImpl& fs) {
   // truncated).
   {
     std::unordered_set<uint64_t> listed;
-    for (uint64_t ino = dyn.orphan_head; ino != 0; ino = InodeAt(fs, ino).orphan_next) {
-      if (!CheckIno(fs, ino).ok() || !(InodeAt(fs, ino).flags & format::kInodeFlagOrphan) ||
-          !listed.insert(ino).second ||
-          !OrphanMayBe(InodeAt(fs, ino))) {
+    for (uint64_t ino = dyn.orphan_head; ino != 0; ino = ctx_->InodeAt(ino).orphan_next) {
+      if (!CheckIno(ino).ok() || !(ctx_->InodeAt(ino).flags & format::kInodeFlagOrphan) ||
+          !listed.insert(ino).second || !OrphanMayBe(ctx_->InodeAt(ino))) {
         return MakeError(EUCLEAN, "orphan list is damaged (inode %" PRIu64 "); run fsck.nvfs",
                          ino);
       }
@@ -155,21 +154,21 @@ Status FsOps::ProcessOrphans(FsImpl& fs) {
   uint64_t steps = 0;
   while (dyn.orphan_head != 0) {
     const uint64_t ino = dyn.orphan_head;
-    if (!CheckIno(fs, ino).ok() || !(InodeAt(fs, ino).flags & format::kInodeFlagOrphan) ||
-        ++steps > fs.geometry_->inode_count()) {
+    if (!CheckIno(ino).ok() || !(ctx_->InodeAt(ino).flags & format::kInodeFlagOrphan) ||
+        ++steps > geometry_->inode_count()) {
       return MakeError(EUCLEAN, "orphan list is damaged (inode %" PRIu64 "); run fsck.nvfs", ino);
     }
-    const Inode& inode = InodeAt(fs, ino);
+    const Inode& inode = ctx_->InodeAt(ino);
     if (inode.nlink == 0) {
-      NVFS_TRY(Reclaim(fs, ino));
+      NVFS_TRY(Reclaim(ino));
     } else {
       // The size is within the largest file's (CheckIno: ValidateInode), so
       // rounding it up to a block cannot wrap; written so that it cannot
       // wrap anyway.
-      const uint32_t shift = fs.geometry_->block_shift();
-      const uint64_t from = (inode.size >> shift) +
-                            ((inode.size & (fs.geometry_->block_size() - 1)) != 0 ? 1 : 0);
-      NVFS_TRY(FreeBlocksFrom(fs, ino, from));
+      const uint32_t shift = geometry_->block_shift();
+      const uint64_t from =
+          (inode.size >> shift) + ((inode.size & (geometry_->block_size() - 1)) != 0 ? 1 : 0);
+      NVFS_TRY(FreeBlocksFrom(ino, from));
     }
   }
   return Status::Ok();

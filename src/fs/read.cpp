@@ -143,11 +143,10 @@ constexpr uint64_t kBuildWork = 64;
 // file. Returns the bytes put into `sink`, or -EIO if the first block's
 // pointer is corrupt; adds the lookups' work to *work.
 template <class Sink>
-[[gnu::always_inline]] inline int64_t CopyOutBmap(FsImpl& fs, const Inode& inode,
-                                                  uint64_t offset, size_t len, Sink& sink,
-                                                  uint64_t* work) {
-  const FsContext& ctx = FsOps::Ctx(fs);
-  const Bmap& bmap = FsOps::BmapOf(fs);
+[[gnu::always_inline]] inline int64_t FsImpl::CopyOutBmap(const Inode& inode, uint64_t offset,
+                                                          size_t len, Sink& sink, uint64_t* work) {
+  const FsContext& ctx = *ctx_;
+  const Bmap& bmap = *bmap_;
   const uint32_t shift = ctx.geometry.block_shift();
   const uint64_t mask = ctx.geometry.block_size() - 1;
   size_t done = 0;
@@ -171,14 +170,14 @@ template <class Sink>
 // length. Bytes past the map's coverage go through the bmap. REQUIRES:
 // [offset, offset + len) inside the file as of the map.
 template <class Sink>
-static int64_t CopyOutMap(FsImpl& fs, const ExtentMap& map, const Inode& inode,
-                          uint64_t offset, size_t len, Sink& sink) {
+int64_t FsImpl::CopyOutMap(const ExtentMap& map, const Inode& inode, uint64_t offset, size_t len,
+                           Sink& sink) {
   size_t done = 0;
   while (done < len) {
     const uint64_t pos = offset + done;
     if (pos >= map.covered()) {
       uint64_t work = 0;
-      const int64_t tail = CopyOutBmap(fs, inode, pos, len - done, sink, &work);
+      const int64_t tail = CopyOutBmap(inode, pos, len - done, sink, &work);
       if (tail < 0) return done != 0 ? static_cast<int64_t>(done) : tail;
       return static_cast<int64_t>(done) + tail;
     }
@@ -194,23 +193,22 @@ static int64_t CopyOutMap(FsImpl& fs, const ExtentMap& map, const Inode& inode,
 // A read that found no current extent map: checks the file type and size on
 // the media and walks the bmap, adding what that cost to *work.
 template <class Sink>
-static int64_t CopyOutStale(FsImpl& fs, const Inode& inode, uint64_t offset, size_t len,
-                            Sink& sink, uint64_t* work) {
+int64_t FsImpl::CopyOutStale(const Inode& inode, uint64_t offset, size_t len, Sink& sink,
+                             uint64_t* work) {
   if (!S_ISREG(inode.mode)) return S_ISDIR(inode.mode) ? -EISDIR : -EINVAL;
   if (offset >= inode.size) return 0;
-  return CopyOutBmap(fs, inode, offset,
+  return CopyOutBmap(inode, offset,
                      static_cast<size_t>(std::min<uint64_t>(len, inode.size - offset)), sink, work);
 }
 
 // Builds the file's extent map as of its current data_seq and publishes it,
 // unless a writer got in the way or another reader published one as new.
 // Takes no lock: the build is checked against data_seq like any read.
-[[gnu::noinline]] static void BuildExtents(FsImpl& fs, CachedInode* ci) {
+[[gnu::noinline]] void FsImpl::BuildExtents(CachedInode* ci) {
   ci->bmap_work.store(0, std::memory_order_relaxed);
   const uint64_t seq = ci->data_seq.load(std::memory_order_acquire);
   if (seq & 1) return;
-  ExtentMap* map = ExtentMap::Build(FsOps::Ctx(fs), FsOps::BmapOf(fs), *ci->media, seq,
-                                    FsOps::ExtentMapRuns(fs));
+  ExtentMap* map = ExtentMap::Build(*ctx_, *bmap_, *ci->media, seq, extent_map_runs_);
   if (map == nullptr) return;
   std::atomic_thread_fence(std::memory_order_acquire);
   ExtentMap* old = ci->extents.load(std::memory_order_acquire);
@@ -222,7 +220,7 @@ static int64_t CopyOutStale(FsImpl& fs, const Inode& inode, uint64_t offset, siz
     }
   } while (!ci->extents.compare_exchange_weak(old, map, std::memory_order_acq_rel,
                                               std::memory_order_acquire));
-  FsOps::CountExtentMap(fs);
+  extent_maps_built_.fetch_add(1, std::memory_order_relaxed);
   if (old != nullptr) epoch::Retire(old, ExtentMap::DestroyErased);
 }
 
@@ -247,8 +245,8 @@ struct MapUseGuard<true> {};
 // variant, moved through the retry loop, cost more instructions than the
 // lookup).
 template <bool kCallerGuarded, class Sink>
-[[gnu::noinline]] static int64_t ReadSlow(FsImpl& fs, CachedInode* ci, uint64_t offset,
-                                          size_t len, Sink& sink) {
+[[gnu::noinline]] int64_t FsImpl::ReadSlow(CachedInode* ci, uint64_t offset, size_t len,
+                                           Sink& sink) {
   uint64_t work = 0;
   const auto attempt = [&](uint64_t seq) __attribute__((always_inline)) -> int64_t {
     sink.Reset();
@@ -258,11 +256,11 @@ template <bool kCallerGuarded, class Sink>
       const ExtentMap* map = ci->extents.load(std::memory_order_acquire);
       if (map != nullptr && map->seq() == seq) {
         if (offset >= map->size()) return 0;
-        return CopyOutMap(fs, *map, inode, offset,
+        return CopyOutMap(*map, inode, offset,
                           static_cast<size_t>(std::min<uint64_t>(len, map->size() - offset)), sink);
       }
     }
-    return CopyOutStale(fs, inode, offset, len, sink, &work);
+    return CopyOutStale(inode, offset, len, sink, &work);
   };
   int64_t n;
   for (int tries = 0;; ++tries) {
@@ -293,13 +291,12 @@ template <bool kCallerGuarded, class Sink>
     if (ci->data_seq.load(std::memory_order_relaxed) == seq) break;
   }
   // A damaged pointer confirmed by the sequence check (not a torn read).
-  if (n == -EIO) [[unlikely]] (void)FsOps::BadMap(fs, ci->ino);
+  if (n == -EIO) [[unlikely]] (void)BadMap(ci->ino);
   if (work != 0) [[unlikely]] {
     const uint64_t total = ci->bmap_work.load(std::memory_order_relaxed) + work;
     ci->bmap_work.store(total, std::memory_order_relaxed);
-    if (total >= LoadRacing(ci->media->blocks) + kBuildWork && n >= 0 &&
-        FsOps::ExtentMapRuns(fs) != 0) {
-      BuildExtents(fs, ci);
+    if (total >= LoadRacing(ci->media->blocks) + kBuildWork && n >= 0 && extent_map_runs_ != 0) {
+      BuildExtents(ci);
     }
   }
   return n;
@@ -309,9 +306,9 @@ template <bool kCallerGuarded, class Sink>
 // across the copy): a current extent map and a range inside one mapped run,
 // copied in one piece and checked against the sequence counter. Anything
 // else, a retry included, is ReadSlow, which starts over.
-template <bool kCallerGuarded = false, class Sink>
-[[gnu::always_inline]] inline int64_t ReadInto(FsImpl& fs, CachedInode* ci, uint64_t offset,
-                                               size_t len, Sink& sink) {
+template <bool kCallerGuarded, class Sink>
+[[gnu::always_inline]] inline int64_t FsImpl::ReadInto(CachedInode* ci, uint64_t offset, size_t len,
+                                                       Sink& sink) {
   const uint64_t seq = ci->data_seq.load(std::memory_order_acquire);
   if (!(seq & 1)) [[likely]] {
     [[maybe_unused]] const MapUseGuard<kCallerGuarded> guard;
@@ -331,7 +328,7 @@ template <bool kCallerGuarded = false, class Sink>
     }
   }
   sink.Reset();
-  return ReadSlow<kCallerGuarded>(fs, ci, offset, len, sink);
+  return ReadSlow<kCallerGuarded>(ci, offset, len, sink);
 }
 
 static Result<size_t> ToResult(int64_t n) {
@@ -341,7 +338,7 @@ static Result<size_t> ToResult(int64_t n) {
 
 // Says once per error (the first 16; then every 1024th) which request met
 // a media error, on stderr (the daemon's log).
-void FsOps::ReportMediaError(const char* what, uint64_t ino) {
+void ReportMediaError(const char* what, uint64_t ino) {
   const uint64_t n = MediaErrorCount();
   if (n <= 16 || n % 1024 == 0) {
     std::fprintf(stderr, "nvfs: media error (SIGBUS at namespace offset %" PRIu64 ", %" PRIu64
@@ -350,28 +347,27 @@ void FsOps::ReportMediaError(const char* what, uint64_t ino) {
   }
 }
 
-void FsImpl::ReportReadFault(FileHandle file) { FsOps::ReportMediaError("read", file->inode->ino); }
+void FsImpl::ReportReadFault(FileHandle file) { ReportMediaError("read", file->inode->ino); }
 
 // A read that copied bytes of a page lost to a media error (the sinks'
 // `lost`): said as a media error, failed with EIO.
 [[gnu::cold, gnu::noinline]] static Error LostRead(FileHandle file) {
-  FsOps::ReportMediaError("read of a page lost to a media error", file->inode->ino);
+  ReportMediaError("read of a page lost to a media error", file->inode->ino);
   return Error(EIO);
 }
 
 Result<size_t> FsImpl::Read(FileHandle file, uint64_t offset, void* buf, size_t len) {
   BufferSink sink{static_cast<std::byte*>(buf)};
-  const int64_t n = ReadInto(*this, file->inode, offset, len, sink);
+  const int64_t n = ReadInto(file->inode, offset, len, sink);
   if (sink.lost) [[unlikely]] return LostRead(file);
   return ToResult(n);
 }
 
 // Out of line, so that ReadIter's one-segment case is a bare jump to Read.
-[[gnu::noinline]] static Result<size_t> ReadSegments(FsImpl& fs, FileHandle file,
-                                                     uint64_t offset, const iovec* iov,
-                                                     int iovcnt) {
+[[gnu::noinline]] Result<size_t> FsImpl::ReadSegments(FileHandle file, uint64_t offset,
+                                                      const iovec* iov, int iovcnt) {
   IovecSink sink{iov, iov + iovcnt};
-  const int64_t n = ReadInto(fs, file->inode, offset, IovecTotal(iov, iovcnt), sink);
+  const int64_t n = ReadInto(file->inode, offset, IovecTotal(iov, iovcnt), sink);
   if (sink.lost) [[unlikely]] return LostRead(file);
   return ToResult(n);
 }
@@ -379,13 +375,13 @@ Result<size_t> FsImpl::Read(FileHandle file, uint64_t offset, void* buf, size_t 
 Result<size_t> FsImpl::ReadIter(FileHandle file, uint64_t offset, const iovec* iov,
                                 int iovcnt) {
   if (iovcnt == 1) return Read(file, offset, iov[0].iov_base, iov[0].iov_len);
-  return ReadSegments(*this, file, offset, iov, iovcnt);
+  return ReadSegments(file, offset, iov, iovcnt);
 }
 
 Result<size_t> FsImpl::Map(FileHandle file, uint64_t offset, size_t len, ReadRun* runs,
                            size_t max_runs, size_t* run_count, const MapGuard& /*held*/) {
   RunSink sink{runs, max_runs};
-  const int64_t n = ReadInto</*kCallerGuarded=*/true>(*this, file->inode, offset, len, sink);
+  const int64_t n = ReadInto</*kCallerGuarded=*/true>(file->inode, offset, len, sink);
   if (sink.lost) [[unlikely]] {
     *run_count = 0;
     return LostRead(file);

@@ -19,7 +19,7 @@ namespace nvfs {
 using format::Inode;
 
 Result<std::string> FsImpl::Readlink(uint64_t ino) {
-  Result<InodeRef> ref = FsOps::Get(*this, ino);
+  Result<InodeRef> ref = Get(ino);
   if (!ref.ok()) return ref.take_error();
   std::shared_lock lock(ref.value()->lock);
   const Inode& inode = ref->media();
@@ -30,14 +30,14 @@ Result<std::string> FsImpl::Readlink(uint64_t ino) {
   }
   uint64_t run;
   const uint64_t block = bmap_->Lookup(inode, 0, 1, &run);
-  if (block == Bmap::kCorrupt) return FsOps::BadMap(*this, ino);
+  if (block == Bmap::kCorrupt) return BadMap(ino);
   if (block == 0) return Error(EIO);
   // A data block: copied under a recovery point (a lost page fails the
   // request, and stays lost for the next one; see ZeroMapped).
   char target[format::kSymlinkMax];
   const size_t len = inode.size;
   if (!RunFaultGuarded([&] { std::memcpy(target, ctx_->Block(block), len); })) {
-    FsOps::ReportMediaError("readlink", ino);
+    ReportMediaError("readlink", ino);
     return Error(EIO);
   }
   return std::string(target, len);
@@ -47,7 +47,7 @@ Result<std::string> FsImpl::Readlink(uint64_t ino) {
 // key >= c - 2; the entry of key k is followed by cookie k + 3.
 Status FsImpl::ReadDir(uint64_t dir_ino, uint64_t cookie,
                        const std::function<bool(const DirEntry&, uint64_t)>& fn) {
-  Result<InodeRef> dir = FsOps::Get(*this, dir_ino);
+  Result<InodeRef> dir = Get(dir_ino);
   if (!dir.ok()) return dir.take_error();
   uint64_t parent_ino;
   {

@@ -14,57 +14,57 @@ namespace nvfs {
 
 using format::Inode;
 
-Status FsOps::Reclaim(FsImpl& fs, uint64_t ino) {
+Status FsImpl::Reclaim(uint64_t ino) {
   // Turned read-only by damage: the inode stays on the orphan list.
-  if (fs.read_only()) return Error(EROFS);
-  const Inode& inode = InodeAt(fs, ino);
+  if (read_only()) return Error(EROFS);
+  const Inode& inode = ctx_->InodeAt(ino);
   // Free the contents in as many transactions as needed; the inode stays on
   // the orphan list until the last one, which frees the inode itself.
   for (;;) {
-    OrphanTx tx(fs, "reclaim");
+    OrphanTx tx(*this, "reclaim");
     Result<bool> done = true;
     if (S_ISDIR(inode.mode)) {
-      done = fs.dir_->FreeTree(tx, inode);
+      done = dir_->FreeTree(tx, inode);
     } else if (S_ISREG(inode.mode) ||
                (S_ISLNK(inode.mode) && inode.size > format::kInlineSymlinkMax)) {
-      done = fs.bmap_->Truncate(tx, inode, 0);
+      done = bmap_->Truncate(tx, inode, 0);
     }
     if (!done.ok()) return done.take_error();
     // Then the extended attributes, as many transactions as they take. A
     // damaged block or run is not followed, and the inode is not freed
     // either: it stays on the orphan list for fsck.nvfs.
-    if (*done && inode.xattr_block != 0) done = FreeXattrs(fs, tx, inode);
+    if (*done && inode.xattr_block != 0) done = FreeXattrs(tx, inode);
     if (!done.ok()) return done.take_error();
     if (!*done) {
       NVFS_TRY(tx.Commit());
       continue;
     }
-    NVFS_TRY(OrphanRemove(fs, tx, ino));
+    NVFS_TRY(OrphanRemove(tx, ino));
     tx.Set(inode.mode, uint16_t{0});
-    NVFS_TRY(fs.alloc_->FreeInode(tx, ino));
+    NVFS_TRY(alloc_->FreeInode(tx, ino));
     return tx.Commit();
   }
 }
 
-void FsOps::ReclaimIdle(FsImpl& fs, CachedInode* inode) {
+void FsImpl::ReclaimIdle(CachedInode* inode) {
   // The entry goes on every path, a throw from Reclaim (an allocation
   // failure) included: until it goes, `reclaiming` stays set and every pin
   // of the number waits for it (InodeCache::Pin). Erased after the inode
   // lock is dropped, as the lock lives in the entry.
   struct EraseOnExit {
-    FsImpl& fs;
+    InodeCache& cache;
     CachedInode* inode;
-    ~EraseOnExit() { fs.cache_->Erase(inode); }
-  } erase_on_exit{fs, inode};
+    ~EraseOnExit() { cache.Erase(inode); }
+  } erase_on_exit{*cache_, inode};
   std::unique_lock lock(inode->lock);
   // No reader holds the inode any more, but a direct client may still
   // hold its runs (a descriptor closed without detaching): its slot moves
   // before the blocks are freed.
   const MappingChange change(inode);
-  if (fs.reclaim_fault_) fs.reclaim_fault_(inode->ino);
+  if (reclaim_fault_) reclaim_fault_(inode->ino);
   // A failure here, an error or a throw, leaves the inode on the orphan
   // list: the next mount finishes it.
-  (void)Reclaim(fs, inode->ino);
+  (void)Reclaim(inode->ino);
 }
 
 namespace {
@@ -90,12 +90,12 @@ bool ReportThrow(uint64_t ino, Fn&& reclaim) noexcept {
 
 }  // namespace
 
-void FsOps::UnpinNoThrow(FsImpl& fs, CachedInode* inode) noexcept {
-  ReportThrow(inode->ino, [&] { Unpin(fs, inode); });
+void FsImpl::UnpinNoThrow(CachedInode* inode) noexcept {
+  ReportThrow(inode->ino, [&] { Unpin(inode); });
 }
 
-bool FsOps::ReclaimIdleNoThrow(FsImpl& fs, CachedInode* inode) noexcept {
-  return ReportThrow(inode->ino, [&] { ReclaimIdle(fs, inode); });
+bool FsImpl::ReclaimIdleNoThrow(CachedInode* inode) noexcept {
+  return ReportThrow(inode->ino, [&] { ReclaimIdle(inode); });
 }
 
 }  // namespace nvfs

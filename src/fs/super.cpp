@@ -78,9 +78,9 @@ static Result<SuperDynamic> RecoveredDynamic(const Journal& journal, const std::
 
 bool FsImpl::damage_found() const { return damage_ != nullptr && damage_->seen(); }
 
-Error FsOps::BadMap(FsImpl& fs, uint64_t ino) {
-  return fs.ctx_->Damaged(MakeError(EIO, "inode %" PRIu64 ": a block pointer names no data "
-                                    "block; run fsck.nvfs", ino));
+Error FsImpl::BadMap(uint64_t ino) {
+  return ctx_->Damaged(
+      MakeError(EIO, "inode %" PRIu64 ": a block pointer names no data block; run fsck.nvfs", ino));
 }
 
 Status FsImpl::MountInternal(std::unique_ptr<Media> media, const MountOptions& options) {
@@ -197,18 +197,18 @@ Status FsImpl::MountInternal(std::unique_ptr<Media> media, const MountOptions& o
   if (!read_only_) {
     // Before anything is allocated: blocks and inodes the bitmaps show free
     // but the inodes use are never handed out (damage, then read-only).
-    FsOps::CrossCheck(*this);
+    CrossCheck();
     // Damage met while finishing the orphans (a damaged list, or a damaged
     // map in an orphan) leaves the rest of them to fsck: the mount goes on with
     // the superblock's error flag set, rather than fail having written (and,
     // unless errors=continue, read-only from then on).
-    Status orphans = FsOps::ProcessOrphans(*this);
+    Status orphans = ProcessOrphans();
     if (!orphans.ok() && orphans.code() == EUCLEAN) damage_->Damaged(orphans.error());
     const bool damaged = damage_->seen();
     if (!orphans.ok() && !damaged) return orphans;
     OrphanTx tx(*this, "mount");
-    const int64_t now = FsOps::Now().tv_sec;
-    FsOps::UpdateDynamic(*this, tx, [&](SuperDynamic& d) {
+    const int64_t now = Now().tv_sec;
+    UpdateDynamic(tx, [&](SuperDynamic& d) {
       if (damaged) d.errors = 1;
       d.state = static_cast<uint32_t>(format::FsState::kMounted);
       d.mount_count += 1;
@@ -276,8 +276,8 @@ Status FsImpl::Unmount() {
     NVFS_TRY(tx.Commit());
   }
   OrphanTx tx(*this, "unmount");
-  const int64_t now = FsOps::Now().tv_sec;
-  FsOps::UpdateDynamic(*this, tx, [&](SuperDynamic& d) {
+  const int64_t now = Now().tv_sec;
+  UpdateDynamic(tx, [&](SuperDynamic& d) {
     d.state = static_cast<uint32_t>(format::FsState::kClean);
     d.free_blocks = alloc_->free_blocks();
     d.free_inodes = alloc_->free_inodes();

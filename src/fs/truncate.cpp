@@ -13,27 +13,27 @@ namespace nvfs {
 
 using format::Inode;
 
-Status FsOps::FreeBlocksFrom(FsImpl& fs, uint64_t ino, uint64_t from) {
-  const Inode& inode = InodeAt(fs, ino);
+Status FsImpl::FreeBlocksFrom(uint64_t ino, uint64_t from) {
+  const Inode& inode = ctx_->InodeAt(ino);
   for (;;) {
-    OrphanTx tx(fs, "truncate-more");
-    Result<bool> done = fs.bmap_->Truncate(tx, inode, from);
+    OrphanTx tx(*this, "truncate-more");
+    Result<bool> done = bmap_->Truncate(tx, inode, from);
     if (!done.ok()) return done.take_error();
     if (*done) {
       // An unlinked inode (still open) was on the list before the truncation
       // and stays there until reclaim frees it: taking it off here would
       // leak it, and its blocks, if the machine crashed before the release.
-      if (inode.nlink != 0) NVFS_TRY(OrphanRemove(fs, tx, ino));
+      if (inode.nlink != 0) NVFS_TRY(OrphanRemove(tx, ino));
       return tx.Commit();
     }
     NVFS_TRY(tx.Commit());
   }
 }
 
-Status FsOps::Resize(FsImpl& fs, uint64_t ino, uint64_t new_size, OrphanTx* first_tx) {
-  const Inode& inode = InodeAt(fs, ino);
-  const Geometry& g = *fs.geometry_;
-  if (new_size > fs.bmap_->max_size()) return Error(EFBIG);
+Status FsImpl::Resize(uint64_t ino, uint64_t new_size, OrphanTx* first_tx) {
+  const Inode& inode = ctx_->InodeAt(ino);
+  const Geometry& g = *geometry_;
+  if (new_size > bmap_->max_size()) return Error(EFBIG);
   const uint64_t old_size = inode.size;
   OrphanTx& tx = *first_tx;
   if (new_size >= old_size) {
@@ -50,8 +50,8 @@ Status FsOps::Resize(FsImpl& fs, uint64_t ino, uint64_t new_size, OrphanTx* firs
       const uint64_t index = pos >> shift;
       uint64_t run;
       const uint64_t phys =
-          fs.bmap_->Lookup(inode, index, ((new_size - 1) >> shift) - index + 1, &run);
-      if (phys == Bmap::kCorrupt) return BadMap(fs, ino);
+          bmap_->Lookup(inode, index, ((new_size - 1) >> shift) - index + 1, &run);
+      if (phys == Bmap::kCorrupt) return BadMap(ino);
       const uint64_t run_end = std::min(new_size, (index + run) << shift);
       // File data, under a recovery point (ZeroMapped says why).
       if (phys != 0 && !RunFaultGuarded([&] {
@@ -67,15 +67,15 @@ Status FsOps::Resize(FsImpl& fs, uint64_t ino, uint64_t new_size, OrphanTx* firs
   }
   tx.Set(inode.size, new_size);
   const uint64_t from = (new_size + g.block_size() - 1) >> g.block_shift();
-  Result<bool> done = fs.bmap_->Truncate(tx, inode, from);
+  Result<bool> done = bmap_->Truncate(tx, inode, from);
   if (!done.ok()) return done.take_error();
   if (*done) return Status::Ok();
   // Too much for one transaction: the rest happens in further ones, and the
   // orphan list makes a crash in between finish the job at mount. The bytes
   // past the new size are invisible from this first commit on.
-  OrphanAdd(fs, tx, ino);
+  OrphanAdd(tx, ino);
   NVFS_TRY(tx.Commit());  // and orphan_mu_ is released
-  return FreeBlocksFrom(fs, ino, from);
+  return FreeBlocksFrom(ino, from);
 }
 
 // Order: L `size` = 0 and the bmap truncate from block 0 (D every block),
@@ -86,26 +86,26 @@ Status FsOps::Resize(FsImpl& fs, uint64_t ino, uint64_t new_size, OrphanTx* firs
 // The size goes first so that no state shows a size past freed blocks; a
 // file reopened afterwards (through /proc/self/fd of an O_PATH descriptor)
 // reads as the empty file it now is.
-Status FsOps::FreeUnlinkedData(FsImpl& fs, CachedInode* cached) {
+Status FsImpl::FreeUnlinkedData(CachedInode* cached) {
   const Inode& inode = *cached->media;
-  if (fs.read_only() || !S_ISREG(inode.mode) || inode.nlink != 0 || cached->linkable ||
+  if (read_only() || !S_ISREG(inode.mode) || inode.nlink != 0 || cached->linkable ||
       !(inode.flags & format::kInodeFlagOrphan)) {
     return Status::Ok();
   }
   if (inode.size == 0 && inode.blocks == 0) return Status::Ok();
   // Under the inode lock held exclusively no open is added (Open), so a
   // count of 0 stays 0 until the lock is dropped.
-  if (fs.cache_->Opens(cached) != 0) return Status::Ok();
+  if (cache_->Opens(cached) != 0) return Status::Ok();
   const MappingChange change(cached);  // before the Tx: an abort's undo is under it
   {
-    Tx tx(*fs.journal_, "free-unlinked");
+    Tx tx(*journal_, "free-unlinked");
     if (inode.size != 0) tx.Set(inode.size, uint64_t{0});
-    Result<bool> done = fs.bmap_->Truncate(tx, inode, 0);
+    Result<bool> done = bmap_->Truncate(tx, inode, 0);
     if (!done.ok()) return done.take_error();
     NVFS_TRY(tx.Commit());
     if (*done) return Status::Ok();
   }
-  return FreeBlocksFrom(fs, cached->ino, 0);
+  return FreeBlocksFrom(cached->ino, 0);
 }
 
 }  // namespace nvfs

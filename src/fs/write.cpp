@@ -21,10 +21,8 @@ namespace nvfs {
 
 using format::Inode;
 
-namespace {
-
 // Where Write takes its bytes from.
-struct Source {
+struct FsImpl::WriteSource {
   const iovec* iov;
   const iovec* end;
   size_t used = 0;
@@ -45,11 +43,9 @@ struct Source {
   }
 };
 
-}  // namespace
-
-static Result<size_t> WriteCore(FsImpl& fs, FileHandle file, uint64_t offset, Source& src,
-                                size_t len, unsigned io_flags) {
-  if (fs.read_only()) return Error(EROFS);
+Result<size_t> FsImpl::WriteCore(FileHandle file, uint64_t offset, WriteSource& src, size_t len,
+                                 unsigned io_flags) {
+  if (read_only()) return Error(EROFS);
   if ((file->flags & O_ACCMODE) == O_RDONLY) return Error(EBADF);
   CachedInode* ci = file->inode;
   std::unique_lock lock(ci->lock);
@@ -67,35 +63,35 @@ static Result<size_t> WriteCore(FsImpl& fs, FileHandle file, uint64_t offset, So
   if (!S_ISREG(inode.mode)) return Error(EINVAL);
   if ((file->flags & O_APPEND) && !(io_flags & kAtOffset)) offset = inode.size;
   // chattr's attributes, also through handles opened before they were set.
-  if (FsOps::Immutable(inode)) return Error(EPERM);
-  if (FsOps::AppendOnly(inode) && offset != inode.size) return Error(EPERM);
-  const Geometry& g = FsOps::Geo(fs);
+  if (Immutable(inode)) return Error(EPERM);
+  if (AppendOnly(inode) && offset != inode.size) return Error(EPERM);
+  const Geometry& g = *geometry_;
   const uint32_t shift = g.block_shift();
   const uint64_t mask = g.block_size() - 1;
   // A byte may land at max_size() - 1 at most: the size stays a
   // non-negative off_t (2^63 - 1 bytes, not the 2^63 of max_blocks() blocks).
-  const uint64_t max_bytes = FsOps::BmapOf(fs).max_size();
+  const uint64_t max_bytes = bmap_->max_size();
   if (len == 0) return size_t{0};
   if (offset >= max_bytes) return Error(EFBIG);
   len = static_cast<size_t>(std::min<uint64_t>(len, max_bytes - offset));
   // Before any byte lands: an overwrite in place is visible at once.
-  NVFS_TRY(FsOps::KillPrivsFirst(fs, ci->ino, inode, io_flags & kKillSuidgid));
+  NVFS_TRY(KillPrivsFirst(ci->ino, inode, io_flags & kKillSuidgid));
 
-  Media& media = fs.media();
-  Bmap& bmap = FsOps::BmapOf(fs);
+  Media& media = *media_;
+  Bmap& bmap = *bmap_;
   std::optional<OrphanTx> tx;
-  tx.emplace(fs, "write");
+  tx.emplace(*this, "write");
   // The new size, once data up to `end` is on the media.
   const auto grow_to = [&](uint64_t end) {
     if (end <= inode.size) return;
     changing();
     tx->Set(inode.size, end);
   };
-  const timespec now = FsOps::Now();
+  const timespec now = Now();
   // Past the end: the bytes between the old end and the write, inside the old
   // last block, must read as zeros.
   if (offset > inode.size) changing();
-  NVFS_TRY(FsOps::Resize(fs, ci->ino, std::max<uint64_t>(inode.size, offset), &*tx));
+  NVFS_TRY(Resize(ci->ino, std::max<uint64_t>(inode.size, offset), &*tx));
 
   size_t done = 0;
   Error failure;
@@ -109,7 +105,7 @@ static Result<size_t> WriteCore(FsImpl& fs, FileHandle file, uint64_t offset, So
     uint64_t run;
     uint64_t phys = bmap.Lookup(inode, index, blocks, &run);
     if (phys == Bmap::kCorrupt) {
-      failure = FsOps::BadMap(fs, ci->ino);
+      failure = BadMap(ci->ino);
       failed = true;
       break;
     }
@@ -133,7 +129,7 @@ static Result<size_t> WriteCore(FsImpl& fs, FileHandle file, uint64_t offset, So
     // Safe to abandon: StoreTo takes no lock and owns nothing; the inode
     // lock and the Tx are ours, out here, and end through normal returns.
     if (!RunFaultGuarded([&] { src.StoreTo(media, g.BlockOffset(phys) + in_block, n); })) {
-      FsOps::ReportMediaError("write", ci->ino);
+      ReportMediaError("write", ci->ino);
       failure = Error(EIO);
       failed = true;
       break;
@@ -143,12 +139,12 @@ static Result<size_t> WriteCore(FsImpl& fs, FileHandle file, uint64_t offset, So
       // Long writes commit as they go: write() is not atomic, only durable.
       grow_to(offset + done);
       NVFS_TRY(tx->Commit());
-      tx.emplace(fs, "write");
+      tx.emplace(*this, "write");
     }
   }
   if (done == 0 && failed) return failure;  // the Tx aborts: nothing happened
   grow_to(offset + done);
-  FsOps::Touch(*tx, inode, true, true, now);
+  Touch(*tx, inode, true, true, now);
   NVFS_TRY(tx->Commit());
   return done;
 }
@@ -156,14 +152,14 @@ static Result<size_t> WriteCore(FsImpl& fs, FileHandle file, uint64_t offset, So
 Result<size_t> FsImpl::Write(FileHandle file, uint64_t offset, const void* buf, size_t len,
                              unsigned io_flags) {
   iovec iov{const_cast<void*>(buf), len};
-  Source src{&iov, &iov + 1};
-  return WriteCore(*this, file, offset, src, len, io_flags);
+  WriteSource src{&iov, &iov + 1};
+  return WriteCore(file, offset, src, len, io_flags);
 }
 
 Result<size_t> FsImpl::WriteIter(FileHandle file, uint64_t offset, const iovec* iov,
                                  int iovcnt, unsigned io_flags) {
-  Source src{iov, iov + iovcnt};
-  return WriteCore(*this, file, offset, src, IovecTotal(iov, iovcnt), io_flags);
+  WriteSource src{iov, iov + iovcnt};
+  return WriteCore(file, offset, src, IovecTotal(iov, iovcnt), io_flags);
 }
 
 Status FsImpl::Fsync(FileHandle file) {

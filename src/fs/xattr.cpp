@@ -1,8 +1,8 @@
-// Extended attributes: the Filesystem and FsOps entry points. They check
-// the name against the namespace policy (xattr_policy.cpp), hand the ACL
-// names to acl.cpp, and pick the format the namespace uses: chained
-// (xattr_chained.cpp) or one block (xattr_legacy.cpp). xattr.hpp says
-// which file holds what.
+// Extended attributes: the Filesystem entry points and FsImpl's own calls
+// (fs_impl.hpp). They check the name against the namespace policy
+// (xattr_policy.cpp), hand the ACL names to acl.cpp, and pick the format
+// the namespace uses: chained (xattr_chained.cpp) or one block
+// (xattr_legacy.cpp). xattr.hpp says which file holds what.
 #include <sys/stat.h>
 #include <sys/xattr.h>
 
@@ -44,16 +44,16 @@ constexpr std::string_view kCapability = "security.capability";
 
 }  // namespace
 
-Result<bool> FsOps::HasCapability(FsImpl& fs, const Inode& inode) {
+Result<bool> FsImpl::HasCapability(const Inode& inode) {
   if (inode.xattr_block == 0) return false;
   Found found;
-  NVFS_TRY(Find(FsOps::Ctx(fs), inode, kCapability, &found));
+  NVFS_TRY(Find(*ctx_, inode, kCapability, &found));
   return found.found;
 }
 
-Status FsOps::RemoveCapability(FsImpl& fs, uint64_t ino, const Inode& inode, Tx& tx) {
+Status FsImpl::RemoveCapability(uint64_t ino, const Inode& inode, Tx& tx) {
   if (inode.xattr_block == 0) return Status::Ok();
-  FsContext& ctx = FsOps::Ctx(fs);
+  FsContext& ctx = *ctx_;
   if (ctx.geometry.xattr_chain()) {
     Status st = RemoveChained(ctx, inode, kCapability, &tx);
     return !st.ok() && st.code() == ENODATA ? Status::Ok() : st;
@@ -63,11 +63,11 @@ Status FsOps::RemoveCapability(FsImpl& fs, uint64_t ino, const Inode& inode, Tx&
   auto it = FindIn(*attrs, kCapability);
   if (it == attrs->end()) return Status::Ok();
   attrs->erase(it);
-  return LegacyStore(ctx, tx, ino, inode, *attrs, FsOps::Now());
+  return LegacyStore(ctx, tx, ino, inode, *attrs, Now());
 }
 
-Result<bool> FsOps::FreeXattrs(FsImpl& fs, Tx& tx, const Inode& inode) {
-  FsContext& ctx = FsOps::Ctx(fs);
+Result<bool> FsImpl::FreeXattrs(Tx& tx, const Inode& inode) {
+  FsContext& ctx = *ctx_;
   // Each step frees one record's runs or one empty block: a few records.
   constexpr size_t kStepRoom = 1024;
   while (inode.xattr_block != 0) {
@@ -99,7 +99,7 @@ Result<bool> FsOps::FreeXattrs(FsImpl& fs, Tx& tx, const Inode& inode) {
       next = header.next;
     }
     (void)live;
-    NVFS_TRY(ctx.Checked(FsOps::Alloc(fs).FreeBlocks(tx, block_no, 1)));
+    NVFS_TRY(ctx.Checked(alloc_->FreeBlocks(tx, block_no, 1)));
     tx.Set(inode.xattr_block, next);
     tx.Set(inode.blocks, inode.blocks - 1);
   }
@@ -107,10 +107,9 @@ Result<bool> FsOps::FreeXattrs(FsImpl& fs, Tx& tx, const Inode& inode) {
 }
 
 // The ACL code's view (acl.cpp), on either format.
-Result<std::optional<std::string>> FsOps::FindXattr(FsImpl& fs, const Inode& inode,
-                                                    std::string_view name) {
+Result<std::optional<std::string>> FsImpl::FindXattr(const Inode& inode, std::string_view name) {
   if (inode.xattr_block == 0) return std::optional<std::string>();
-  FsContext& ctx = FsOps::Ctx(fs);
+  FsContext& ctx = *ctx_;
   Found found;
   NVFS_TRY(Find(ctx, inode, name, &found));
   if (!found.found) return std::optional<std::string>();
@@ -119,10 +118,10 @@ Result<std::optional<std::string>> FsOps::FindXattr(FsImpl& fs, const Inode& ino
   return std::optional<std::string>(std::move(value));
 }
 
-Status FsOps::ChangeXattrs(FsImpl& fs, Tx& tx, uint64_t ino, const Inode& inode,
-                           std::span<const XattrChange> changes, timespec now) {
-  if (FsOps::Pinned(inode)) return Error(EPERM);  // chattr +i or +a
-  FsContext& ctx = FsOps::Ctx(fs);
+Status FsImpl::ChangeXattrs(Tx& tx, uint64_t ino, const Inode& inode,
+                            std::span<const XattrChange> changes, timespec now) {
+  if (Pinned(inode)) return Error(EPERM);  // chattr +i or +a
+  FsContext& ctx = *ctx_;
   if (ctx.geometry.xattr_chain()) {
     bool changed = false;
     for (const XattrChange& c : changes) {
@@ -136,7 +135,7 @@ Status FsOps::ChangeXattrs(FsImpl& fs, Tx& tx, uint64_t ino, const Inode& inode,
       }
       changed = true;
     }
-    if (changed) FsOps::Touch(tx, inode, false, true, now);
+    if (changed) Touch(tx, inode, false, true, now);
     return Status::Ok();
   }
   Result<std::vector<Attribute>> attrs = LegacyLoad(ctx, inode);
@@ -166,14 +165,14 @@ Status FsImpl::SetXattr(uint64_t ino, std::string_view name, const void* value, 
   if (size > kXattrValueMax) return Error(E2BIG);
   if (flags & ~(XATTR_CREATE | XATTR_REPLACE)) return Error(EINVAL);
   if (IsAclName(name)) {
-    return FsOps::SetAcl(*this, ino, name == format::kAclDefaultName,
-                         std::string_view(static_cast<const char*>(value), size), xattr_flags);
+    return SetAcl(ino, name == format::kAclDefaultName,
+                  std::string_view(static_cast<const char*>(value), size), xattr_flags);
   }
-  Result<InodeRef> ref = FsOps::Get(*this, ino);
+  Result<InodeRef> ref = Get(ino);
   if (!ref.ok()) return ref.take_error();
   std::unique_lock lock(ref.value()->lock);
   const Inode& inode = ref->media();
-  if (FsOps::Pinned(inode)) return Error(EPERM);  // chattr +i or +a
+  if (Pinned(inode)) return Error(EPERM);  // chattr +i or +a
   if (ctx_->geometry.xattr_chain()) return SetChained(*ctx_, ino, inode, name, value, size, flags);
   return LegacyChange(*ctx_, ino, inode, [&](std::vector<Attribute>& attrs) -> Status {
     auto it = FindIn(attrs, name);
@@ -192,8 +191,8 @@ Status FsImpl::SetXattr(uint64_t ino, std::string_view name, const void* value, 
 Result<size_t> FsImpl::GetXattr(uint64_t ino, std::string_view name, void* value,
                                 size_t size) {
   NVFS_TRY(CheckXattrName(name));
-  if (IsAclName(name)) return FsOps::GetAcl(*this, ino, name == format::kAclDefaultName, value, size);
-  Result<InodeRef> ref = FsOps::Get(*this, ino);
+  if (IsAclName(name)) return GetAcl(ino, name == format::kAclDefaultName, value, size);
+  Result<InodeRef> ref = Get(ino);
   if (!ref.ok()) return ref.take_error();
   std::shared_lock lock(ref.value()->lock);
   const Inode& inode = ref->media();
@@ -212,7 +211,7 @@ Result<size_t> FsImpl::GetXattr(uint64_t ino, std::string_view name, void* value
 // the whole list is ERANGE. A set never lets the list grow past
 // kXattrListMax, the kernel's own limit, so every list can be returned.
 Result<size_t> FsImpl::ListXattr(uint64_t ino, char* list, size_t size, const Cred& cred) {
-  Result<InodeRef> ref = FsOps::Get(*this, ino);
+  Result<InodeRef> ref = Get(ino);
   if (!ref.ok()) return ref.take_error();
   std::shared_lock lock(ref.value()->lock);
   const Inode& inode = ref->media();
@@ -234,11 +233,11 @@ Result<size_t> FsImpl::ListXattr(uint64_t ino, char* list, size_t size, const Cr
 Status FsImpl::RemoveXattr(uint64_t ino, std::string_view name) {
   if (read_only_) return Error(EROFS);
   NVFS_TRY(CheckXattrName(name));
-  Result<InodeRef> ref = FsOps::Get(*this, ino);
+  Result<InodeRef> ref = Get(ino);
   if (!ref.ok()) return ref.take_error();
   std::unique_lock lock(ref.value()->lock);
   const Inode& inode = ref->media();
-  if (FsOps::Pinned(inode)) return Error(EPERM);  // chattr +i or +a
+  if (Pinned(inode)) return Error(EPERM);  // chattr +i or +a
   if (ctx_->geometry.xattr_chain()) return RemoveChained(*ctx_, inode, name, nullptr);
   return LegacyChange(*ctx_, ino, inode, [&](std::vector<Attribute>& attrs) -> Status {
     auto it = FindIn(attrs, name);

@@ -10,8 +10,9 @@
 //                      namespace mkfs 2.1 makes): records changed in place;
 //   xattr_legacy.cpp   the one-block format of older namespaces, replaced
 //                      whole on every change;
-//   xattr.cpp          the Filesystem and FsOps entry points, which check
-//                      the name (policy) and pick the format.
+//   xattr.cpp          the Filesystem entry points and FsImpl's own calls
+//                      (fs_impl.hpp), which check the name (policy) and
+//                      pick the format.
 //
 // Every block is checked before it is read or followed (a data block, in
 // use, decoded by DecodeXattrBlock, the validator fsck uses too), and a walk

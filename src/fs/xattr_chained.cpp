@@ -15,7 +15,7 @@
 #include <string_view>
 #include <vector>
 
-#include "fs/fs_impl.hpp"
+#include "fs/inode_rules.hpp"
 #include "fs/xattr.hpp"
 
 namespace nvfs::xattr {
@@ -243,7 +243,7 @@ Status SetChainedIn(FsContext& ctx, Tx& tx, uint64_t ino, const Inode& inode,
     ++added;
   }
   if (added != freed) tx.Set(inode.blocks, inode.blocks + added - freed);
-  FsOps::Touch(tx, inode, false, true, now);
+  Touch(tx, inode, false, true, now);
   return Status::Ok();
 }
 
@@ -251,7 +251,7 @@ Status SetChainedIn(FsContext& ctx, Tx& tx, uint64_t ino, const Inode& inode,
 Status SetChained(FsContext& ctx, uint64_t ino, const Inode& inode, std::string_view name,
                   const void* value, size_t size, int flags) {
   Tx tx(ctx.journal, "xattr");
-  NVFS_TRY(SetChainedIn(ctx, tx, ino, inode, name, value, size, flags, FsOps::Now()));
+  NVFS_TRY(SetChainedIn(ctx, tx, ino, inode, name, value, size, flags, Now()));
   return tx.Commit();
 }
 
@@ -262,7 +262,7 @@ Status RemoveChained(FsContext& ctx, const Inode& inode, std::string_view name, 
   if (in_tx != nullptr) return RemoveFound(ctx, *in_tx, inode, found);
   Tx tx(ctx.journal, "xattr");
   NVFS_TRY(RemoveFound(ctx, tx, inode, found));
-  FsOps::Touch(tx, inode, false, true, FsOps::Now());
+  Touch(tx, inode, false, true, Now());
   return tx.Commit();
 }
 

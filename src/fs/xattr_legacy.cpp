@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "fs/fs_impl.hpp"
+#include "fs/inode_rules.hpp"
 #include "fs/xattr.hpp"
 
 namespace nvfs::xattr {
@@ -66,7 +66,7 @@ Status LegacyStore(FsContext& ctx, Tx& tx, uint64_t ino, const Inode& inode,
   if (old_block != 0) NVFS_TRY(ctx.Checked(ctx.alloc.FreeBlocks(tx, old_block, 1)));
   const uint64_t blocks = inode.blocks + (new_block != 0) - (old_block != 0);
   if (blocks != inode.blocks) tx.Set(inode.blocks, blocks);
-  FsOps::Touch(tx, inode, false, true, now);
+  Touch(tx, inode, false, true, now);
   return Status::Ok();
 }
 
@@ -77,7 +77,7 @@ Status LegacyChange(FsContext& ctx, uint64_t ino, const Inode& inode,
   if (!attrs.ok()) return attrs.take_error();
   NVFS_TRY(change(*attrs));
   Tx tx(ctx.journal, "xattr");
-  NVFS_TRY(LegacyStore(ctx, tx, ino, inode, *attrs, FsOps::Now()));
+  NVFS_TRY(LegacyStore(ctx, tx, ino, inode, *attrs, Now()));
   return tx.Commit();
 }
 

@@ -36,15 +36,16 @@
 //  - InodeCache::CloseOpen loads the link count under the cache's mutex
 //    while an unlink stores it under the inode's lock (LoadRacing): a hint
 //    to free an unlinked file's data at its last close, checked again
-//    under the inode's lock by FsOps::FreeUnlinkedData;
+//    under the inode's lock by FsImpl::FreeUnlinkedData;
 //  - the /dev/fuse transport's writev (src/fuse/transport.cpp) of a
 //    map-path read reply, whose runs point into the mapping: the kernel
 //    copies them racing any write to the same bytes (a read racing a write,
 //    as POSIX allows); the MapGuard keeps the blocks the file's until the
 //    writev returns, and a bad page fails it with EFAULT, not a SIGBUS;
-//  - FsOps::Touch copies an inode to store its times, while OrphanRemove
-//    may be rewriting its orphan_next under orphan_mu_ alone; the copy's
-//    orphan_next is never stored back (StoreInodeDiff cuts it out).
+//  - Touch (src/fs/inode_rules.hpp) copies an inode to store its times,
+//    while OrphanRemove may be rewriting its orphan_next under orphan_mu_
+//    alone; the copy's orphan_next is never stored back (StoreInodeDiff
+//    cuts it out).
 // Under ThreadSanitizer (GCC and clang define __SANITIZE_THREAD__) these
 // are bracketed by its ignore-reads annotations: loads only. Every store
 // inside (the reader's buffer, the map being built), the counter's loads

@@ -385,7 +385,7 @@ TEST_CASE("regression: a grow that waited for a journal slot holding orphan_mu_ 
       fs.Release(*file);
       files.push_back(attr.ino);
     }
-    Journal& journal = FsOps::Jnl(static_cast<FsImpl&>(fs));
+    Journal& journal = FsImpl::Of(fs).context().journal;
     std::vector<std::unique_ptr<Tx>> held;
     for (uint32_t i = 0; i < slots; ++i) held.push_back(std::make_unique<Tx>(journal, "held"));
     std::atomic<uint32_t> finished{0};

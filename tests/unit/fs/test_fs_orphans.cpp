@@ -380,7 +380,7 @@ TEST_CASE("regression: an orphan add that failed after storing orphan_head was u
   FsImpl& fs = FsImpl::Of(**mounted);
   const auto& dyn = *reinterpret_cast<const format::SuperDynamic*>(
       fs.media().base() + format::kSuperDynamicOffset);
-  const format::Inode& other_inode = FsOps::InodeAt(fs, other);
+  const format::Inode& other_inode = fs.context().InodeAt(other);
   constexpr int kRounds = 4;
   int wrong = 0;
   for (int round = 0; round < kRounds && wrong == 0; ++round) {
@@ -393,7 +393,7 @@ TEST_CASE("regression: an orphan add that failed after storing orphan_head was u
       while (!fail_fired.load()) std::this_thread::yield();
       tx.LockOrphans();
       taken = true;
-      FsOps::OrphanAdd(fs, tx, other);
+      fs.OrphanAdd(tx, other);
       added = tx.Commit().ok();
     });
     const uint64_t head = dyn.orphan_head;
@@ -417,7 +417,7 @@ TEST_CASE("regression: an orphan add that failed after storing orphan_head was u
       ++wrong;
       break;
     }
-    REQUIRE(FsOps::OrphanRemove(fs, tx, other).ok());
+    REQUIRE(fs.OrphanRemove(tx, other).ok());
     REQUIRE(tx.Commit().ok());
   }
   CHECK(wrong == 0);

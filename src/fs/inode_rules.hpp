@@ -1,0 +1,68 @@
+// What the files of src/fs/ apply to an inode without any state of the
+// filesystem's: the current time, chattr's attributes, the privileges a
+// change takes away, logged time and inode stores. Plain functions over an
+// inode and a transaction (inode_access.cpp, read.cpp).
+#pragma once
+
+#include <sys/stat.h>
+
+#include <cstdint>
+#include <ctime>
+
+#include "journal/journal.hpp"
+#include "nvfs/format.hpp"
+
+namespace nvfs {
+
+// Current time for timestamps.
+timespec Now();
+
+// chattr's attributes (format.hpp kInodeFlag*, enforced as ext4 does;
+// doc/format.md): an immutable inode changes in nothing — bytes, size,
+// attributes, xattrs, names (no link, unlink or rename of it, no entry
+// added to or removed from it as a directory); an append-only one takes
+// bytes only at its end and keeps its names and attributes likewise, but
+// as a directory takes new entries. Both EPERM. REQUIRES: inode lock held.
+inline bool Immutable(const format::Inode& inode) {
+  return inode.flags & format::kInodeFlagImmutable;
+}
+inline bool AppendOnly(const format::Inode& inode) {
+  return inode.flags & format::kInodeFlagAppend;
+}
+// Neither its names nor its attributes may change (either flag).
+inline bool Pinned(const format::Inode& inode) {
+  return inode.flags & (format::kInodeFlagImmutable | format::kInodeFlagAppend);
+}
+
+// Sets mtime and/or ctime to `now`, logged. REQUIRES: inode lock held.
+void Touch(Tx& tx, const format::Inode& inode, bool mtime, bool ctime, timespec now);
+// Logs and stores the bytes where `updated` differs from the on-media inode,
+// as one record (two if they lie on both sides of orphan_next, which is
+// never stored: OrphanAdd and OrphanRemove own it, under orphan_mu_).
+void StoreInodeDiff(Tx& tx, const format::Inode& on_media, const format::Inode& updated);
+
+// What a change of a file takes away (fs.hpp, "Privileges"): the
+// security.capability attribute always; with `suidgid`, set-user-ID and
+// set-group-ID where group execution is on (without it the bit marks
+// mandatory locking and stays, as on every Linux filesystem).
+inline uint32_t KilledMode(uint32_t mode) {
+  uint32_t kill = mode & S_ISUID;
+  if ((mode & (S_ISGID | S_IXGRP)) == (S_ISGID | S_IXGRP)) kill |= S_ISGID;
+  return mode & ~kill;
+}
+
+// A media error (SIGBUS) met under a recovery point by `what` on inode
+// `ino`: says so on stderr (the first 16, then every 1024th); the caller
+// fails the request with EIO.
+[[gnu::cold]] void ReportMediaError(const char* what, uint64_t ino);
+
+inline uint8_t DirType(uint32_t mode) { return static_cast<uint8_t>((mode & S_IFMT) >> 12); }
+
+inline timespec ToTimespec(int64_t sec, uint32_t nsec) {
+  timespec ts;
+  ts.tv_sec = static_cast<time_t>(sec);
+  ts.tv_nsec = static_cast<long>(nsec);
+  return ts;
+}
+
+}  // namespace nvfs
