@@ -502,6 +502,7 @@ TEST_CASE("control: the socket is root's alone and grows only for the namespace 
   CHECK(S_ISSOCK(st.st_mode));
   CHECK((st.st_mode & 0777) == 0600);
   CHECK(st.st_uid == 0);
+  const ino_t socket_ino = st.st_ino;
 
   // One request, one reply, then the daemon closes the connection.
   const auto ask = [&](const void* request, size_t size, const std::vector<int>& fds) {
