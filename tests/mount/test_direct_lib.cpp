@@ -32,9 +32,11 @@
 #include <vector>
 
 #include "mount_fixture.hpp"
+#include "mount_helpers.hpp"
 #include "nvfs/direct.h"
 
 using nvfs::test::MountedFs;
+using nvfs::test::ReadAll;
 
 namespace {
 
@@ -55,22 +57,6 @@ namespace {
     if (n == 0) return out;
     out.append(buf.data(), static_cast<size_t>(n));
   }
-}
-
-// The same through the kernel.
-[[maybe_unused]] std::string KernelAll(const std::string& path) {
-  const int fd = open(path.c_str(), O_RDONLY);
-  REQUIRE(fd >= 0);
-  std::string out;
-  char buf[65536];
-  for (;;) {
-    const ssize_t n = pread(fd, buf, sizeof buf, static_cast<off_t>(out.size()));
-    REQUIRE(n >= 0);
-    if (n == 0) break;
-    out.append(buf, static_cast<size_t>(n));
-  }
-  close(fd);
-  return out;
 }
 
 [[maybe_unused]] std::string Program(const char* env) {
@@ -288,7 +274,7 @@ TEST_CASE("direct lib: reads agree with the kernel through every change", "[moun
     const std::string direct = ReadAll(d, 1 + rng() % 70000);
     CHECK(direct.size() == model.size());
     CHECK(direct == model);
-    CHECK(KernelAll(f) == model);
+    CHECK(ReadAll(f) == model);
     // preadv over uneven segments, from an odd offset.
     if (model.size() > 1000) {
       char a[7], b[333], c[4096];

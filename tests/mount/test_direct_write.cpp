@@ -25,9 +25,11 @@
 #include <vector>
 
 #include "mount_fixture.hpp"
+#include "mount_helpers.hpp"
 #include "nvfs/direct.h"
 
 using nvfs::test::MountedFs;
+using nvfs::test::ReadAll;
 
 namespace {
 
@@ -48,20 +50,6 @@ void WriteKernel(const std::string& path, const std::string& bytes, off_t at, in
   close(fd);
 }
 
-std::string KernelAll(const std::string& path) {
-  const int fd = open(path.c_str(), O_RDONLY);
-  REQUIRE(fd >= 0);
-  std::string out;
-  char buf[65536];
-  for (;;) {
-    const ssize_t n = pread(fd, buf, sizeof buf, static_cast<off_t>(out.size()));
-    REQUIRE(n >= 0);
-    if (n == 0) break;
-    out.append(buf, static_cast<size_t>(n));
-  }
-  close(fd);
-  return out;
-}
 
 // An O_RDWR descriptor of `path` and its handle; both go with it.
 struct Attached {
@@ -130,7 +118,7 @@ TEST_CASE("direct write: overwrites, appends and holes, seen through the kernel 
       model += bytes;
       REQUIRE(nvfs_direct_write_why(f.d) == NVFS_DIRECT_ACTIVE);
     }
-    CHECK(KernelAll(m.path("f")) == model);
+    CHECK(ReadAll(m.path("f")) == model);
     // Overwrites inside, across blocks.
     for (off_t at : {off_t{0}, off_t{4000}, off_t{70000}, off_t{199990}}) {
       const std::string bytes(10, 'O');
@@ -141,12 +129,12 @@ TEST_CASE("direct write: overwrites, appends and holes, seen through the kernel 
     REQUIRE(f.Write("END", 300000) == 3);
     model.resize(300000, '\0');
     model += "END";
-    CHECK(KernelAll(m.path("f")) == model);
+    CHECK(ReadAll(m.path("f")) == model);
     REQUIRE(ftruncate(f.fd, 1 << 20) == 0);  // a hole at the end
     model.resize(1 << 20, '\0');
     REQUIRE(f.Write("HOLE", 900000) == 4);
     model.replace(900000, 4, "HOLE");
-    CHECK(KernelAll(m.path("f")) == model);
+    CHECK(ReadAll(m.path("f")) == model);
     // A direct reader in another process sees it at once.
     const pid_t child = fork();
     REQUIRE(child >= 0);
@@ -233,14 +221,14 @@ TEST_CASE("direct write: who may not write directly writes right through the ker
     Attached app(m.path("p"), O_RDWR | O_APPEND);
     CHECK(nvfs_direct_write_why(app.d) == NVFS_DIRECT_NOT_WRITABLE);
     REQUIRE(app.Write("APP", 0) == 3);  // the kernel appends
-    CHECK(KernelAll(m.path("p")) == std::string(8192, 'p') + "APP");
+    CHECK(ReadAll(m.path("p")) == std::string(8192, 'p') + "APP");
   }
   SECTION("a set-user-ID file: the kernel writes it (and drops the bit as it does)") {
     REQUIRE(chmod(m.path("p").c_str(), 04755) == 0);
     Attached f(m.path("p"));
     REQUIRE(f.Write("S", 0) == 1);
     CHECK(nvfs_direct_write_why(f.d) == NVFS_DIRECT_PRIVILEGED);
-    CHECK(KernelAll(m.path("p"))[0] == 'S');
+    CHECK(ReadAll(m.path("p"))[0] == 'S');
     // Made set-user-ID while attached: the next write maps again and goes
     // to the kernel too.
     REQUIRE(chmod(m.path("p").c_str(), 0644) == 0);
@@ -250,7 +238,7 @@ TEST_CASE("direct write: who may not write directly writes right through the ker
     REQUIRE(chmod(m.path("p").c_str(), 04755) == 0);
     REQUIRE(g.Write("U", 2) == 1);
     CHECK(nvfs_direct_write_why(g.d) == NVFS_DIRECT_PRIVILEGED);
-    CHECK(KernelAll(m.path("p")).substr(0, 3) == "STU");
+    CHECK(ReadAll(m.path("p")).substr(0, 3) == "STU");
     // Root keeps the bit through a write (CAP_FSETID), as through the
     // mount; a user without it loses it in the kernel's write.
     REQUIRE(chmod(m.path("p").c_str(), 04777) == 0);
@@ -276,7 +264,7 @@ TEST_CASE("direct write: who may not write directly writes right through the ker
     errno = 0;
     CHECK(f.Write(big, 5) == -1);
     CHECK(errno == ENOSPC);
-    CHECK(KernelAll(m.path("q")) == "start");
+    CHECK(ReadAll(m.path("q")) == "start");
     REQUIRE(unlink(m.path("filler").c_str()) == 0);
   }
   StopAndCheck(m);
@@ -313,11 +301,11 @@ TEST_CASE("direct write: a write-only descriptor writes directly; its reads are 
       model += bytes;
     }
     CHECK(nvfs_direct_write_why(g.d) == NVFS_DIRECT_ACTIVE);
-    CHECK(KernelAll(m.path("copy")) == model);
+    CHECK(ReadAll(m.path("copy")) == model);
   }
   std::string expect(8192, 'w');
   expect.replace(100, 4, "over");
-  CHECK(KernelAll(m.path("w")) == expect + "tail");
+  CHECK(ReadAll(m.path("w")) == expect + "tail");
   {
     // Write-only and O_APPEND: the kernel's.
     Attached app(m.path("w"), O_WRONLY | O_APPEND);
@@ -351,7 +339,7 @@ TEST_CASE("direct write: a process that may read but not write the namespace",
     _exit(0);
   }
   CHECK(nvfs::test::WaitForExit(child, 30) == 0);
-  CHECK(KernelAll(m.path("p")).substr(4096, 6) == "NOBODY");
+  CHECK(ReadAll(m.path("p")).substr(4096, 6) == "NOBODY");
   REQUIRE(m.Stop() == 0);
   REQUIRE(chmod(m.image().c_str(), 0600) == 0);
   nvfs::test::CheckFsckClean(m.image());
@@ -401,7 +389,7 @@ TEST_CASE("direct write: a store never lands in a block another file was given (
   // Once it is out, the blocks are free again.
   if (!written) REQUIRE(pwrite(b, bytes.data(), bytes.size(), 0) == static_cast<ssize_t>(bytes.size()));
   close(b);
-  const std::string got = KernelAll(m.path("b"));
+  const std::string got = ReadAll(m.path("b"));
   CHECK(got.find('W') == std::string::npos);
   CHECK(got == bytes);
   REQUIRE(unlink(m.path("filler").c_str()) == 0);
@@ -449,10 +437,10 @@ TEST_CASE("direct write: kill -9 of the daemon under a writer; the next mount wa
   REQUIRE(pwrite(b, bytes.data(), bytes.size(), 0) == static_cast<ssize_t>(bytes.size()));
   close(b);
   writer.join();
-  const std::string got = KernelAll(m.path("b"));
+  const std::string got = ReadAll(m.path("b"));
   CHECK(got.find('W') == std::string::npos);
   CHECK(got == bytes);
-  CHECK(KernelAll(m.path("other")) == std::string(100000, 'o'));
+  CHECK(ReadAll(m.path("other")) == std::string(100000, 'o'));
   REQUIRE(unlink(m.path("filler").c_str()) == 0);
   a.reset();
   StopAndCheck(m);
@@ -484,9 +472,9 @@ TEST_CASE("direct write: the preload under fork, dup2 and descriptor reuse",
   }
   INFO(log);
   CHECK(status == 0);
-  CHECK(KernelAll(m.path("w1")) == std::string(4096, '1') + "parent");
-  CHECK(KernelAll(m.path("w2")) == std::string(4096, '2') + "child");
-  CHECK(KernelAll(m.path("w3")) == "reused");
+  CHECK(ReadAll(m.path("w1")) == std::string(4096, '1') + "parent");
+  CHECK(ReadAll(m.path("w2")) == std::string(4096, '2') + "child");
+  CHECK(ReadAll(m.path("w3")) == "reused");
   StopAndCheck(m);
 }
 
@@ -531,7 +519,7 @@ TEST_CASE("direct write: threads writing through changes of credentials lose no 
   t2.join();
   CHECK(failures == 0);
   for (int which = 0; which < 2; ++which) {
-    const std::string got = KernelAll(m.path(which == 0 ? "c1" : "c2"));
+    const std::string got = ReadAll(m.path(which == 0 ? "c1" : "c2"));
     for (int b = 0; b < kBlocks; ++b) {
       INFO("file " << which << " block " << b);
       CHECK(got.substr(static_cast<size_t>(b) * 4096, 4096) == last[which][b]);
@@ -717,7 +705,7 @@ TEST_CASE("direct write: RLIMIT_FSIZE, a read-only mount and cache=page are the 
     } else {
       CHECK(errno == EROFS);  // the kernel refuses the open itself
     }
-    CHECK(KernelAll(m.path("r")) == std::string(4096, 'r'));
+    CHECK(ReadAll(m.path("r")) == std::string(4096, 'r'));
   }
   SECTION("cache=page: reads direct, writes through the kernel") {
     m.Start("cache=page");
@@ -726,7 +714,7 @@ TEST_CASE("direct write: RLIMIT_FSIZE, a read-only mount and cache=page are the 
     CHECK(nvfs_direct_why(a.d) == NVFS_DIRECT_ACTIVE);
     REQUIRE(a.Write("page", 0) == 4);
     CHECK(nvfs_direct_write_why(a.d) == NVFS_DIRECT_NO_WRITES);
-    CHECK(KernelAll(m.path("c")).substr(0, 4) == "page");
+    CHECK(ReadAll(m.path("c")).substr(0, 4) == "page");
   }
   StopAndCheck(m);
 }
