@@ -169,9 +169,10 @@ void Prove(const MountedFs& m, Session* s) {
   REQUIRE(s->table_fd >= 0);
 }
 
-MapReply MapFile(int sock, int fd, uint64_t offset = 0) {
+MapReply MapFile(int sock, int fd, uint64_t offset = 0, uint32_t flags = 0) {
   MapReply reply{};
-  REQUIRE(SendRequest(sock, kOpMap, fd, offset));
+  Request r{kMagic, kVersion, kOpMap, flags, offset, 0};
+  REQUIRE(SendRaw(sock, &r, sizeof r, std::vector<int>{fd}));
   REQUIRE(Receive(sock, &reply, sizeof reply) == static_cast<ssize_t>(sizeof reply));
   return reply;
 }
@@ -358,6 +359,59 @@ TEST_CASE("direct: hello, proof, runs and the shared table", "[mount][direct]") 
   CHECK(slot.seq.load() % 2 == 0);
   munmap(const_cast<std::byte*>(ns), s.prove.namespace_size);
   munmap(const_cast<DirectSlot*>(table), s.prove.table_bytes);
+  REQUIRE(m.Stop() == 0);
+}
+
+// A descriptor open for writing only (as cp, dd and NFS servers open
+// files) is mapped for a writer alone: a connection proven for reading
+// cannot use one, and a connection proven for writing only with
+// kMapForWrite (src/daemon/direct_server.cpp, Map). O_APPEND stays the
+// kernel's.
+TEST_CASE("direct: a write-only descriptor is mapped only for a writer, and only for writing",
+          "[mount][direct]") {
+  NVFS_REQUIRE_FUSE();
+  if (geteuid() != 0) NVFS_SKIP("the direct socket needs a root daemon");
+  MountedFs m;
+  m.Start();
+  WriteFile(m.path("f"), std::string(10000, 'w'));
+  Session s;
+  Prove(m, &s);
+  const int wronly = open(m.path("f").c_str(), O_WRONLY | O_CLOEXEC);
+  REQUIRE(wronly >= 0);
+  const int append = open(m.path("f").c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+  REQUIRE(append >= 0);
+  const int rdonly = open(m.path("f").c_str(), O_RDONLY | O_CLOEXEC);
+  REQUIRE(rdonly >= 0);
+
+  // Proven for reading: a write-only descriptor is refused, with or
+  // without the flag; a readable one is served, and not as writable.
+  CHECK(MapFile(s.sock, wronly).h.error == EBADF);
+  CHECK(MapFile(s.sock, wronly, 0, kMapForWrite).h.error == EBADF);
+  MapReply readable = MapFile(s.sock, rdonly, 0, kMapForWrite);
+  CHECK(readable.h.error == 0);
+  CHECK((readable.flags & kMapWritable) == 0);
+
+  // Proven for writing: the flag is what lets a write-only descriptor in.
+  const int ns = open(m.image().c_str(), O_RDWR | O_CLOEXEC);
+  REQUIRE(ns >= 0);
+  REQUIRE(SendRequest(s.sock, kOpWriteProve, ns));
+  close(ns);
+  WriteProveReply wp{};
+  int writers_fd = -1;
+  REQUIRE(Receive(s.sock, &wp, sizeof wp, &writers_fd) == static_cast<ssize_t>(sizeof wp));
+  REQUIRE(wp.h.error == 0);
+  if (writers_fd >= 0) close(writers_fd);
+  CHECK(MapFile(s.sock, wronly).h.error == EBADF);
+  MapReply written = MapFile(s.sock, wronly, 0, kMapForWrite);
+  CHECK(written.h.error == 0);
+  CHECK((written.flags & kMapWritable) != 0);
+  CHECK(written.size == 10000);
+  CHECK(MapFile(s.sock, append, 0, kMapForWrite).h.error == EBADF);
+  // The connection still serves (an error for a request, not the end).
+  CHECK(MapFile(s.sock, rdonly).h.error == 0);
+  close(rdonly);
+  close(append);
+  close(wronly);
   REQUIRE(m.Stop() == 0);
 }
 
