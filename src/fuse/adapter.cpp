@@ -152,9 +152,9 @@ void OpInit(void* userdata, fuse_conn_info* conn) noexcept {
   conn->max_write = kFuseMaxIo;
   // Asynchronous direct I/O (libaio, io_uring) and read-ahead are the
   // kernel's background requests, of which it keeps max_background in
-  // flight (12 by default) and queues the rest: a program with 128 reads
-  // queued got 12 served at a time. Each costs the daemon nothing while
-  // it waits (no buffer, no thread).
+  // flight (12 by default) and makes the submitter of the next one sleep:
+  // a program with 128 reads queued got 12 served at a time. Each costs
+  // the daemon nothing while it waits (no buffer, no thread).
   conn->max_background = kMaxBackground;
   conn->congestion_threshold = kMaxBackground * 3 / 4;
   want(FUSE_CAP_ASYNC_READ);
