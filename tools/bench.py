@@ -19,6 +19,7 @@ alternating within each repetition; the table gives medians over the
 repetitions and ratios against tmpfs and fuse2fs computed from the same run.
 """
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -58,6 +59,49 @@ def data_of(t):
     return os.path.join(t.dir, "data")
 
 
+@contextlib.contextmanager
+def prepared(chosen, size, left_out):
+    """Around a run of measurements on the targets `chosen`: a data file of
+    `size` random bytes, copied to each target made and mounted (setup), and
+    the kernel's switch for FUSE over io_uring on; yields the targets kept
+    (the io_uring ones are left out, and `left_out` said on stderr, when the
+    kernel has no switch). On every exit each target is unmounted and
+    removed, the switch set back, the data file removed, and the mount
+    points, WORK and MNT too where they are empty."""
+    uring = benchreport.UringSwitch(chosen, lambda t: t.uses_uring, left_out)
+    kept = uring.keep()
+    os.makedirs(WORK, exist_ok=True)
+    os.makedirs(MNT, exist_ok=True)
+    source = os.path.join(WORK, "source.dat")
+    try:
+        with open(source, "wb") as f:
+            for at in range(0, size, MIB):
+                f.write(os.urandom(min(MIB, size - at)))
+        uring.on()
+        for t in kept:
+            print(f"setting up {t.name}", file=sys.stderr)
+            setup(t, size, source)
+        yield kept
+    finally:
+        for t in kept:
+            t.destroy()
+        uring.off()
+        if os.path.exists(source):
+            os.unlink(source)
+        for d in [t.dir for t in kept] + [MNT, WORK]:
+            with contextlib.suppress(OSError):
+                os.rmdir(d)  # only if empty: still mounted, or another run's, it stays
+
+
+def pread_command(target, *args):
+    """nvfs-pread's file mode on `target`'s data file with `args`, one JSON
+    object per measurement; through libnvfs-direct on a direct=on target."""
+    cmd = [os.path.join(BUILD, "nvfs-pread"), "file", "--json", "-T", target.name, *args]
+    if target.option("direct") == "on":
+        cmd.append("--direct")
+    return cmd + [data_of(target)]
+
+
 # name, block size, pattern, threads, cold (drop caches first)
 WORKLOADS = [
     ("seq-512", 512, "seq", 1, False),
@@ -88,18 +132,13 @@ def pread_once(target, wl, size, quick):
     name, bs, pattern, threads, cold = wl
     if cold:
         drop_caches()
-    direct = target.option("direct") == "on"
-    paths = "getxattr" if name == "floor" and not direct else "pread"
-    cmd = [os.path.join(BUILD, "nvfs-pread"), "file", "--json", "-r", "1", "-b", str(bs),
-           "-P", pattern, "-t", str(threads), "-p", paths, "-T", target.name]
-    if direct:
-        cmd.append("--direct")
+    paths = "getxattr" if name == "floor" and target.option("direct") != "on" else "pread"
+    args = ["-r", "1", "-b", str(bs), "-P", pattern, "-t", str(threads), "-p", paths]
     # Cold: one pass over the file; warm: time-based, as fio runs.
-    cmd += ["-N", str(size // bs)] if cold else ["-D", str(DURATION[quick])]
+    args += ["-N", str(size // bs)] if cold else ["-D", str(DURATION[quick])]
     if name.endswith("-pin"):
-        cmd.append("-C")
-    cmd.append(data_of(target))
-    out = run(cmd).stdout.strip().splitlines()
+        args.append("-C")
+    out = run(pread_command(target, *args)).stdout.strip().splitlines()
     rec = json.loads(out[-1])
     return rec["ns_per_op"], rec["gbps"]
 
@@ -279,26 +318,11 @@ def main():
     chosen = benchreport.pick(chosen, args.targets)
     chosen = with_baseline(chosen, args.baseline)
 
-    # FUSE over io_uring needs the kernel's switch, which is global: on for
-    # this run, the old value back on every exit (finally below).
-    uring = benchreport.UringSwitch(chosen, lambda t: t.uses_uring,
-                                    "the io_uring target is left out")
-    chosen = uring.keep()
-
-    os.makedirs(WORK, exist_ok=True)
-    os.makedirs(MNT, exist_ok=True)
-    source = os.path.join(WORK, "source.dat")
-    with open(source, "wb") as f:
-        f.write(os.urandom(args.size))
     # (target, workload) -> per repetition: nvfs-pread's ns/op and GB/s, fio's
     # GB/s, and "pair": nvfs-pread's GB/s over fio's measured right after it.
     results = {}
     workloads = benchreport.pick(WORKLOADS, args.workloads, lambda wl: wl[0])
-    try:
-        uring.on()
-        for t in chosen:
-            print(f"setting up {t.name}", file=sys.stderr)
-            setup(t, args.size, source)
+    with prepared(chosen, args.size, "the io_uring target is left out") as chosen:
         for rep in range(args.reps):
             for wl in workloads:
                 # Alternate the order of targets between repetitions.
@@ -313,14 +337,9 @@ def main():
                     if fio is not None:
                         r["fio"].append(fio)
                         r["pair"].append(gbps / fio if fio else None)
-    finally:
-        for t in chosen:
-            t.destroy()
-        uring.off()
-        if os.path.exists(source):
-            os.unlink(source)
 
     med = benchreport.medians(results)
+    os.makedirs(os.path.dirname(os.path.abspath(args.json_out)), exist_ok=True)
     with open(args.json_out, "w") as f:
         json.dump({f"{k[0]}|{k[1]}": {"median": med[k], "runs": r} for k, r in results.items()}, f,
                   indent=1)

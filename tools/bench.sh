@@ -22,6 +22,13 @@
 #   tools/bench.sh --depth [--reps N] [--size BYTES] [--seconds S]
 #                          [--targets a,b,...] [--workloads a,b,...]
 #                          [--baseline DIR_WITH_AN_OLDER_nvfs]
+# With --iovec first, what a read costs by the kind of its destination (seed
+# 002, tools/bench_iovec.py): nvfs-pread's pread (one buffer), preadv (4 KiB
+# iovecs) and preadv-page (4 KiB iovecs all on one page), random, at 4 KiB,
+# 64 KiB and 1 MiB, on tmpfs, ext4 on a loop device, fuse2fs, nvfs cache=none
+# over /dev/fuse and io_uring, nvfs cache=page and nvfs through libnvfs-direct:
+#   tools/bench.sh --iovec [--reps N] [--size BYTES] [--seconds S]
+#                          [--targets a,b,...] [--baseline DIR_WITH_AN_OLDER_nvfs]
 # With --walks first, tree walks with the kernel's caches as long as the mount
 # against 1 s timeouts (tools/bench_walks.py):
 #   tools/bench.sh --walks [--files N] [--reps N] [--idle S] [--targets a,b,...]
@@ -46,6 +53,12 @@ if [ "${1:-}" = --depth ]; then
   nvfs_install_deps fio fuse2fs
   nvfs_build
   exec python3 "$NVFS_TOP/tools/bench_depth.py" "$@"
+fi
+if [ "${1:-}" = --iovec ]; then
+  shift
+  nvfs_install_deps fuse2fs
+  nvfs_build
+  exec python3 "$NVFS_TOP/tools/bench_iovec.py" "$@"
 fi
 if [ "${1:-}" = --walks ]; then
   shift

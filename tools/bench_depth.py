@@ -28,7 +28,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
 import benchreport  # noqa: E402
-from bench import MNT, WORK, data_of, nvfs_options, setup, target  # noqa: E402
+from bench import data_of, nvfs_options, prepared, target  # noqa: E402
 from benchreport import run  # noqa: E402
 from targets import with_baseline  # noqa: E402
 
@@ -78,12 +78,9 @@ def once(t, wl, size, seconds):
 def report(results, names, wls):
     med = {k: statistics.median(v) for k, v in results.items() if v}
     print("\nrandom reads at depth, O_DIRECT, median k IOPS:")
-    width = max(len(n) for n in names)
-    print(f"  {'workload':14}" + "".join(f" {n:>{max(width, 9)}}" for n in names))
-    for wl in wls:
-        cells = [med.get((n, wl)) for n in names]
-        print(f"  {wl:14}" + "".join(
-            f" {('-' if c is None else f'{c:.0f}'):>{max(width, 9)}}" for c in cells))
+    print("\n".join(benchreport.grid(
+        "workload", wls, names,
+        lambda wl, n: None if (n, wl) not in med else f"{med[(n, wl)]:.0f}")))
 
     def ratio(a, b):
         x, y = med.get(a), med.get(b)
@@ -123,20 +120,8 @@ def main():
     chosen = benchreport.pick(targets(), args.targets)
     chosen = with_baseline(chosen, args.baseline)
     wls = benchreport.pick(list(WORKLOADS), args.workloads, lambda wl: wl)
-    uring = benchreport.UringSwitch(chosen, lambda t: t.uses_uring,
-                                    "the io_uring targets are left out")
-    chosen = uring.keep()
-    os.makedirs(WORK, exist_ok=True)
-    os.makedirs(MNT, exist_ok=True)
-    source = os.path.join(WORK, "source.dat")
-    with open(source, "wb") as f:
-        for _ in range(args.size // MIB):
-            f.write(os.urandom(MIB))
     results = {}
-    try:
-        uring.on()
-        for t in chosen:
-            setup(t, args.size, source)
+    with prepared(chosen, args.size, "the io_uring targets are left out") as chosen:
         for rep in range(args.reps):
             for wl in wls:
                 for t in chosen:
@@ -144,12 +129,6 @@ def main():
                     if r is not None:
                         results.setdefault((t.name, wl), []).append(r)
                         print(f"rep {rep + 1} {wl:12} {t.name:16} {r:8.0f} k IOPS", flush=True)
-    finally:
-        for t in chosen:
-            t.destroy()
-        uring.off()
-        if os.path.exists(source):
-            os.unlink(source)
     report(results, [t.name for t in chosen], wls)
 
 

@@ -3,9 +3,11 @@ metadata work; bench_walks.py: walks of a tree): running a command, the
 mount table, dropping the kernel's caches, waiting for a FUSE daemon to let
 go of its image, the kernel's switch for FUSE over io_uring, the options
 every script takes (--reps, --targets, --baseline, --json-out), medians over
-repetitions, and the two table forms they print (fixed-width columns and
-markdown). Each script keeps which targets it runs, its workloads and what
-it checks; how a target is made, mounted and unmounted is targets.py's.
+repetitions, and the table forms they print (fixed-width columns, a grid of
+rows by targets, and markdown). Each script keeps which targets it runs, its
+workloads and what it checks; how a target is made, mounted and unmounted is
+targets.py's, and the run around the read benchmarks' measurements (the
+data file, the targets made and removed) bench.py's prepared().
 """
 import os
 import signal
@@ -127,6 +129,15 @@ def fixed_row(cells, widths, sep=" "):
     """One line of a fixed-width table: each cell (a string) padded to its
     width, right-aligned for a positive width, left for a negative one."""
     return sep.join(f"{c:>{w}}" if w > 0 else f"{c:<{-w}}" for c, w in zip(cells, widths))
+
+
+def grid(corner, rows, columns, cell):
+    """The lines of a fixed-width table, indented by two spaces: a line per
+    row, a column per column name, `corner` above the rows' names;
+    `cell(row, column)` is a cell's text (None shows as "-")."""
+    widths = [-max(len(x) for x in [corner, *rows])] + [max(9, len(c)) for c in columns]
+    return ["  " + fixed_row([corner, *columns], widths)] + [
+        "  " + fixed_row([r] + [cell(r, c) or "-" for c in columns], widths) for r in rows]
 
 
 def markdown_table(header, rows):

@@ -1,5 +1,6 @@
 """The file systems the benchmarks compare, made, mounted and unmounted one
-way (tools/bench.py, bench_meta.py, bench_walks.py, bench_writes.py).
+way (tools/bench.py, bench_meta.py, bench_walks.py, bench_writes.py,
+bench_depth.py, bench_iovec.py).
 
 A Target is one of:
   nvfs       mkfs.nvfs and the nvfs daemon from `bindir` (a baseline build's,

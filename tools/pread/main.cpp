@@ -1,7 +1,9 @@
 // nvfs-pread: the pread microbenchmark.
 //
 //   nvfs-pread engine [OPTIONS] NAMESPACE   the core's read paths, in process
-//   nvfs-pread file   [OPTIONS] PATH        pread/preadv on any file
+//   nvfs-pread file   [OPTIONS] PATH        pread/preadv on any file (preadv
+//                                           into 4 KiB iovecs, or each iovec
+//                                           the same page: preadv-page)
 //   nvfs-pread file --direct [OPTIONS] PATH the same through libnvfs-direct
 //
 // Every measurement is repeated R times, the paths interleaved within each
@@ -47,8 +49,10 @@ constexpr const char* kUsage =
     "  -b SIZES        block sizes, comma-separated (default 512,4k,64k,1m)\n"
     "  -P PATTERNS     same,seq,rand (default: all)\n"
     "  -p PATHS        engine: read,read_iter,read_iter_4k,map,memcpy;\n"
-    "                  file: pread,preadv, and the round-trip floors: getxattr (a\n"
-    "                  missing xattr) and eofread (a pread at the end of the file)\n"
+    "                  file: pread,preadv,preadv-page (4 KiB iovecs that all point\n"
+    "                  at one page: the copy stays in cache, the cost per segment\n"
+    "                  shows), and the round-trip floors: getxattr (a missing\n"
+    "                  xattr) and eofread (a pread at the end of the file)\n"
     "  -s SIZE         engine: size of the data file (default 256m)\n"
     "  -t THREADS      threads (file mode; default 1)\n"
     "  -D SECONDS      file mode: run each measurement for this long instead of N ops\n"
