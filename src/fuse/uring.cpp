@@ -151,8 +151,15 @@ struct UringTransport::Queue {
   bool reported = false;
   int status = 0;
 
+  // Pinned to its CPU while requests come one at a time; free to move
+  // while they queue up (Spread).
+  bool pinned = false;
+  unsigned single_rounds = 0;
+
   void Run();
   int Setup();
+  void Spread(unsigned served);
+  void Pin(bool on);
   void Report(int s) {
     std::lock_guard lock(mu);
     status = s;
@@ -266,14 +273,41 @@ void UringTransport::Stop() {
   }
 }
 
-int UringTransport::Queue::Setup() {
-  // Pinned to the CPU whose requests this queue receives (the kernel picks
-  // the queue of the CPU the caller runs on). A CPU this process may not
-  // run on leaves the thread unpinned: it still serves.
+void UringTransport::Queue::Pin(bool on) {
   cpu_set_t cpus;
   CPU_ZERO(&cpus);
-  CPU_SET(qid, &cpus);
-  (void)sched_setaffinity(0, sizeof cpus, &cpus);
+  if (on) {
+    CPU_SET(qid, &cpus);
+  } else {
+    for (int c = 0; c < CPU_SETSIZE; ++c) CPU_SET(c, &cpus);
+  }
+  // A CPU this process may not run on leaves the thread unpinned: it still
+  // serves.
+  const bool set = sched_setaffinity(0, sizeof cpus, &cpus) == 0;
+  pinned = on && set;
+}
+
+// The kernel hands a request to the queue of the CPU its caller runs on.
+// One caller waiting for one request at a time is served fastest by the
+// thread on that CPU (the caller sleeps; no wake-up crosses CPUs: pinned,
+// a round trip costs half what it does unpinned). A caller that keeps many
+// requests in flight (fio at depth, one thread) keeps its CPU busy
+// submitting, and a thread pinned beside it halves both: so while requests
+// come in batches the thread may run anywhere (seed 001's 4 KiB reads at
+// depth 32: 1.6x; doc/bench.md, "Reads at queue depth"), and it goes back
+// to its CPU after kSingleRounds rounds of one request each.
+void UringTransport::Queue::Spread(unsigned served) {
+  constexpr unsigned kSingleRounds = 64;
+  if (served > 1) {
+    single_rounds = 0;
+    if (pinned) Pin(false);
+  } else if (served == 1 && !pinned && ++single_rounds >= kSingleRounds) {
+    Pin(true);
+  }
+}
+
+int UringTransport::Queue::Setup() {
+  Pin(true);
   char name[16];
   std::snprintf(name, sizeof name, "nvfs-ring-%u", qid);
   pthread_setname_np(pthread_self(), name);
@@ -348,6 +382,7 @@ void UringTransport::Queue::Run() {
     }
     unsigned head;
     unsigned seen = 0;
+    unsigned served = 0;
     io_uring_cqe* cqe;
     io_uring_for_each_cqe(&ring, head, cqe) {
       ++seen;
@@ -358,6 +393,7 @@ void UringTransport::Queue::Run() {
       }
       Entry& e = *reinterpret_cast<Entry*>(data);
       if (cqe->res == 0) {
+        ++served;
         Serve(e);
         Commit(e);
       } else if (cqe->res == -EAGAIN || cqe->res == -EINTR) {
@@ -368,6 +404,7 @@ void UringTransport::Queue::Run() {
       // to do; the stop poll ends the thread.
     }
     io_uring_cq_advance(&ring, seen);
+    Spread(served);
   }
   // Hand the kernel the replies committed in the last batch.
   io_uring_submit(&ring);

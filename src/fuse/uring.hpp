@@ -1,6 +1,7 @@
 // FUSE over io_uring (kernel 6.14+, -o io_uring=auto|on|off): the kernel
 // hands each request to a ring entry of the queue of the CPU its caller runs
-// on, and the daemon's thread pinned to that CPU serves it and commits the
+// on, and the daemon's thread for that CPU (pinned to it while requests come
+// one at a time: Queue::Spread) serves it and commits the
 // reply into the same entry (FUSE_IO_URING_CMD_COMMIT_AND_FETCH), which in
 // the same system call waits for the next request: no cross-CPU wake-up and
 // one system call per request, where /dev/fuse costs a read and a writev on
@@ -84,7 +85,7 @@ class UringTransport {
   UringTransport(const UringTransport&) = delete;
   UringTransport& operator=(const UringTransport&) = delete;
 
-  // Starts a pinned thread per queue and registers every entry. 0, or a
+  // Starts a thread per queue and registers every entry. 0, or a
   // negative errno: then no thread runs and the kernel was told to give up
   // io_uring for this connection (requests go over /dev/fuse).
   int Start();
