@@ -14,7 +14,9 @@ Targets (tools/lib/targets.py, made as bench.py makes them; images and
 tmpfs under /dev/shm):
   tmpfs, ext4-loop, fuse2fs, nvfs-none (cache=none, /dev/fuse),
   nvfs-none-uring (cache=none, FUSE over io_uring), nvfs-page,
-  nvfs-page-uring.
+  nvfs-page-uring, nvfs-direct (cache=none, fio under
+  LD_PRELOAD=libnvfs-direct.so: what a program that reads through libaio or
+  io_uring gets with the library loaded).
 FUSE over io_uring needs the kernel's global switch: on for the run, the old
 value back on every exit. Targets alternate within each repetition; the
 table gives median k IOPS, then the ratios issue 32 names, from one run.
@@ -29,7 +31,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
 import benchreport  # noqa: E402
 from bench import data_of, nvfs_options, prepared, target  # noqa: E402
-from benchreport import run  # noqa: E402
+from benchreport import BUILD, run  # noqa: E402
 from targets import with_baseline  # noqa: E402
 
 MIB = 1024 * 1024
@@ -57,6 +59,9 @@ def targets():
         target("nvfs-none-uring", "nvfs", nvfs_options("map", "none", io_uring="on")),
         target("nvfs-page", "nvfs", nvfs_options("map", "page")),
         target("nvfs-page-uring", "nvfs", nvfs_options("map", "page", io_uring="on")),
+        # fio under LD_PRELOAD=libnvfs-direct.so: io_submit and io_uring
+        # are not the library's, so these reads take the kernel's path.
+        target("nvfs-direct", "nvfs", nvfs_options("map", "none", direct=True)),
     ]
 
 
@@ -66,7 +71,10 @@ def once(t, wl, size, seconds):
            "--direct=1", f"--size={size}", "--time_based", f"--runtime={seconds}",
            "--gtod_reduce=1", "--randrepeat=1", "--norandommap", "--invalidate=0",
            "--output-format=json", "--eta=never", "--thread"] + WORKLOADS[wl]
-    r = run(cmd, check=False)
+    env = None
+    if t.name.endswith("nvfs-direct"):
+        env = dict(os.environ, LD_PRELOAD=os.path.join(BUILD, "libnvfs-direct.so"))
+    r = run(cmd, check=False, env=env)
     if r.returncode != 0:
         print(f"{t.name} {wl}: fio failed: {(r.stderr or r.stdout).strip()[:200]}",
               file=sys.stderr)
