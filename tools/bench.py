@@ -298,7 +298,7 @@ def main():
     ap.add_argument("--quick", action="store_true", help="smaller runs (a smoke test)")
     benchreport.add_targets(ap)
     ap.add_argument("--workloads", default="", help="comma-separated subset of workload names")
-    benchreport.add_json_out(ap, os.path.join(WORK, "results.json"))
+    benchreport.add_json_out(ap, "results.json")
     ap.add_argument("--chart", default=os.path.join(TOP, "doc", "bench.png"))
     benchreport.add_baseline(ap, "a directory with another build's nvfs and mkfs.nvfs: every nvfs "
                              "target also runs as base-<name> on it, alternating with this build's, "
@@ -339,8 +339,7 @@ def main():
                         r["pair"].append(gbps / fio if fio else None)
 
     med = benchreport.medians(results)
-    os.makedirs(os.path.dirname(os.path.abspath(args.json_out)), exist_ok=True)
-    with open(args.json_out, "w") as f:
+    with benchreport.open_out(args.json_out) as f:
         json.dump({f"{k[0]}|{k[1]}": {"median": med[k], "runs": r} for k, r in results.items()}, f,
                   indent=1)
 

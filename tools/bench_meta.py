@@ -291,8 +291,8 @@ def main():
                              "io_uring)")
     ap.add_argument("--count-requests", action="store_true",
                     help="one repetition counting FUSE requests per item (kernel tracepoint)")
-    benchreport.add_json_out(ap, os.path.join(WORK, "meta-results.json"))
-    ap.add_argument("--md-out", default=os.path.join(WORK, "meta-results.md"))
+    benchreport.add_json_out(ap, "meta-results.json")
+    ap.add_argument("--md-out", default=os.path.join(benchreport.RESULTS, "meta-results.md"))
     args = ap.parse_args()
 
     chosen = benchreport.pick(targets(args.baseline), args.targets)
@@ -374,9 +374,9 @@ def main():
         lines += benchreport.markdown_table(["workload"] + fuse, rows)
     text = "\n".join(lines)
     print("\n" + text)
-    with open(args.md_out, "w") as f:
+    with benchreport.open_out(args.md_out) as f:
         f.write(text + "\n")
-    with open(args.json_out, "w") as f:
+    with benchreport.open_out(args.json_out) as f:
         json.dump({"args": vars(args), "loadavg": load, "times_s": times, "median_s": med,
                    "daemon_cpu_s": DAEMON_CPU}, f, indent=1)
     print(f"\nmarkdown: {args.md_out}\nraw figures: {args.json_out}")

@@ -109,7 +109,7 @@ def main():
     benchreport.add_targets(ap)
     benchreport.add_baseline(ap, "a directory holding an older nvfs daemon: adds targets "
                              "base-none and base-page (same image, same run)")
-    benchreport.add_json_out(ap, os.path.join(WORK, "walks-results.json"))
+    benchreport.add_json_out(ap, "walks-results.json")
     args = ap.parse_args()
 
     chosen = benchreport.pick(targets(args.baseline), args.targets)
@@ -166,7 +166,7 @@ def main():
                 print(f"\ncache={mode}: {what} / this daemon's defaults")
                 for w in med[old]:
                     print(f"  {w:28}{med[old][w] / med[new][w]:8.2f}x")
-    with open(args.json_out, "w") as f:
+    with benchreport.open_out(args.json_out) as f:
         json.dump({"args": vars(args), "times_s": times, "median_s": med}, f, indent=1)
     print(f"\nraw figures: {args.json_out}")
 

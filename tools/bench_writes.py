@@ -20,6 +20,7 @@ LD_PRELOAD=libnvfs-direct.so. Targets alternate within each repetition; the
 table gives medians and the ratios the issue's targets name, from one run.
 """
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -106,6 +107,15 @@ def main():
         for _, t, _ in tl:
             if t is not None:
                 t.destroy()
+        for wl in WORKLOADS:
+            for q in (path_of(wl, None), path_of(wl, None) + ".2"):
+                with contextlib.suppress(OSError):
+                    os.unlink(q)
+        with contextlib.suppress(OSError):
+            os.unlink(source)
+        for d in [t.dir for _, t, _ in tl if t is not None] + [MNT, WORK]:
+            with contextlib.suppress(OSError):
+                os.rmdir(d)  # only if empty: still mounted, or another run's, it stays
 
     def med(name, wl, key):
         vals = [r[key] for r in results.get((name, wl), []) if key in r]

@@ -155,6 +155,7 @@ struct UringTransport::Queue {
   // while they queue up (Spread).
   bool pinned = false;
   unsigned single_rounds = 0;
+  cpu_set_t allowed{};  // the CPUs the daemon was started on (taskset)
 
   void Run();
   int Setup();
@@ -274,15 +275,14 @@ void UringTransport::Stop() {
 }
 
 void UringTransport::Queue::Pin(bool on) {
-  cpu_set_t cpus;
-  CPU_ZERO(&cpus);
+  // Unpinned: the CPUs the daemon was given, no more. A CPU it may not run
+  // on leaves the thread unpinned: it still serves.
+  cpu_set_t cpus = allowed;
   if (on) {
+    if (!CPU_ISSET(qid, &allowed)) return;
+    CPU_ZERO(&cpus);
     CPU_SET(qid, &cpus);
-  } else {
-    for (int c = 0; c < CPU_SETSIZE; ++c) CPU_SET(c, &cpus);
   }
-  // A CPU this process may not run on leaves the thread unpinned: it still
-  // serves.
   const bool set = sched_setaffinity(0, sizeof cpus, &cpus) == 0;
   pinned = on && set;
 }
@@ -307,6 +307,9 @@ void UringTransport::Queue::Spread(unsigned served) {
 }
 
 int UringTransport::Queue::Setup() {
+  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) {
+    for (int c = 0; c < CPU_SETSIZE; ++c) CPU_SET(c, &allowed);
+  }
   Pin(true);
   char name[16];
   std::snprintf(name, sizeof name, "nvfs-ring-%u", qid);

@@ -103,8 +103,20 @@ def add_baseline(ap, help):
     ap.add_argument("--baseline", default="", help=help)
 
 
-def add_json_out(ap, default):
-    ap.add_argument("--json-out", default=default)
+# Where the scripts leave their raw figures by default: beside the build,
+# never in the images' directory under /dev/shm (which a run leaves empty).
+RESULTS = os.path.join(BUILD, "bench-results")
+
+
+def add_json_out(ap, name):
+    """--json-out, RESULTS/`name` by default."""
+    ap.add_argument("--json-out", default=os.path.join(RESULTS, name))
+
+
+def open_out(path):
+    """`path` opened for writing, its directory made first."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    return open(path, "w")
 
 
 def pick(items, names, name=lambda item: item.name):
