@@ -12,6 +12,9 @@
 #               mounts again and unmounts consistent (fsck.nvfs -n);
 #   startup-unmount  an unmount while the rings register ends the daemon
 #               with 0;
+#   spread      a queue's thread leaves its CPU while its callers keep
+#               requests queued, comes back when they come one at a time,
+#               and never runs where the daemon was not started;
 #   suite       the C++ mount suite (NVFS_TEST_MOUNT, its arguments after
 #               "suite"), the tool, fault and (with NVFS_STRESS) stress
 #               tests, with NVFS_IO_URING=on: every mount they make is
@@ -230,6 +233,67 @@ startup_unmount() {
   echo "ok startup-unmount"
 }
 
+# Ring thread $1's allowed CPUs (Cpus_allowed_list), of the running daemon.
+ring_cpus() {
+  local t
+  for t in /proc/"$daemon_pid"/task/*; do
+    if [ "$(cat "$t/comm")" = "nvfs-ring-$1" ]; then
+      awk '/^Cpus_allowed_list/ { print $2 }' "$t/status"
+      return
+    fi
+  done
+}
+
+# Where a queue's thread runs (UringTransport::Queue::Spread): pinned to its
+# CPU while requests come one at a time, free to move while they queue up
+# (callers on CPU 0 keeping several in flight), pinned again once they come
+# one at a time; and never outside the CPUs the daemon was started on.
+spread() {
+  if [ "$(nproc)" -lt 2 ]; then
+    echo "NVFS-SKIPPED: spread needs two CPUs"
+    return 0
+  fi
+  if ! command -v fio > /dev/null; then
+    echo "NVFS-SKIPPED: spread needs fio (tools/check.sh installs it)"
+    return 0
+  fi
+  echo Y > "$knob"
+  new_mount
+  options=io_uring=on start_daemon
+  head -c $((8 << 20)) /dev/urandom > "$mnt/data"
+  [ "$(ring_cpus 0)" = 0 ] || fail "spread: ring 0 starts on $(ring_cpus 0), wanted 0"
+  # One caller on CPU 0 keeping 32 reads in flight, for 3 s at most.
+  fio --name=spread --filename="$mnt/data" --rw=randread --bs=4k --direct=1 \
+    --ioengine=io_uring --iodepth=32 --cpus_allowed=0 --time_based --runtime=3 \
+    --eta=never --output=/dev/null &
+  local fio_pid=$! wide=
+  readers=("$fio_pid")
+  for _ in $(seq 60); do
+    [ "$(ring_cpus 0)" != 0 ] && { wide=$(ring_cpus 0); break; }
+    sleep 0.05
+  done
+  wait "$fio_pid" || fail "spread: fio failed"
+  readers=()
+  [ -n "$wide" ] || fail "spread: ring 0 stayed pinned to CPU 0 under 32 reads queued from CPU 0"
+  # One read at a time from CPU 0: back on CPU 0 within 64 of them.
+  taskset -c 0 dd if="$mnt/data" of=/dev/null bs=4k count=400 iflag=direct status=none
+  [ "$(ring_cpus 0)" = 0 ] || fail "spread: ring 0 on $(ring_cpus 0) after single reads, wanted 0"
+  unmount_nvfs
+  # Started on CPU 0 alone: no ring thread ever runs elsewhere.
+  taskset -c 0 "$NVFS_DAEMON" -f -o io_uring=on "$image" "$mnt" > "$log" 2>&1 &
+  daemon_pid=$!
+  for _ in $(seq 500); do grep -q 'mounted on' "$log" && break; sleep 0.01; done
+  grep -q 'transport io_uring' "$log" || fail "spread: no io_uring start-up line"
+  fio --name=spread --filename="$mnt/data" --rw=randread --bs=4k --direct=1 \
+    --ioengine=io_uring --iodepth=32 --cpus_allowed=0 --time_based --runtime=1 \
+    --eta=never --output=/dev/null || fail "spread: fio failed under taskset"
+  [ "$(ring_cpus 0)" = 0 ] && [ "$(ring_cpus 1)" = 0 ] ||
+    fail "spread: under taskset -c 0, rings on $(ring_cpus 0) and $(ring_cpus 1)"
+  unmount_nvfs
+  cleanup_mount
+  echo "ok spread"
+}
+
 suite() {
   echo Y > "$knob"
   : "${NVFS_TEST_MOUNT:?set NVFS_TEST_MOUNT to tests/mount/test_mount}"
@@ -254,7 +318,8 @@ case "$which" in
   refusal) refusal ;;
   teardown) teardown ;;
   startup-unmount) startup_unmount ;;
+  spread) spread ;;
   suite) shift; suite "$@" ;;
-  all) refusal; teardown; startup_unmount; suite ;;
-  *) echo "usage: $0 [refusal|teardown|startup-unmount|suite [test_mount args]]"; exit 2 ;;
+  all) refusal; teardown; startup_unmount; spread; suite ;;
+  *) echo "usage: $0 [refusal|teardown|startup-unmount|spread|suite [test_mount args]]"; exit 2 ;;
 esac

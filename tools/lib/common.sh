@@ -14,6 +14,7 @@ NVFS_PACKAGES=(
   git rsync make gcc attr sqlite3  # tests/mount/mount_tools.sh: ordinary tools on a mount
   acl  # tests/mount/mount_acl.sh: setfacl, getfacl
   strace  # tests/mount/test_direct_write.cpp: counts the system calls of a program under the preload
+  fio  # tests/mount/mount_uring.sh: a caller that keeps reads queued
   # tests/mount/test_nfs.cpp, tools/nfs_bench.sh: the NFS export (doc/ganesha.conf)
   nfs-ganesha nfs-ganesha-vfs rpcbind libnfs-dev libnfs-utils
 )
