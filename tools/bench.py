@@ -47,6 +47,24 @@ def target(name, kind, options="", bindir=BUILD):
     return Target(name, kind, options, bindir, work=WORK, mnt=MNT)
 
 
+def side_by_side(page_uring=True):
+    """The peers and nvfs over both transports and both cache modes, and
+    nvfs-direct (cache=none, direct=on), as bench_depth.py and
+    bench_iovec.py put them side by side; `page_uring` False leaves out
+    cache=page over io_uring."""
+    chosen = [
+        target("tmpfs", "tmpfs"),
+        target("ext4-loop", "ext4-loop"),
+        target("fuse2fs", "fuse2fs"),
+        target("nvfs-none", "nvfs", nvfs_options("map", "none")),
+        target("nvfs-none-uring", "nvfs", nvfs_options("map", "none", io_uring="on")),
+        target("nvfs-page", "nvfs", nvfs_options("map", "page")),
+    ]
+    if page_uring:
+        chosen.append(target("nvfs-page-uring", "nvfs", nvfs_options("map", "page", io_uring="on")))
+    return chosen + [target("nvfs-direct", "nvfs", nvfs_options("map", "none", direct=True))]
+
+
 def setup(t, size, source):
     """`t` made (an image of twice the data file and 256 MiB more) and
     mounted, holding a copy of `source` as its file "data"."""

@@ -30,7 +30,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
 import benchreport  # noqa: E402
-from bench import data_of, nvfs_options, prepared, target  # noqa: E402
+from bench import data_of, prepared, side_by_side  # noqa: E402
 from benchreport import BUILD, run  # noqa: E402
 from targets import with_baseline  # noqa: E402
 
@@ -51,18 +51,9 @@ WORKLOADS = {
 
 
 def targets():
-    return [
-        target("tmpfs", "tmpfs"),
-        target("ext4-loop", "ext4-loop"),
-        target("fuse2fs", "fuse2fs"),
-        target("nvfs-none", "nvfs", nvfs_options("map", "none")),
-        target("nvfs-none-uring", "nvfs", nvfs_options("map", "none", io_uring="on")),
-        target("nvfs-page", "nvfs", nvfs_options("map", "page")),
-        target("nvfs-page-uring", "nvfs", nvfs_options("map", "page", io_uring="on")),
-        # fio under LD_PRELOAD=libnvfs-direct.so: io_submit and io_uring
-        # are not the library's, so these reads take the kernel's path.
-        target("nvfs-direct", "nvfs", nvfs_options("map", "none", direct=True)),
-    ]
+    # nvfs-direct: fio under LD_PRELOAD=libnvfs-direct.so; io_submit and
+    # io_uring are not the library's, so its reads take the kernel's path.
+    return side_by_side()
 
 
 def once(t, wl, size, seconds):
@@ -122,8 +113,7 @@ def main():
     benchreport.add_targets(ap)
     ap.add_argument("--workloads", default="", help="comma-separated subset of " +
                     ",".join(WORKLOADS))
-    benchreport.add_baseline(ap, "a directory with another build's nvfs and mkfs.nvfs: every nvfs "
-                             "target also runs as base-<name> on it, alternating with this build's")
+    benchreport.add_baseline(ap)
     args = ap.parse_args()
     chosen = benchreport.pick(targets(), args.targets)
     chosen = with_baseline(chosen, args.baseline)

@@ -32,7 +32,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
 import benchreport  # noqa: E402
-from bench import nvfs_options, prepared, pread_command, target  # noqa: E402
+from bench import prepared, pread_command, side_by_side  # noqa: E402
 from benchreport import run  # noqa: E402
 from targets import with_baseline  # noqa: E402
 
@@ -42,15 +42,7 @@ SIZES = [("4k", 4 * KIB), ("64k", 64 * KIB), ("1m", MIB)]
 
 
 def targets():
-    return [
-        target("tmpfs", "tmpfs"),
-        target("ext4-loop", "ext4-loop"),
-        target("fuse2fs", "fuse2fs"),
-        target("nvfs-none", "nvfs", nvfs_options("map", "none")),
-        target("nvfs-none-uring", "nvfs", nvfs_options("map", "none", io_uring="on")),
-        target("nvfs-page", "nvfs", nvfs_options("map", "page")),
-        target("nvfs-direct", "nvfs", nvfs_options("map", "none", direct=True)),
-    ]
+    return side_by_side(page_uring=False)
 
 
 def once(t, paths, seconds):
@@ -73,8 +65,7 @@ def main():
     ap.add_argument("--size", type=int, default=16 * MIB, help="bytes of the data file")
     ap.add_argument("--seconds", type=float, default=1.0, help="per path, size and target")
     benchreport.add_targets(ap)
-    benchreport.add_baseline(ap, "a directory with another build's nvfs and mkfs.nvfs: every nvfs "
-                             "target also runs as base-<name> on it, alternating with this build's")
+    benchreport.add_baseline(ap)
     args = ap.parse_args()
     chosen = benchreport.pick(targets(), args.targets)
     chosen = with_baseline(chosen, args.baseline)

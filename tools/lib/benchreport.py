@@ -99,7 +99,8 @@ def add_targets(ap):
     ap.add_argument("--targets", default="", help="comma-separated subset of target names")
 
 
-def add_baseline(ap, help):
+def add_baseline(ap, help="a directory with another build's nvfs and mkfs.nvfs: every nvfs "
+                 "target also runs as base-<name> on it, alternating with this build's"):
     ap.add_argument("--baseline", default="", help=help)
 
 
