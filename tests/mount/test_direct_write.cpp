@@ -99,6 +99,29 @@ struct StoreDelay {
   ~StoreDelay() { unsetenv("NVFS_DIRECT_TEST_STORE_DELAY_MS"); }
 };
 
+// A write of `size` bytes of 'W' at offset 0 of `a`, on a thread of its
+// own, held inside its store (its check passed, no byte stored yet) for
+// `ms` by the tests' build's store delay; Join() gives what it returned.
+class HeldStore {
+ public:
+  HeldStore(Attached& a, size_t size, int ms) {
+    StoreDelay delay(ms);
+    thread_ = std::thread([this, &a, size] { stored_ = a.Write(std::string(size, 'W'), 0); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  }
+  ~HeldStore() { Join(); }
+  HeldStore(const HeldStore&) = delete;
+  HeldStore& operator=(const HeldStore&) = delete;
+  ssize_t Join() {
+    if (thread_.joinable()) thread_.join();
+    return stored_;
+  }
+
+ private:
+  std::atomic<ssize_t> stored_{-2};
+  std::thread thread_;
+};
+
 }  // namespace
 
 TEST_CASE("direct write: overwrites, appends and holes, seen through the kernel and by readers",
@@ -358,19 +381,7 @@ TEST_CASE("direct write: a store never lands in a block another file was given (
   REQUIRE(a->Write("a", 0) == 1);  // proven for writing, runs known
   Fill(m.path("filler"));
   const uint64_t free_full = FreeBlocks(m.dir());
-  std::atomic<ssize_t> stored{-2};
-  std::thread writer;
-  struct Joiner {
-    std::thread& t;
-    ~Joiner() {
-      if (t.joinable()) t.join();
-    }
-  } joiner{writer};
-  {
-    StoreDelay delay(1500);
-    writer = std::thread([&] { stored = a->Write(std::string(kSize, 'W'), 0); });
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  }
+  HeldStore writer(*a, kSize, 1500);
   // The writer is inside its store, its check passed: its file gives the
   // blocks up, and another file wants every free block there is.
   REQUIRE(truncate(m.path("a").c_str(), 0) == 0);
@@ -384,8 +395,7 @@ TEST_CASE("direct write: a store never lands in a block another file was given (
   // Its only blocks are those the store may still reach: not given.
   CHECK(!written);
   if (!written) CHECK(errno == ENOSPC);
-  writer.join();
-  CHECK(stored == static_cast<ssize_t>(kSize));
+  CHECK(writer.Join() == static_cast<ssize_t>(kSize));
   // Once it is out, the blocks are free again.
   if (!written) REQUIRE(pwrite(b, bytes.data(), bytes.size(), 0) == static_cast<ssize_t>(bytes.size()));
   close(b);
@@ -409,19 +419,7 @@ TEST_CASE("direct write: kill -9 of the daemon under a writer; the next mount wa
   auto a = std::make_unique<Attached>(m.path("a"));
   REQUIRE(a->Write("a", 0) == 1);
   Fill(m.path("filler"));
-  std::atomic<ssize_t> stored{-2};
-  std::thread writer;
-  struct Joiner {
-    std::thread& t;
-    ~Joiner() {
-      if (t.joinable()) t.join();
-    }
-  } joiner{writer};
-  {
-    StoreDelay delay(2500);
-    writer = std::thread([&] { stored = a->Write(std::string(kSize, 'W'), 0); });
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  }
+  HeldStore writer(*a, kSize, 2500);
   // The file gives its blocks up while the store may still run: this
   // daemon holds them back, and dies. Free on the media, they are the
   // first a new mount could give away.
@@ -436,7 +434,7 @@ TEST_CASE("direct write: kill -9 of the daemon under a writer; the next mount wa
   const std::string bytes(kSize, 'b');
   REQUIRE(pwrite(b, bytes.data(), bytes.size(), 0) == static_cast<ssize_t>(bytes.size()));
   close(b);
-  writer.join();
+  writer.Join();
   const std::string got = ReadAll(m.path("b"));
   CHECK(got.find('W') == std::string::npos);
   CHECK(got == bytes);
