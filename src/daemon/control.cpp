@@ -116,7 +116,8 @@ Server::~Server() { Stop(); }
 
 bool Server::Serve() {
   State* s = state_.get();
-  return s->socket.Start([s] { s->Run(); });
+  std::string why;
+  return s->descriptors.Serve(&why) && s->socket.Start([s] { s->Run(); });
 }
 
 void Server::Stop() { state_->socket.Stop(); }

@@ -735,7 +735,8 @@ Server::~Server() { Stop(); }
 
 bool Server::Serve() {
   State* s = state_.get();
-  return s->socket.Start([s] { s->Run(); });
+  std::string why;
+  return s->descriptors.Serve(&why) && s->socket.Start([s] { s->Run(); });
 }
 
 void Server::Stop() {

@@ -40,17 +40,28 @@ void Reaper::Shared::Run(std::shared_ptr<Shared> self) {
   }
 }
 
-std::unique_ptr<Reaper> Reaper::Start(std::string* why) {
+std::unique_ptr<Reaper> Reaper::Create(std::string* why) {
   try {
-    auto shared = std::make_shared<Shared>();
-    std::thread(Shared::Run, shared).detach();
-    return std::unique_ptr<Reaper>(new Reaper(std::move(shared)));
-  } catch (const std::system_error& e) {
-    *why = std::string("cannot start the thread that closes passed descriptors: ") + e.what();
+    return std::unique_ptr<Reaper>(new Reaper(std::make_shared<Shared>()));
   } catch (const std::bad_alloc&) {
-    *why = "cannot start the thread that closes passed descriptors: out of memory";
+    *why = "cannot set up the closing of passed descriptors: out of memory";
   }
   return nullptr;
+}
+
+bool Reaper::Run(std::string* why) {
+  if (running_) return true;
+  try {
+    std::thread(Shared::Run, shared_).detach();
+  } catch (const std::system_error& e) {
+    *why = std::string("cannot start the thread that closes passed descriptors: ") + e.what();
+    return false;
+  } catch (const std::bad_alloc&) {
+    *why = "cannot start the thread that closes passed descriptors: out of memory";
+    return false;
+  }
+  running_ = true;
+  return true;
 }
 
 Reaper::Reaper(std::shared_ptr<Shared> shared) : shared_(std::move(shared)) {}

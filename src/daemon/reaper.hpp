@@ -29,8 +29,14 @@ namespace nvfs::daemon {
 
 class Reaper {
  public:
-  // Starts the thread; nullptr with one line in *why if it cannot.
-  static std::unique_ptr<Reaper> Start(std::string* why);
+  // The queue, without its thread: nullptr with one line in *why if there
+  // is no memory for it.
+  static std::unique_ptr<Reaper> Create(std::string* why);
+  // Starts the thread. A process that forks (the daemon detaching) calls it
+  // after the fork: a thread does not survive one, and a mutex it held at
+  // that instant would stay locked in the child for good (a daemon hung in
+  // this destructor at its exit that way). False with one line in *why.
+  bool Run(std::string* why);
   // The thread ends once it has closed what is queued; it is not waited for.
   ~Reaper();
   Reaper(const Reaper&) = delete;
@@ -52,6 +58,7 @@ class Reaper {
  private:
   explicit Reaper(std::shared_ptr<Shared> shared);
   std::shared_ptr<Shared> shared_;
+  bool running_ = false;
 };
 
 }  // namespace nvfs::daemon

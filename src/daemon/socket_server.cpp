@@ -64,7 +64,7 @@ bool ClientDescriptors::Start(const struct stat& namespace_stat, dev_t mount_dev
                               std::string* why) {
   namespace_stat_ = namespace_stat;
   mount_dev_ = mount_dev;
-  reaper_ = Reaper::Start(why);
+  reaper_ = Reaper::Create(why);
   return reaper_ != nullptr;
 }
 

@@ -33,8 +33,12 @@ bool RootAndNamespace(const std::string& namespace_path, struct stat* namespace_
 // any other goes to the reaper, counted against the client's uid.
 class ClientDescriptors {
  public:
-  // False with one line in *why if the reaper cannot start.
+  // False with one line in *why if there is no memory for the reaper.
   bool Start(const struct stat& namespace_stat, dev_t mount_dev, std::string* why);
+  // Starts the reaper's thread: after the daemon detaches (Reaper::Run),
+  // before the server takes its first connection. False with one line in
+  // *why if it cannot.
+  bool Serve(std::string* why) { return reaper_->Run(why); }
 
   // The descriptor is of the very namespace (its file, or its device).
   bool IsNamespace(int fd) const;

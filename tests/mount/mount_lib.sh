@@ -1,5 +1,5 @@
 # Shared by the mount suite's shell tests (mount_tools.sh, mount_stress.sh,
-# mount_faults.sh, mount_uring.sh); sourcing it checks that NVFS_DAEMON,
+# mount_faults.sh, mount_uring.sh, mount_detach.sh); sourcing it checks that NVFS_DAEMON,
 # NVFS_MKFS and NVFS_FSCK are set.
 # Source it, then set `image`, `mnt` and `options` (mount options, may be
 # empty) before calling:
