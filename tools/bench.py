@@ -65,6 +65,25 @@ def side_by_side(page_uring=True):
     return chosen + [target("nvfs-direct", "nvfs", nvfs_options("map", "none", direct=True))]
 
 
+def side_by_side_parser(doc, reps, size, seconds, seconds_help="per measurement"):
+    """The options of a run over side_by_side()'s targets: --reps, --size
+    of the data file, --seconds, --targets and --baseline."""
+    ap = argparse.ArgumentParser(description=doc,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    benchreport.add_reps(ap, reps)
+    ap.add_argument("--size", type=int, default=size, help="bytes of the data file")
+    ap.add_argument("--seconds", type=float, default=seconds, help=seconds_help)
+    benchreport.add_targets(ap)
+    benchreport.add_baseline(ap)
+    return ap
+
+
+def side_by_side_chosen(args, page_uring=True):
+    """side_by_side()'s targets that --targets names, each nvfs one twice
+    with --baseline."""
+    return with_baseline(benchreport.pick(side_by_side(page_uring), args.targets), args.baseline)
+
+
 def setup(t, size, source):
     """`t` made (an image of twice the data file and 256 MiB more) and
     mounted, holding a copy of `source` as its file "data"."""

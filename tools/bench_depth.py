@@ -21,7 +21,6 @@ FUSE over io_uring needs the kernel's global switch: on for the run, the old
 value back on every exit. Targets alternate within each repetition; the
 table gives median k IOPS, then the ratios issue 32 names, from one run.
 """
-import argparse
 import json
 import os
 import statistics
@@ -30,9 +29,8 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
 import benchreport  # noqa: E402
-from bench import data_of, prepared, side_by_side  # noqa: E402
+from bench import data_of, prepared, side_by_side_chosen, side_by_side_parser  # noqa: E402
 from benchreport import BUILD, run  # noqa: E402
-from targets import with_baseline  # noqa: E402
 
 MIB = 1024 * 1024
 KIB = 1024
@@ -48,12 +46,6 @@ WORKLOADS = {
     "seed001-64k": ["--ioengine=io_uring", "--fixedbufs", "--registerfiles", "--bs=64k",
                     "--iodepth=32"],
 }
-
-
-def targets():
-    # nvfs-direct: fio under LD_PRELOAD=libnvfs-direct.so; io_submit and
-    # io_uring are not the library's, so its reads take the kernel's path.
-    return side_by_side()
 
 
 def once(t, wl, size, seconds):
@@ -105,18 +97,13 @@ def report(results, names, wls):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    benchreport.add_reps(ap, 3)
-    ap.add_argument("--size", type=int, default=512 * MIB, help="bytes of the data file")
-    ap.add_argument("--seconds", type=float, default=5.0, help="per measurement")
-    benchreport.add_targets(ap)
+    ap = side_by_side_parser(__doc__, 3, 512 * MIB, 5.0)
     ap.add_argument("--workloads", default="", help="comma-separated subset of " +
                     ",".join(WORKLOADS))
-    benchreport.add_baseline(ap)
     args = ap.parse_args()
-    chosen = benchreport.pick(targets(), args.targets)
-    chosen = with_baseline(chosen, args.baseline)
+    # nvfs-direct: fio under LD_PRELOAD=libnvfs-direct.so; io_submit and
+    # io_uring are not the library's, so its reads take the kernel's path.
+    chosen = side_by_side_chosen(args)
     wls = benchreport.pick(list(WORKLOADS), args.workloads, lambda wl: wl)
     results = {}
     with prepared(chosen, args.size, "the io_uring targets are left out") as chosen:

@@ -24,7 +24,6 @@ every other repetition; within it the three paths are interleaved at each
 size, their order reversed every other repetition too. The tables give the
 medians over the repetitions: ns per read, and GB/s.
 """
-import argparse
 import json
 import os
 import sys
@@ -32,17 +31,12 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
 import benchreport  # noqa: E402
-from bench import prepared, pread_command, side_by_side  # noqa: E402
+from bench import prepared, pread_command, side_by_side_chosen, side_by_side_parser  # noqa: E402
 from benchreport import run  # noqa: E402
-from targets import with_baseline  # noqa: E402
 
 KIB, MIB = 1024, 1024 * 1024
 PATHS = ["pread", "preadv", "preadv-page"]
 SIZES = [("4k", 4 * KIB), ("64k", 64 * KIB), ("1m", MIB)]
-
-
-def targets():
-    return side_by_side(page_uring=False)
 
 
 def once(t, paths, seconds):
@@ -59,16 +53,8 @@ def once(t, paths, seconds):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    benchreport.add_reps(ap, 5)
-    ap.add_argument("--size", type=int, default=16 * MIB, help="bytes of the data file")
-    ap.add_argument("--seconds", type=float, default=1.0, help="per path, size and target")
-    benchreport.add_targets(ap)
-    benchreport.add_baseline(ap)
-    args = ap.parse_args()
-    chosen = benchreport.pick(targets(), args.targets)
-    chosen = with_baseline(chosen, args.baseline)
+    args = side_by_side_parser(__doc__, 5, 16 * MIB, 1.0, "per path, size and target").parse_args()
+    chosen = side_by_side_chosen(args, page_uring=False)
     # target -> (path, size name) -> {"ns": [...], "gbps": [...]}, a figure per repetition
     results = {}
     with prepared(chosen, args.size, "the io_uring target is left out") as chosen:

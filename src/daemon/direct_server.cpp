@@ -735,8 +735,7 @@ Server::~Server() { Stop(); }
 
 bool Server::Serve() {
   State* s = state_.get();
-  std::string why;
-  return s->descriptors.Serve(&why) && s->socket.Start([s] { s->Run(); });
+  return s->socket.Start(s->descriptors, [s] { s->Run(); });
 }
 
 void Server::Stop() {

@@ -164,8 +164,10 @@ bool SocketServer::Listen(const std::string& path, mode_t mode, int backlog, int
   return true;
 }
 
-bool SocketServer::Start(std::function<void()> run) {
+bool SocketServer::Start(ClientDescriptors& descriptors, std::function<void()> run) {
   if (thread_.joinable() || listen_fd_ < 0) return false;
+  std::string why;  // the daemon goes on without this server either way
+  if (!descriptors.Serve(&why)) return false;
   try {
     thread_ = std::thread(std::move(run));
   } catch (const std::system_error&) {

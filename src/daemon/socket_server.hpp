@@ -82,9 +82,11 @@ class SocketServer {
               bool descriptors_from_connect, std::string* why);
   bool descriptors_gated() const { return descriptors_gated_; }
 
-  // Runs `run` on a thread of its own; `run` returns once wake_fd() polls
-  // readable. False if it cannot (or is running, or nothing listens).
-  bool Start(std::function<void()> run);
+  // Starts the server's threads, once the daemon has detached: the reaper
+  // of `descriptors` (ClientDescriptors::Serve), then `run` on a thread of
+  // its own, which returns once wake_fd() polls readable. False if either
+  // cannot start (or `run` is running, or nothing listens).
+  bool Start(ClientDescriptors& descriptors, std::function<void()> run);
   // Wakes the thread and waits for it to return. Idempotent.
   void Join();
   // Join(), then removes the socket file if it is still the one bound here

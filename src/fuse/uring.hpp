@@ -1,8 +1,8 @@
 // FUSE over io_uring (kernel 6.14+, -o io_uring=auto|on|off): the kernel
 // hands each request to a ring entry of the queue of the CPU its caller runs
-// on, and the daemon's thread for that CPU (pinned to it while requests come
-// one at a time: Queue::Spread) serves it and commits the
-// reply into the same entry (FUSE_IO_URING_CMD_COMMIT_AND_FETCH), which in
+// on, and the daemon's thread for that CPU (pinned to it while requests
+// come one at a time: Queue::Spread) serves it and commits the reply into
+// the same entry (FUSE_IO_URING_CMD_COMMIT_AND_FETCH), which in
 // the same system call waits for the next request: no cross-CPU wake-up and
 // one system call per request, where /dev/fuse costs a read and a writev on
 // whichever worker thread the scheduler wakes.
