@@ -29,6 +29,14 @@
 # over /dev/fuse and io_uring, nvfs cache=page and nvfs through libnvfs-direct:
 #   tools/bench.sh --iovec [--reps N] [--size BYTES] [--seconds S]
 #                          [--targets a,b,...] [--baseline DIR_WITH_AN_OLDER_nvfs]
+# With --maps first, shared mappings (tools/bench_maps.py, issue 31's direct
+# maps): mmap's first touch (the mmap call included), warm 4 KiB copies out
+# of and into a mapping (persisted and not) and an unmodified libpmem2
+# program, on nvfs through the kernel (both cache modes), nvfs under
+# LD_PRELOAD=libnvfs-direct.so, tmpfs, ext4 on a loop device and in process;
+# each run says whether its mapping was the kernel's or the namespace's:
+#   tools/bench.sh --maps [--reps N] [--size BYTES] [--seconds S]
+#                         [--targets a,b,...] [--baseline DIR_WITH_AN_OLDER_nvfs]
 # With --walks first, tree walks with the kernel's caches as long as the mount
 # against 1 s timeouts (tools/bench_walks.py):
 #   tools/bench.sh --walks [--files N] [--reps N] [--idle S] [--targets a,b,...]
@@ -59,6 +67,12 @@ if [ "${1:-}" = --iovec ]; then
   nvfs_install_deps fuse2fs
   nvfs_build
   exec python3 "$NVFS_TOP/tools/bench_iovec.py" "$@"
+fi
+if [ "${1:-}" = --maps ]; then
+  shift
+  nvfs_install_deps psmisc  # fuser: a daemon let go of its image
+  nvfs_build
+  exec python3 "$NVFS_TOP/tools/bench_maps.py" "$@"
 fi
 if [ "${1:-}" = --walks ]; then
   shift
