@@ -33,8 +33,9 @@ Rows (tools/mapbench.cpp, one nvfs-mapbench run each; ns, medians):
                           with its own persist function: an unmodified
                           libpmem2 program, on every target
 The warm and pmem2 rows time 16 copies per read of the clock (--batch 16:
-the clock moves in steps of 10-20 ns here, a 4 KiB copy in cache costs
-about 50); first touch times each iteration alone.
+the clock moved in steps of 10-20 ns on the VM this was written on, a
+4 KiB copy in cache costs about 50); first touch times each iteration
+alone.
 Each run also says what backs its mapping (/proc/self/maps): "kernel" (the
 file itself) or "direct" (another file: the namespace's image). A target
 that should map directly (nvfs-direct) and maps through the kernel, or one
@@ -176,7 +177,7 @@ def report(results, names, expected, args):
         which = [row for row in rows if off(name, row)]
         seen = sorted({b for row in which for b in backings[(name, row)]})
         print(f"  FLAGGED {name}: expected a {expected[name]} mapping, got "
-              f"{'; '.join(seen)} ({', '.join(which)})")
+              f"{'; '.join(seen)} (rows: {'; '.join(which)})")
 
     def ratio(a, b, row):
         x, y = med.get((a, row)), med.get((b, row))

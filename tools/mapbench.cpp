@@ -28,7 +28,7 @@
 // come from a fixed seed, so every target sees the same sequence. With
 // --batch K (warm and pmem2 modes) a sample is K iterations in a row, their
 // offsets drawn before the clock starts, and counts as its mean: where the
-// clock moves in steps near an iteration's cost (10 ns steps on the VMs
+// clock moves in steps near an iteration's cost (10-20 ns steps on the VM
 // this was written on, against 50 ns for a 4 KiB copy in cache), one
 // iteration's time is mostly the step.
 //
@@ -41,6 +41,11 @@
 // FILE itself, "direct (backed by PATH)" when another file (the namespace's
 // image, as libnvfs-direct's direct maps do), "anonymous", or "mixed (...)"
 // when the range spans several; backing_path names the other file.
+//
+// Built by meson (_FILE_OFFSET_BITS=64), this program's own maps call
+// mmap64; libpmem2's call mmap (MAP_SHARED_VALIDATE | MAP_SYNC first, then
+// MAP_SHARED, both MAP_FIXED over a reservation): a preload that serves
+// maps sees both.
 #include <fcntl.h>
 #include <libpmem2.h>
 #include <sys/mman.h>
@@ -283,7 +288,8 @@ class Samples {
   // The `q`-quantile of the samples, 0 <= q <= 1 (reorders them).
   double Quantile(double q) {
     if (ns_.empty()) return 0;
-    const size_t k = std::min(ns_.size() - 1, static_cast<size_t>(q * static_cast<double>(ns_.size())));
+    const auto at = static_cast<size_t>(q * static_cast<double>(ns_.size()));
+    const size_t k = std::min(ns_.size() - 1, at);
     std::nth_element(ns_.begin(), ns_.begin() + static_cast<ptrdiff_t>(k), ns_.end());
     return ns_[k];
   }
