@@ -27,7 +27,8 @@
  * (not O_DIRECT), pwrite, pwrite64, pwritev, pwritev64, pwritev2 and
  * pwritev64v2 (flags 0, RWF_DSYNC, RWF_SYNC) of those opened for writing
  * (O_RDWR or O_WRONLY, not O_APPEND), fsync and fdatasync (which set the times of what was written
- * directly), and hands every other call to the kernel.
+ * directly), mmap, mmap64, munmap, mremap and madvise (direct maps, as
+ * nvfs_direct_mmap below), and hands every other call to the kernel.
  *
  * A session is bound to the namespace and to the credentials that proved
  * it. Linked or preloaded, the library also defines setuid, seteuid,
@@ -74,8 +75,12 @@ enum nvfs_direct_why {
   NVFS_DIRECT_NO_WRITE_NAMESPACE = 10, /* this process may not write the namespace */
   NVFS_DIRECT_NO_WRITES = 11,          /* the mount serves no direct writes (read-only,
                                           cache=page, an older daemon) */
-  NVFS_DIRECT_PRIVILEGED = 12          /* set-user-ID, set-group-ID, a capability, immutable
+  NVFS_DIRECT_PRIVILEGED = 12,         /* set-user-ID, set-group-ID, a capability, immutable
                                           or append-only: a write must go by the kernel */
+  /* Why a map is the kernel's (nvfs_direct_mmap_why). */
+  NVFS_DIRECT_MAP_FLAGS = 13           /* flags or a protection direct maps do not serve
+                                          (PROT_EXEC, MAP_HUGETLB, MAP_LOCKED, MAP_SYNC
+                                          where stores are made durable by msync, ...) */
 };
 
 /* Attaches to `fd` (not taken over: the caller still closes it, after
@@ -115,6 +120,29 @@ const char *nvfs_direct_strwhy(int why);
 /* Frees the handle (after setting the times of a file written directly,
  * and giving back blocks kept past its end); the descriptor stays open. */
 void nvfs_direct_detach(nvfs_direct *f);
+
+/* As mmap(2) of the attached descriptor: for a process that may read the
+ * namespace, the map's pages are the file's own blocks in the namespace
+ * (direct maps: loads and stores reach the media with no system call and no
+ * page cache, as on a DAX file system; holes read as zeros, a page past the
+ * end of the file gives SIGBUS). PROT_READ maps, MAP_SHARED or MAP_PRIVATE
+ * (copy-on-write), for a descriptor open for reading; MAP_SHARED writable
+ * maps for a process that may write the namespace and a descriptor open
+ * for reading and writing, whose holes get blocks first (committed before
+ * the map is handed out: MAP_SYNC's promise, so CPU flushes make stores
+ * durable; MAP_SHARED_VALIDATE|MAP_SYNC is accepted where the namespace's
+ * stores are made durable so). When the file is truncated or punched, the
+ * map's pages follow (zeros, SIGBUS past the new end) before its blocks
+ * can go to another file. Everything else is the kernel's map, and
+ * nvfs_direct_mmap_why() says why. Unmap with nvfs_direct_munmap (or,
+ * preloaded, munmap). */
+void *nvfs_direct_mmap(nvfs_direct *f, void *addr, size_t length, int prot, int flags,
+                       off_t offset);
+int nvfs_direct_munmap(void *addr, size_t length);
+/* NVFS_DIRECT_ACTIVE if the handle's last nvfs_direct_mmap was direct, else why not. */
+int nvfs_direct_mmap_why(const nvfs_direct *f);
+/* NVFS_DIRECT_ACTIVE if `addr` lies in a direct map, else NVFS_DIRECT_NOT_NVFS. */
+int nvfs_direct_addr_why(const void *addr);
 
 /* Loaded as LD_PRELOAD: what the preload does with pread and preadv of
  * `fd`: NVFS_DIRECT_ACTIVE if it serves them from the namespace, else why

@@ -25,7 +25,11 @@ struct DirectSlot {
   std::atomic<uint64_t> size;
   // The inode the slot serves; 0 while free.
   std::atomic<uint64_t> ino;
-  uint64_t reserved[5];
+  // The daemon's: how many clients map the file (direct maps). While it is
+  // not zero, the core tells the daemon of each change of the file's
+  // mapping or size (Filesystem::SetDirectWatch), which tells them.
+  std::atomic<uint64_t> watchers;
+  uint64_t reserved[4];
 };
 static_assert(sizeof(DirectSlot) == 64);
 static_assert(std::atomic<uint64_t>::is_always_lock_free);

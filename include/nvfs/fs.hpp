@@ -452,6 +452,12 @@ class Filesystem {
   // when the inode leaves the cache (doc/integrity.md section 10). Call
   // once; the table must outlive the filesystem.
   virtual void SetDirectTable(DirectSlot* table, uint32_t count) = 0;
+  // Direct maps (doc/integrity.md section 13): after SetDirectTable,
+  // `changed(ctx, slot)` is called after each change of the mapping or size
+  // of a file whose slot's `watchers` is not zero, on the thread that made
+  // it, under the file's lock: it must not wait nor call the filesystem.
+  // Call once; `ctx` must outlive the filesystem.
+  virtual void SetDirectWatch(void (*changed)(void* ctx, uint32_t slot), void* ctx) = 0;
   struct DirectMapping {
     uint32_t slot = 0;     // index into the table
     uint64_t seq = 0;      // the slot's seq the runs and size were read at (even)

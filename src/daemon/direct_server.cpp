@@ -16,6 +16,7 @@
 #include <poll.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/eventfd.h>
 #include <sys/stat.h>
 #include <sys/xattr.h>
 #include <unistd.h>
@@ -23,6 +24,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cinttypes>
+#include <cstdio>
 #include <cstddef>
 #include <cstring>
 #include <map>
@@ -32,6 +35,7 @@
 
 #include <linux/fs.h>
 
+#include "daemon/direct_maps.hpp"
 #include "daemon/direct_writers.hpp"
 #include "daemon/socket_server.hpp"
 #include "direct/protocol.hpp"
@@ -47,6 +51,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 struct Connection {
+  uint64_t id = 0;  // unique in this daemon: a mapper's name (direct_maps.hpp)
   int fd = -1;
   uid_t uid = 0;
   pid_t pid = 0;
@@ -59,6 +64,21 @@ struct Connection {
   int passed = -1;  // the descriptor that came with the request, if any
   bool bad = false;  // a second descriptor, or ancillary data of another kind
   bool done = false;  // to be closed
+  // Files this connection maps (kOpMmap), by inode: the descriptor it
+  // passed, kept open until kOpMunmap or the connection's end.
+  std::map<uint64_t, int> mapped;
+  uint64_t start_time = 0;  // its process's, at its first kOpMmap
+};
+
+// A mapper whose connection closed while its process lived: it may still
+// map the files, so what they free is held (Maps::Orphan) until the process
+// is gone or maps the namespace no more.
+struct Orphan {
+  uint64_t id;
+  uid_t uid;
+  pid_t pid;
+  uint64_t start_time;
+  std::vector<int> fds;  // the descriptors the connection passed
 };
 
 // One user's share: connections, and requests as tokens.
@@ -142,6 +162,14 @@ struct Server::State {
   ServerOptions options;
   bool writes_enabled = false;       // direct writes served
   std::unique_ptr<Writers> writers;  // made at the first proof for writing
+  // Direct maps: made with the table; the filesystem's external grace from
+  // the first proof for writing or the first map on (InstallGrace).
+  std::unique_ptr<Maps> maps;
+  int maps_wake_fd = -1;             // an eventfd: mappers to tell
+  bool grace_installed = false;
+  uint64_t next_id = 1;
+  std::vector<Orphan> orphans;
+  Clock::time_point next_orphan_check;
   Clock::time_point next_times;      // when the writers' dirty lists are taken next
   std::set<uint64_t> stale_attrs;    // inodes whose kernel attributes Times drops
   static constexpr size_t kMaxStaleAttrs = 1024;
@@ -165,6 +193,7 @@ struct Server::State {
     if (table != nullptr) munmap(table, table_bytes);
     if (table_fd >= 0) close(table_fd);
     if (table_ro_fd >= 0) close(table_ro_fd);
+    if (maps_wake_fd >= 0) close(maps_wake_fd);
   }
 
   void Run();
@@ -181,6 +210,17 @@ struct Server::State {
   void Prove(Connection& c);
   void Map(Connection& c);
   void WriteProve(Connection& c);
+  // The filesystem waits out the maps' (and writers') grace from now on.
+  void InstallGrace();
+  // kOpMmap, kOpMunmap, kOpMapAck, kOpMapDone.
+  void MmapOp(Connection& c);
+  void MapsOp(Connection& c);
+  // Sends kOpNotify to the mappers Maps says are to be told.
+  void Notify();
+  // Forgets the orphans whose process is gone or maps the namespace no more.
+  void CheckOrphans(Clock::time_point now);
+  // Whether process `pid` maps the namespace (/proc/PID/maps).
+  bool MapsNamespace(pid_t pid) const;
   // kOpAllocate, kOpCommit and kOpTrim: the file of `c.passed`, checked and
   // released, then the core's call.
   void WriteOp(Connection& c);
@@ -211,7 +251,8 @@ struct Server::State {
   void Send(Connection& c, const void* reply, size_t size, int fd = -1);
   // One reply with `error`, then the connection is closed.
   void Refuse(Connection& c, uint32_t op, int error);
-  void Close(Connection& c);
+  // `stopping`: the daemon ends, and every mapper with it.
+  void Close(Connection& c, bool stopping = false);
 };
 
 void Server::State::Run() {
@@ -227,6 +268,10 @@ void Server::State::Run() {
     }
   }
 }
+
+// The pollfds before the connections': the stop pipe, the listening socket
+// and the maps' eventfd.
+constexpr size_t kFixedFds = 3;
 
 bool Server::State::Round(std::vector<pollfd>& fds, std::vector<size_t>& which) {
   const Clock::time_point now = Clock::now();
@@ -247,8 +292,14 @@ bool Server::State::Round(std::vector<pollfd>& fds, std::vector<size_t>& which) 
     if (now >= next_times) Times(now);
     wake_at(next_times);
   }
+  if (!orphans.empty()) {
+    if (now >= next_orphan_check) CheckOrphans(now);
+    wake_at(next_orphan_check);
+  }
 
-  fds.assign({{socket.wake_fd(), POLLIN, 0}, {socket.listen_fd(), POLLIN, 0}});
+  fds.assign({{socket.wake_fd(), POLLIN, 0},
+              {socket.listen_fd(), POLLIN, 0},
+              {maps_wake_fd, POLLIN, 0}});
   which.clear();
   for (size_t i = 0; i < connections.size(); ++i) {
     Connection& c = connections[i];
@@ -272,10 +323,15 @@ bool Server::State::Round(std::vector<pollfd>& fds, std::vector<size_t>& which) 
     return errno == EINTR;
   }
   if (fds[0].revents != 0) return false;
-  for (size_t k = 2; k < fds.size(); ++k) {
-    if (fds[k].revents != 0) Receive(connections[which[k - 2]]);
+  for (size_t k = kFixedFds; k < fds.size(); ++k) {
+    if (fds[k].revents != 0) Receive(connections[which[k - kFixedFds]]);
   }
   if (fds[1].revents & POLLIN) Accept();
+  if (fds[2].revents & POLLIN) {
+    uint64_t count;
+    [[maybe_unused]] ssize_t n = read(maps_wake_fd, &count, sizeof count);
+    Notify();
+  }
   return true;
 }
 
@@ -306,6 +362,7 @@ void Server::State::Accept() {
       continue;
     }
     Connection c;
+    c.id = next_id++;
     c.fd = fd;
     c.uid = cred.uid;
     c.pid = cred.pid;
@@ -387,6 +444,10 @@ void Server::State::Handle(Connection& c) {
     case kOpAllocate:
     case kOpCommit:
     case kOpTrim:
+    case kOpMmap:
+    case kOpMunmap:
+    case kOpMapAck:
+    case kOpMapDone:
       if (!c.proven) {
         Refuse(c, r.op, EACCES);
         return;
@@ -395,6 +456,10 @@ void Server::State::Handle(Connection& c) {
         Map(c);
       } else if (r.op == kOpWriteProve) {
         WriteProve(c);
+      } else if (r.op == kOpMmap) {
+        MmapOp(c);
+      } else if (r.op >= kOpMunmap) {
+        MapsOp(c);
       } else {
         WriteOp(c);
       }
@@ -520,7 +585,10 @@ void Server::State::WriteProve(Connection& c) {
     const NamespaceIdentity id = IdentityAt(fs->media().base());
     std::string why;
     writers = Writers::Open(id.uuid, id.mount_count, &why);
-    if (writers != nullptr) fs->SetExternalGrace(writers.get());
+    if (writers != nullptr) {
+      maps->SetWriters(writers.get());
+      InstallGrace();
+    }
   }
   if (writers == nullptr) {
     reply.h.error = fs->read_only() ? EROFS : EOPNOTSUPP;
@@ -540,6 +608,158 @@ void Server::State::WriteProve(Connection& c) {
     }
   }
   Send(c, &reply, sizeof reply, reply.h.error == 0 ? writers->fd() : -1);
+}
+
+void Server::State::InstallGrace() {
+  if (grace_installed) return;
+  fs->SetExternalGrace(maps.get());
+  grace_installed = true;
+}
+
+// A file of this mount the client maps into its own address space: opened
+// for reading (and writing, for a writable shared map), as the kernel's mmap
+// wants it; or named by `ino` when this connection maps it already.
+void Server::State::MmapOp(Connection& c) {
+  const Request& r = c.request;
+  MapReply reply{};
+  reply.h = {kMagic, kOpMmap, 0, sizeof reply};
+  const bool for_write = (r.flags & kMapForWrite) != 0;
+  uint64_t ino = 0;
+  int error = 0;
+  if (c.passed < 0) {
+    if (c.mapped.count(r.ino) != 0) {
+      ino = r.ino;
+    } else {
+      error = EBADF;
+    }
+  } else {
+    struct statx stx {};
+    if (!StatFd(c.passed, &stx) || makedev(stx.stx_dev_major, stx.stx_dev_minor) != mount_dev) {
+      error = EXDEV;
+    } else if (!S_ISREG(stx.stx_mode)) {
+      error = EINVAL;
+    } else if (!Readable(c.passed) || (for_write && !ReadWrite(c.passed))) {
+      error = EACCES;  // mmap(2)'s errno for a descriptor not open as the map needs
+    } else {
+      ino = stx.stx_ino;
+    }
+  }
+  if (error == 0 && for_write && !c.write_proven) error = EACCES;
+  if (error == 0 && c.mapped.count(ino) == 0 && c.mapped.size() >= kMaxMappedFiles) error = EMFILE;
+  if (error == 0 && c.passed >= 0 && c.mapped.count(ino) == 0) {
+    // Kept: the file stays open while the client maps it (as the kernel's
+    // mmap holds the file), so its blocks are not freed by its last close.
+    if (c.mapped.empty() && c.start_time == 0) {
+      c.start_time = ProcessStartTime(static_cast<uint64_t>(c.pid));
+    }
+    c.mapped[ino] = c.passed;
+    c.passed = -1;
+  }
+  if (error != 0) {
+    reply.h.error = error;
+    Send(c, &reply, sizeof reply);
+    return;
+  }
+  InstallGrace();
+  Result<Filesystem::DirectMapping> m = Error(EIO);
+  if (for_write) {
+    if (!MayWriteDirectly(ino)) {
+      m = Error(EPERM);  // a store must drop what the kernel drops: the kernel maps it
+    } else {
+      // Every hole inside the size gets a block, committed before the
+      // reply: a store into the map needs no allocation, and what it
+      // stores lands in blocks the file has for good.
+      Result<Attr> attr = fs->GetAttr(ino);
+      const uint64_t size = attr.ok() ? attr->size : 0;
+      const uint64_t end = std::min(size, r.offset + std::min(r.length, UINT64_MAX - r.offset));
+      m = end > r.offset ? fs->DirectAllocate(ino, r.offset, end - r.offset, 0, reply.runs, kMaxRuns)
+                         : fs->DirectMap(ino, r.offset, reply.runs, kMaxRuns);
+    }
+  } else {
+    m = fs->DirectMap(ino, r.offset, reply.runs, kMaxRuns);
+  }
+  if (!m.ok()) {
+    reply.h.error = m.code();
+  } else if (!maps->Register(c.id, ino, m->slot, m->seq)) {
+    reply.h.error = EIO;
+  } else {
+    FillReply(&reply, ino, *m);
+    if (for_write) reply.flags = kMapWritable;
+  }
+  Send(c, &reply, sizeof reply);
+}
+
+void Server::State::MapsOp(Connection& c) {
+  const Request& r = c.request;
+  if (c.passed >= 0) {
+    Refuse(c, r.op, EPROTO);
+    return;
+  }
+  if (r.op == kOpMunmap) {
+    auto it = c.mapped.find(r.ino);
+    if (it == c.mapped.end()) return;  // nothing to say: no reply to this op
+    maps->Unregister(c.id, r.ino);
+    descriptors.Release(it->second, c.uid);
+    c.mapped.erase(it);
+  } else if (r.op == kOpMapAck) {
+    maps->Acknowledged(c.id, r.ino, r.seq);
+  } else {
+    maps->Done(c.id);
+  }
+}
+
+void Server::State::Notify() {
+  const ReplyHeader notify{kMagic, kOpNotify, 0, sizeof(ReplyHeader)};
+  for (uint64_t id : maps->TakeNotifications()) {
+    for (Connection& c : connections) {
+      if (c.id == id && c.fd >= 0 && !c.done) Send(c, &notify, sizeof notify);
+    }
+  }
+}
+
+void Server::State::CheckOrphans(Clock::time_point now) {
+  next_orphan_check = now + std::chrono::seconds(1);
+  std::erase_if(orphans, [&](Orphan& o) {
+    if (ProcessAlive(static_cast<uint64_t>(o.pid), o.start_time) && MapsNamespace(o.pid)) {
+      return false;
+    }
+    maps->Drop(o.id);
+    for (int fd : o.fds) descriptors.Release(fd, o.uid);
+    return true;
+  });
+}
+
+bool Server::State::MapsNamespace(pid_t pid) const {
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%d/maps", static_cast<int>(pid));
+  FILE* f = std::fopen(path, "re");
+  if (f == nullptr) return errno != ENOENT && errno != ESRCH;  // unknown: it may
+  const unsigned want_major = major(namespace_stat.st_dev);
+  const unsigned want_minor = minor(namespace_stat.st_dev);
+  bool found = false;
+  char line[512];
+  // Bounded: a process with millions of mappings is read in part, and
+  // counted as mapping the namespace.
+  for (int n = 0; n < (1 << 20); ++n) {
+    if (std::fgets(line, sizeof line, f) == nullptr) break;
+    const size_t len = std::strlen(line);
+    if (len > 0 && line[len - 1] != '\n' && !std::feof(f)) {
+      int ch;  // the rest of a long line (a long path)
+      while ((ch = std::fgetc(f)) != EOF && ch != '\n') {
+      }
+    }
+    unsigned maj = 0, min = 0;
+    unsigned long long ino = 0;
+    if (std::sscanf(line, "%*x-%*x %*s %*x %x:%x %llu", &maj, &min, &ino) == 3 &&
+        maj == want_major && min == want_minor &&
+        ino == static_cast<unsigned long long>(namespace_stat.st_ino)) {
+      found = true;
+      break;
+    }
+    if (n + 1 == (1 << 20)) found = true;
+  }
+  std::fclose(f);
+  return found;
 }
 
 uint64_t Server::State::WriterFile(Connection& c, int* error) {
@@ -659,9 +879,27 @@ void Server::State::Refuse(Connection& c, uint32_t op, int error) {
   c.done = true;
 }
 
-void Server::State::Close(Connection& c) {
+void Server::State::Close(Connection& c, bool stopping) {
   descriptors.Release(c.passed, c.uid);
   c.passed = -1;
+  if (!c.mapped.empty()) {
+    if (!stopping && ProcessAlive(static_cast<uint64_t>(c.pid), c.start_time) &&
+        MapsNamespace(c.pid)) {
+      // Closed by the process (a raw close, close_range) or by us (a
+      // protocol error) while it lives and may still map: held.
+      maps->Orphan(c.id);
+      Orphan o{c.id, c.uid, c.pid, c.start_time, {}};
+      for (auto& [ino, fd] : c.mapped) o.fds.push_back(fd);
+      if (orphans.empty()) next_orphan_check = Clock::now() + std::chrono::seconds(1);
+      orphans.push_back(std::move(o));
+    } else {
+      maps->Drop(c.id);
+      for (auto& [ino, fd] : c.mapped) descriptors.Release(fd, c.uid);
+    }
+    c.mapped.clear();
+  } else {
+    maps->Drop(c.id);
+  }
   if (c.fd < 0) return;
   descriptors.CloseConnection(c.fd, c.uid);
   c.fd = -1;
@@ -724,6 +962,13 @@ std::unique_ptr<Server> Server::Create(Filesystem& fs, dev_t mount_dev,
     return nullptr;
   }
   fs.SetDirectTable(s->table, kSlots);
+  s->maps_wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (s->maps_wake_fd < 0) {
+    *why = std::string("cannot make an eventfd: ") + std::strerror(errno);
+    return nullptr;
+  }
+  s->maps = std::make_unique<Maps>(s->table, kSlots, s->maps_wake_fd);
+  fs.SetDirectWatch(&Maps::Changed, s->maps.get());
   s->writes_enabled = options.writes && !fs.read_only();
   if (!s->writes_enabled) *writes_why = fs.read_only() ? "the mount is read-only" : "cache=page";
   return std::unique_ptr<Server>(new Server(std::move(s)));
@@ -741,8 +986,13 @@ bool Server::Serve() {
 void Server::Stop() {
   State* s = state_.get();
   s->socket.Join();
-  for (Connection& c : s->connections) s->Close(c);
+  for (Connection& c : s->connections) s->Close(c, /*stopping=*/true);
   s->connections.clear();
+  for (Orphan& o : s->orphans) {
+    s->maps->Drop(o.id);
+    for (int fd : o.fds) s->descriptors.Release(fd, o.uid);
+  }
+  s->orphans.clear();
   s->socket.Stop();
 }
 

@@ -269,6 +269,11 @@ void BarrierWithWriters() {
 // entered after the change loads the moved seq. So a late scan is as good
 // as one at the change, and one scan, with one barrier, serves every
 // ticket taken since the one before (a truncation frees many runs).
+void Writers::SkipTo(uint64_t ticket) {
+  std::lock_guard lock(mu_);
+  last_ticket_ = scanned_ = ticket;
+}
+
 uint64_t Writers::Start() {
   std::lock_guard lock(mu_);
   return ++last_ticket_;

@@ -70,6 +70,11 @@ class Writers final : public epoch::ExternalGrace {
     }
   }
 
+  // Tickets go on from `ticket` (every one before it is over for writers,
+  // none having been given): the direct maps' grace, whose tickets these
+  // become (direct_maps.hpp). Before the first Start.
+  void SkipTo(uint64_t ticket);
+
   // epoch::ExternalGrace: called by any thread that frees blocks.
   uint64_t Start() override;
   uint64_t Completed() override;

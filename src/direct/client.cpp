@@ -18,6 +18,7 @@
 #include "direct/fd_table.hpp"
 #include "direct/file.hpp"
 #include "direct/libc.hpp"
+#include "direct/map.hpp"
 #include "direct/preload.hpp"
 #include "direct/session.hpp"
 #include "nvfs/direct.h"
@@ -77,6 +78,7 @@ int Classify(int fd, struct stat* st, int* flags, bool* readable) {
 }
 
 void PrepareFork() {
+  MapsPrepareFork();
   SessionsPrepareFork();
   EpochPrepareFork();
   FaultPrepareFork();
@@ -85,8 +87,10 @@ void ParentAfterFork() {
   FaultAfterFork();
   EpochParentAfterFork();
   SessionsParentAfterFork();
+  MapsParentAfterFork();
 }
 void ChildAfterFork() {
+  MapsChildAfterFork();  // its direct maps become the kernel's: it has no listener
   CredentialsChildAfterFork();  // before the child runs any code of its own
   WritersChildAfterFork();
   FaultAfterFork();
@@ -258,8 +262,38 @@ NVFS_DIRECT_EXPORT const char* nvfs_direct_strwhy(int why) {
     case NVFS_DIRECT_NO_WRITE_NAMESPACE: return "this process may not write the namespace";
     case NVFS_DIRECT_NO_WRITES: return "the mount serves no direct writes";
     case NVFS_DIRECT_PRIVILEGED: return "set-ID, capability, immutable or append-only: the kernel writes it";
+    case NVFS_DIRECT_MAP_FLAGS: return "flags or a protection direct maps do not serve: the kernel maps it";
     default: return "unknown reason";
   }
+}
+
+NVFS_DIRECT_EXPORT void* nvfs_direct_mmap(nvfs_direct* f, void* addr, size_t length, int prot,
+                                          int flags, off_t offset) {
+  if (tls.depth == 0) {
+    DepthGuard depth;
+    void* result;
+    int why = NVFS_DIRECT_ACTIVE;
+    const bool served = MapFile(f, addr, length, prot, flags, offset, &result, &why);
+    f->map_why.store(why, std::memory_order_relaxed);
+    if (served) return result;
+  }
+  return libc::Mmap(addr, length, prot, flags, f->fd, offset);
+}
+
+NVFS_DIRECT_EXPORT int nvfs_direct_munmap(void* addr, size_t length) {
+  if (tls.depth != 0) return libc::Munmap(addr, length);
+  DepthGuard depth;
+  return UnmapRange(addr, length);
+}
+
+NVFS_DIRECT_EXPORT int nvfs_direct_mmap_why(const nvfs_direct* f) {
+  return f->map_why.load(std::memory_order_relaxed);
+}
+
+NVFS_DIRECT_EXPORT int nvfs_direct_addr_why(const void* addr) {
+  if (tls.depth != 0) return NVFS_DIRECT_REFUSED;
+  DepthGuard depth;
+  return MapWhy(addr);
 }
 
 NVFS_DIRECT_EXPORT void nvfs_direct_detach(nvfs_direct* f) {

@@ -23,6 +23,7 @@
 #include "direct/export.hpp"
 #include "direct/fd_table.hpp"
 #include "direct/libc.hpp"
+#include "direct/map.hpp"
 #include "direct/session.hpp"
 
 namespace nvfs::direct {
@@ -61,7 +62,7 @@ std::atomic<uint32_t> walking{0};
 // writes again through the kernel (write.cpp); other threads' stores are
 // waited out before the zeros come (RevokeAll).
 void Zero(uintptr_t base, uint64_t size) {
-  void* p = mmap(reinterpret_cast<void*>(base), size, PROT_READ | PROT_WRITE,
+  void* p = libc::Mmap(reinterpret_cast<void*>(base), size, PROT_READ | PROT_WRITE,
                  MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED) Die("cannot take the namespace out of the process before a change of credentials");
 }
@@ -149,6 +150,9 @@ bool CredentialsUnchangedSince(uint64_t g) {
 
 CredentialChange::CredentialChange(bool tidy) : tidy_(tidy) {
   const int saved = errno;
+  // Direct maps end with the credentials that made them: the kernel's maps
+  // of the same files from now on (what the kernel checked at their open).
+  if (tidy_) MapsToKernel();
   Begin();
   // Closing the connections takes the library's locks, which a signal
   // handler that interrupted the library on this thread may hold; their

@@ -79,7 +79,7 @@ bool ReplacePoisoned(FaultMapping& m, uintptr_t addr) {
       m.overflow.store(true, std::memory_order_release);
     }
     m.poisoned.fetch_add(1, std::memory_order_seq_cst);
-    void* p = mmap(reinterpret_cast<void*>(page), unit, PROT_READ | PROT_WRITE,
+    void* p = libc::Mmap(reinterpret_cast<void*>(page), unit, PROT_READ | PROT_WRITE,
                    MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p != MAP_FAILED) return true;
   }

@@ -1,6 +1,10 @@
 // The preload's descriptor table (fd_table.hpp).
 #include "direct/fd_table.hpp"
 
+#include <sys/mman.h>
+
+#include "direct/map.hpp"
+
 #include <errno.h>
 
 #include <atomic>
@@ -188,6 +192,38 @@ bool FdServeWrite(int fd, const iovec* iov, int iovcnt, off_t offset, int flags,
     HandleUnref(h);
     errno = saved;
     return true;
+  }
+  return false;
+}
+
+bool FdServeMap(int fd, void* addr, size_t length, int prot, int flags, off_t offset,
+                void** result) {
+  if (!preloaded.load(std::memory_order_relaxed) || tls.depth != 0 || fd < 0 ||
+      (flags & MAP_ANONYMOUS) != 0) {
+    return false;
+  }
+  DepthGuard depth;
+  for (int pass = 0; pass < 2; ++pass) {
+    FdEntry* e = Find(fd);
+    nvfs_direct* h = nullptr;
+    {
+      ReadSection section;
+      if (!section.Enter()) return false;
+      h = e == nullptr ? nullptr : e->handle.load(std::memory_order_acquire);
+      if (IsNotDirect(h)) return false;
+      if (h != nullptr) HandleRef(h);
+    }
+    if (h == nullptr) {
+      if (pass == 1 || !Classify(fd, offset < 0 ? 0 : offset)) return false;
+      continue;
+    }
+    int why = NVFS_DIRECT_ACTIVE;
+    const bool served = MapFile(h, addr, length, prot, flags, offset, result, &why);
+    const int saved = errno;
+    h->map_why.store(why, std::memory_order_relaxed);
+    HandleUnref(h);
+    errno = saved;
+    return served;
   }
   return false;
 }

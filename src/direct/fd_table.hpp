@@ -43,6 +43,10 @@ bool FdServe(int fd, const struct iovec* iov, int iovcnt, off_t offset, ssize_t*
 // what is not stored directly goes to the kernel from there).
 bool FdServeWrite(int fd, const struct iovec* iov, int iovcnt, off_t offset, int flags,
                   ssize_t* result);
+// The same for an mmap of `fd` (map.hpp): true with the result in
+// *result (MAP_FAILED and errno included); false: the kernel maps it.
+bool FdServeMap(int fd, void* addr, size_t length, int prot, int flags, off_t offset,
+                void** result);
 // Before `fd` is closed (closing) or fsync'ed: Settle (file.hpp) on its
 // handle, if it has one. Nothing from a signal handler inside the library.
 void FdSettle(int fd, bool closing);

@@ -106,6 +106,8 @@ struct nvfs_direct {
   std::atomic<bool> written{false};
   // Blocks were kept past the end for it: given back when it is closed.
   std::atomic<bool> reserved{false};
+  // NVFS_DIRECT_ACTIVE if its last nvfs_direct_mmap was direct, else why not.
+  std::atomic<int> map_why{NVFS_DIRECT_ACTIVE};
   // Its entry in the writers' page's list of inodes to set the times of,
   // while it holds the inode (-1: none).
   std::atomic<int> dirty_index{-1};

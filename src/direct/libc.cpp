@@ -69,6 +69,11 @@ NVFS_DIRECT_UNINSTRUMENTED void Resolve() {
   Find(real.epoll_create, "epoll_create");
   Find(real.epoll_create1, "epoll_create1");
   Find(real.memfd_create, "memfd_create");
+  Find(real.mmap, "mmap");
+  Find(real.mmap64, "mmap64");
+  Find(real.munmap, "munmap");
+  Find(real.mremap, "mremap");
+  Find(real.madvise, "madvise");
   Find(real.sigaction, "sigaction");
   Find(real.setuid, "setuid");
   Find(real.seteuid, "seteuid");

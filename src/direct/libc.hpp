@@ -75,6 +75,12 @@ struct Table {
   int (*epoll_create1)(int);
   int (*memfd_create)(const char*, unsigned);
 
+  void* (*mmap)(void*, size_t, int, int, int, off_t);
+  void* (*mmap64)(void*, size_t, int, int, int, off_t);
+  int (*munmap)(void*, size_t);
+  void* (*mremap)(void*, size_t, size_t, int, ...);
+  int (*madvise)(void*, size_t, int);
+
   int (*sigaction)(int, const struct sigaction*, struct sigaction*);
 
   int (*setuid)(uid_t);
@@ -110,5 +116,12 @@ NVFS_DIRECT_UNINSTRUMENTED inline F Get(F Table::*member) {
   if (real.*member == nullptr) Resolve();
   return real.*member;
 }
+
+// The library's own mappings (the namespace, the table, zeros), never the
+// preload's mmap.
+inline void* Mmap(void* addr, size_t len, int prot, int flags, int fd, off_t offset) {
+  return Get(&Table::mmap)(addr, len, prot, flags, fd, offset);
+}
+inline int Munmap(void* addr, size_t len) { return Get(&Table::munmap)(addr, len); }
 
 }  // namespace nvfs::direct::libc

@@ -30,7 +30,9 @@
 
 #include "direct/export.hpp"
 #include "direct/fd_table.hpp"
+#include "direct/file.hpp"
 #include "direct/libc.hpp"
+#include "direct/map.hpp"
 
 namespace nvfs::direct {
 
@@ -192,6 +194,55 @@ NVFS_DIRECT_EXPORT int fsync(int fd) {
 NVFS_DIRECT_EXPORT int fdatasync(int fd) {
   FdSettle(fd, /*closing=*/false);
   return libc::Get(&libc::Table::fdatasync)(fd);
+}
+
+// --- maps ----------------------------------------------------------------------
+// Of a file on an nvfs mount, by a process that may read (for a writable
+// shared map: write) the namespace: the file's blocks mapped from it
+// (map.hpp). munmap, mremap and madvise look at the direct maps first.
+
+NVFS_DIRECT_EXPORT void* mmap(void* addr, size_t length, int prot, int flags, int fd, off_t offset) {
+  void* result;
+  if (FdServeMap(fd, addr, length, prot, flags, offset, &result)) return result;
+  return libc::Get(&libc::Table::mmap)(addr, length, prot, flags, fd, offset);
+}
+
+NVFS_DIRECT_EXPORT void* mmap64(void* addr, size_t length, int prot, int flags, int fd,
+                                off_t offset) {
+  void* result;
+  if (FdServeMap(fd, addr, length, prot, flags, offset, &result)) return result;
+  return libc::Get(&libc::Table::mmap64)(addr, length, prot, flags, fd, offset);
+}
+
+NVFS_DIRECT_EXPORT int munmap(void* addr, size_t length) {
+  if (tls.depth != 0) return libc::Munmap(addr, length);
+  DepthGuard depth;
+  return UnmapRange(addr, length);
+}
+
+NVFS_DIRECT_EXPORT void* mremap(void* old_addr, size_t old_len, size_t new_len, int flags, ...) {
+  void* new_addr = nullptr;
+  if ((flags & MREMAP_FIXED) != 0) {
+    va_list ap;
+    va_start(ap, flags);
+    new_addr = va_arg(ap, void*);
+    va_end(ap);
+  }
+  if (tls.depth == 0) {
+    DepthGuard depth;
+    void* result;
+    if (RemapRange(old_addr, old_len, new_len, flags, new_addr, &result)) return result;
+  }
+  return libc::Get(&libc::Table::mremap)(old_addr, old_len, new_len, flags, new_addr);
+}
+
+NVFS_DIRECT_EXPORT int madvise(void* addr, size_t length, int advice) {
+  if (tls.depth == 0) {
+    DepthGuard depth;
+    int result;
+    if (AdviseRange(addr, length, advice, &result)) return result;
+  }
+  return libc::Get(&libc::Table::madvise)(addr, length, advice);
 }
 
 // --- calls that free a number --------------------------------------------------

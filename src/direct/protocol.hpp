@@ -58,6 +58,24 @@
 //      and replies with the runs from `length` up to `limit` (EAGAIN: the
 //      file changed; store again). offset == length: the times only.
 //   8. kOpTrim (a descriptor, as 5): the blocks kept past the end go.
+//   9. kOpMmap (a descriptor, as 3, or as 5 with kMapForWrite, then
+//      opened for reading and writing; or `ino` of a file this connection
+//      maps already): the client maps [offset, offset + length) of the
+//      file's blocks into its own address space (direct maps, doc/
+//      integrity.md section 13). The daemon keeps the descriptor (the file
+//      stays open, as the kernel's mmap keeps it) until kOpMunmap or the
+//      connection's end, and records that this connection maps the file at
+//      the reply's seq. With kMapForWrite the range's holes inside the size
+//      get blocks first, committed before the reply (MAP_SYNC: the mapped
+//      blocks' metadata is durable before the client stores). The reply is
+//      kOpMap's. A connection that maps files reads every message the
+//      daemon sends, for the daemon also sends, unasked, kOpNotify (a
+//      header alone): a file it maps changed. The client then looks at the
+//      slots of its files, maps again (kOpMmap by `ino`) those whose seq
+//      moved, sends kOpMapAck (`ino`, `seq`: every page of that file it maps
+//      is now from runs given at `seq`) for each of them and kOpMapDone;
+//      blocks a file gave up go to no other file until then.
+//  10. kOpMunmap (`ino`), kOpMapAck, kOpMapDone: no reply.
 //   6 to 8 may name the file by `ino` instead of a descriptor, on a
 //   connection proven for writing: its process may change every byte of the
 //   namespace already, and a descriptor passed costs the daemon a receive,
@@ -83,7 +101,7 @@
 namespace nvfs::direct {
 
 inline constexpr uint32_t kMagic = 0x7264766eu;  // "nvdr"
-inline constexpr uint32_t kVersion = 3;
+inline constexpr uint32_t kVersion = 4;
 
 enum Op : uint32_t {
   kOpHello = 1,
@@ -93,22 +111,32 @@ enum Op : uint32_t {
   kOpAllocate = 5,    // one descriptor: a file, opened for reading and writing
   kOpCommit = 6,      // the same
   kOpTrim = 7,        // the same
+  kOpMmap = 8,        // a descriptor (as kOpMap or, for writing, kOpAllocate), or `ino`
+  kOpMunmap = 9,      // `ino`; no reply
+  kOpMapAck = 10,     // `ino`, `seq`; no reply
+  kOpMapDone = 11,    // no reply
+  kOpNotify = 12,     // the daemon's, unasked: a mapped file changed
 };
 
 // Request::flags
 inline constexpr uint32_t kMapForWrite = 1;
+// Files one connection may map at once (the daemon holds a descriptor of
+// each).
+inline constexpr unsigned kMaxMappedFiles = 256;
 
 struct Request {
   uint32_t magic;    // kMagic
   uint32_t version;  // kVersion
   uint32_t op;       // Op
   uint32_t flags;    // kOpMap: kMapForWrite
-  uint64_t offset;   // kOpMap, kOpAllocate: the file offset the runs must cover;
+  uint64_t offset;   // kOpMap, kOpAllocate, kOpMmap: the file offset the runs must cover;
                      // kOpCommit: the first byte stored
-  uint64_t length;   // kOpAllocate: bytes to store; kOpCommit: the end of what was stored
-  uint64_t seq;      // kOpCommit: the slot's seq of the runs stored into
+  uint64_t length;   // kOpAllocate: bytes to store; kOpCommit: the end of what was stored;
+                     // kOpMmap: bytes mapped
+  uint64_t seq;      // kOpCommit: the slot's seq of the runs stored into; kOpMapAck
   uint64_t limit;    // kOpAllocate, kOpCommit: how far past the size runs may go
-  uint64_t ino;      // kOpAllocate, kOpCommit, kOpTrim without a descriptor: the file
+  uint64_t ino;      // kOpAllocate, kOpCommit, kOpTrim, kOpMmap without a descriptor,
+                     // kOpMunmap, kOpMapAck: the file
   uint64_t reserved;
 };
 static_assert(sizeof(Request) == 64);

@@ -59,6 +59,8 @@ void CloseFd(int fd) {
   if (fd >= 0) libc::Get(&libc::Table::close)(fd);
 }
 
+}  // namespace
+
 const char* SocketDir() {
   const char* dir = secure_getenv("NVFS_DIRECT_SOCKET_DIR");
   return dir != nullptr && dir[0] != '\0' ? dir : kSocketDir;
@@ -73,7 +75,7 @@ bool SocketDirTrusted(const char* dir) {
 }
 
 // A read of a word of a fresh mapping, inside the fault handler's reach.
-uint64_t GuardedWord(const std::byte* base, uint64_t offset) {
+static uint64_t GuardedWord(const std::byte* base, uint64_t offset) {
   tls.in_copy++;
   std::atomic_signal_fence(std::memory_order_seq_cst);
   const uint64_t v = __atomic_load_n(reinterpret_cast<const uint64_t*>(base + offset), __ATOMIC_RELAXED);
@@ -87,7 +89,7 @@ uint64_t GuardedWord(const std::byte* base, uint64_t offset) {
 constexpr uint64_t kGrowRoom = uint64_t{64} << 30;
 
 // mountinfo writes space, tab, newline and backslash as \ooo; in place.
-void UnescapeMountField(char* field) {
+static void UnescapeMountField(char* field) {
   char* out = field;
   for (const char* in = field; *in != '\0'; ++in) {
     if (in[0] == '\\' && in[1] >= '0' && in[1] <= '3' && in[2] >= '0' && in[2] <= '7' &&
@@ -106,7 +108,7 @@ void UnescapeMountField(char* field) {
 // SOURCE SUPER"): what its daemon, root, mounted it from (the namespace's
 // absolute path). Found by the device number, which the kernel gave the
 // mount, so no user's mount can stand in for it.
-bool SourceOfLine(char* line, dev_t dev, char* out, size_t size) {
+static bool SourceOfLine(char* line, dev_t dev, char* out, size_t size) {
   unsigned maj = 0, min = 0;
   if (std::sscanf(line, "%*u %*u %u:%u", &maj, &min) != 2 || makedev(maj, min) != dev) return false;
   char* dash = std::strstr(line, " - ");
@@ -125,7 +127,7 @@ bool SourceOfLine(char* line, dev_t dev, char* out, size_t size) {
 
 // In test mode (no mount): the source the test's daemon wrote beside its
 // socket, SOCKET.source.
-bool TestSource(dev_t dev, char* out, size_t size) {
+static bool TestSource(dev_t dev, char* out, size_t size) {
   char path[PATH_MAX];
   SocketPath(path, sizeof path - 8, dev, SocketDir());
   std::strcat(path, ".source");
@@ -176,9 +178,9 @@ bool NamespacePath(dev_t dev, char* out, size_t size) {
 // link or blocking (a FIFO put at a moved image's path), and only if it is
 // a regular file or a character device: -1 otherwise. Whether it is the
 // very namespace the daemon serves, the proof tells.
-int OpenNamespace(const char* path, struct stat* st) {
+int OpenNamespace(const char* path, struct stat* st, int access) {
   const int fd = libc::Get(&libc::Table::open)(
-      path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NOFOLLOW | O_NONBLOCK);
+      path, access | O_CLOEXEC | O_NOCTTY | O_NOFOLLOW | O_NONBLOCK);
   if (fd < 0) return -1;
   if (fstat(fd, st) != 0 || !(S_ISREG(st->st_mode) || S_ISCHR(st->st_mode))) {
     CloseFd(fd);
@@ -188,7 +190,6 @@ int OpenNamespace(const char* path, struct stat* st) {
   return fd;
 }
 
-}  // namespace
 
 bool Session::GuardedIdentityHolds() const {
   tls.in_copy++;
@@ -231,8 +232,8 @@ Session::~Session() {
   if (fault != nullptr) FaultUnregisterMapping(fault);
   RevocableUnregister(ns_range);
   RevocableUnregister(table_range_);
-  if (ns_base != nullptr) munmap(const_cast<std::byte*>(ns_base), ns_reserved_);
-  if (table != nullptr) munmap(const_cast<DirectSlot*>(table), table_bytes_);
+  if (ns_base != nullptr) libc::Munmap(const_cast<std::byte*>(ns_base), ns_reserved_);
+  if (table != nullptr) libc::Munmap(const_cast<DirectSlot*>(table), table_bytes_);
   DropSocketLocked();
 }
 
@@ -429,30 +430,30 @@ int Session::ConnectLocked() {
     CloseFd(table_fd);
     return fail(NVFS_DIRECT_NO_SERVER);
   }
-  void* t = mmap(nullptr, prove.table_bytes, PROT_READ, MAP_SHARED, table_fd, 0);
+  void* t = libc::Mmap(nullptr, prove.table_bytes, PROT_READ, MAP_SHARED, table_fd, 0);
   CloseFd(table_fd);
   if (t == MAP_FAILED) return fail(NVFS_DIRECT_NO_MEMORY);
   const auto* header = static_cast<const DirectTableHeader*>(t);
   if (header->magic != kDirectTableMagic || header->version != kDirectTableVersion ||
       header->slot_count != prove.slot_count) {
-    munmap(t, prove.table_bytes);
+    libc::Munmap(t, prove.table_bytes);
     return fail(NVFS_DIRECT_NO_SERVER);
   }
   // A file may grow while mounted: room is kept after it to map the rest
   // in place (ExtendLocked). A device keeps its size.
   const uint64_t reserve = is_file ? prove.namespace_size + kGrowRoom : prove.namespace_size;
-  void* room = is_file ? mmap(nullptr, reserve, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+  void* room = is_file ? libc::Mmap(nullptr, reserve, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
                               -1, 0)
                        : nullptr;
   if (room == MAP_FAILED) {
-    munmap(t, prove.table_bytes);
+    libc::Munmap(t, prove.table_bytes);
     return fail(NVFS_DIRECT_NO_MEMORY);
   }
-  void* n = mmap(room, prove.namespace_size, PROT_READ, MAP_SHARED | (is_file ? MAP_FIXED : 0),
+  void* n = libc::Mmap(room, prove.namespace_size, PROT_READ, MAP_SHARED | (is_file ? MAP_FIXED : 0),
                  ns.fd, 0);
   if (n == MAP_FAILED) {
-    if (room != nullptr) munmap(room, reserve);
-    munmap(t, prove.table_bytes);
+    if (room != nullptr) libc::Munmap(room, reserve);
+    libc::Munmap(t, prove.table_bytes);
     return fail(errno == ENOMEM ? NVFS_DIRECT_NO_MEMORY : NVFS_DIRECT_NO_NAMESPACE);
   }
   FaultMapping* fm = FaultRegisterMapping(static_cast<std::byte*>(n), prove.namespace_size);
@@ -462,8 +463,8 @@ int Session::ConnectLocked() {
     if (fm != nullptr) FaultUnregisterMapping(fm);
     RevocableUnregister(ns_r);
     RevocableUnregister(table_r);
-    munmap(n, reserve);
-    munmap(t, prove.table_bytes);
+    libc::Munmap(n, reserve);
+    libc::Munmap(t, prove.table_bytes);
   };
   if (fm == nullptr || ns_r == nullptr || table_r == nullptr) {
     undo();
@@ -520,10 +521,10 @@ bool Session::RemapLocked(int ns_fd, int table_fd) {
   // The mark is cleared after the mappings are back (seq_cst): a change
   // that walks the ranges after it puts zeros over them again, one that
   // walked before is seen by the caller's CredentialsUnchangedSince.
-  void* t = mmap(const_cast<DirectSlot*>(table), table_bytes_, PROT_READ, MAP_SHARED | MAP_FIXED,
+  void* t = libc::Mmap(const_cast<DirectSlot*>(table), table_bytes_, PROT_READ, MAP_SHARED | MAP_FIXED,
                  table_fd, 0);
   void* n = t == MAP_FAILED ? MAP_FAILED
-                            : mmap(const_cast<std::byte*>(ns_base), ns_size, PROT_READ,
+                            : libc::Mmap(const_cast<std::byte*>(ns_base), ns_size, PROT_READ,
                                    MAP_SHARED | MAP_FIXED, ns_fd, 0);
   if (t == MAP_FAILED || n == MAP_FAILED) {
     // A failed MAP_FIXED may leave the range unmapped: zeros over both.
@@ -605,7 +606,7 @@ int Session::WriteProveLocked() {
     DropSocketLocked();
     return fail(NVFS_DIRECT_NO_WRITES);
   }
-  void* page = mmap(nullptr, sizeof(DirectWriterPage), PROT_READ | PROT_WRITE, MAP_SHARED,
+  void* page = libc::Mmap(nullptr, sizeof(DirectWriterPage), PROT_READ | PROT_WRITE, MAP_SHARED,
                     writers_fd, static_cast<off_t>(reply.page_offset));
   CloseFd(writers_fd);
   if (page == MAP_FAILED) return fail(NVFS_DIRECT_NO_MEMORY);
@@ -619,27 +620,27 @@ int Session::WriteProveLocked() {
   const uint64_t size = ns_size;
   void* n = MAP_FAILED;
   if (!CredentialsUnchangedSince(generation)) {
-    munmap(page, sizeof(DirectWriterPage));
+    libc::Munmap(page, sizeof(DirectWriterPage));
     return NVFS_DIRECT_REFUSED;
   }
   if (cpu_flush && S_ISREG(st.st_mode)) {
-    n = mmap(base, size, PROT_READ | PROT_WRITE, MAP_SHARED_VALIDATE | MAP_SYNC | MAP_FIXED, ns.fd, 0);
+    n = libc::Mmap(base, size, PROT_READ | PROT_WRITE, MAP_SHARED_VALIDATE | MAP_SYNC | MAP_FIXED, ns.fd, 0);
     if (n == MAP_FAILED) flush_kind = kDirectFlushPage;  // not DAX here: msync instead
   }
-  if (n == MAP_FAILED) n = mmap(base, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, ns.fd, 0);
+  if (n == MAP_FAILED) n = libc::Mmap(base, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, ns.fd, 0);
   if (n == MAP_FAILED) {
     // A failed MAP_FIXED may have left the range unmapped: read-only
     // again, or zeros.
-    if (mmap(base, size, PROT_READ, MAP_SHARED | MAP_FIXED, ns.fd, 0) == MAP_FAILED) {
+    if (libc::Mmap(base, size, PROT_READ, MAP_SHARED | MAP_FIXED, ns.fd, 0) == MAP_FAILED) {
       RevocableZero(ns_range);
     }
-    munmap(page, sizeof(DirectWriterPage));
+    libc::Munmap(page, sizeof(DirectWriterPage));
     return fail(NVFS_DIRECT_NO_MEMORY);
   }
   if (!CredentialsUnchangedSince(generation)) {
     // A change walked past meanwhile: its zeros again.
     RevocableZero(ns_range);
-    munmap(page, sizeof(DirectWriterPage));
+    libc::Munmap(page, sizeof(DirectWriterPage));
     return NVFS_DIRECT_REFUSED;
   }
   // Before any store: the daemon's barriers reach this process's threads
@@ -698,7 +699,7 @@ bool Session::ExtendLocked(int ns_fd, uint64_t new_size) {
   if (Revoked() || !CredentialsUnchangedSince(generation)) return false;
   ns_range->size.store(new_size, std::memory_order_seq_cst);
   void* at = const_cast<std::byte*>(ns_base) + ns_size;
-  if (mmap(at, new_size - ns_size, PROT_READ, MAP_SHARED | MAP_FIXED, ns_fd,
+  if (libc::Mmap(at, new_size - ns_size, PROT_READ, MAP_SHARED | MAP_FIXED, ns_fd,
            static_cast<off_t>(ns_size)) == MAP_FAILED) {
     ns_range->size.store(ns_size, std::memory_order_seq_cst);
     return false;

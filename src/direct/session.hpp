@@ -14,6 +14,8 @@
 // session's.
 #pragma once
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include <atomic>
@@ -110,6 +112,14 @@ class Session {
   // Takes mu.
   int Map(int fd, uint64_t offset, MapReply* reply, bool for_write = false);
 
+  // Whether `st` is the file or device this session mapped.
+  bool IsNamespace(const struct stat& st) const {
+    return static_cast<uint64_t>(st.st_dev) == ns_dev_ &&
+           static_cast<uint64_t>(st.st_ino) == ns_ino_ &&
+           static_cast<uint64_t>(st.st_rdev) == ns_rdev_;
+  }
+  dev_t dev() const { return dev_; }
+
   void Ref() { refs_.fetch_add(1, std::memory_order_relaxed); }
   // Unmaps and frees the session with the last reference; no read may
   // still use it then (epoch.hpp makes sure).
@@ -182,6 +192,19 @@ class Session {
   Session* prev_ = nullptr;  // the list of all sessions; protected by the registry's lock
   Session* next_ = nullptr;
 };
+
+// The directory of the daemons' sockets (NVFS_DIRECT_SOCKET_DIR in tests),
+// and whether only root (or, in tests, this user) can put a socket there.
+const char* SocketDir();
+bool SocketDirTrusted(const char* dir);
+// The namespace the mount `dev` serves: its source in this process's
+// /proc/self/mountinfo. Allocates nothing.
+bool NamespacePath(dev_t dev, char* out, size_t size);
+// Opens the namespace at `path` (`access`: O_RDONLY or O_RDWR) without
+// following a symbolic link or blocking, and only if it is a regular file
+// or a character device: -1 otherwise. Whether it is the very namespace
+// the daemon serves, the proof tells.
+int OpenNamespace(const char* path, struct stat* st, int access = O_RDONLY);
 
 // Whether this process registered for the daemon's barriers
 // (MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED, at its first proof for

@@ -19,6 +19,10 @@ void FsImpl::SetDirectTable(DirectSlot* table, uint32_t count) {
   cache_->SetDirectTable(table, count);
 }
 
+void FsImpl::SetDirectWatch(void (*changed)(void* ctx, uint32_t slot), void* ctx) {
+  cache_->SetDirectWatch(DirectWatch{changed, ctx});
+}
+
 namespace {
 
 // The runs of `inode` from the block holding `offset` on, up to `limit`

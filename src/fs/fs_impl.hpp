@@ -112,6 +112,7 @@ class FsImpl final : public Filesystem {
   Result<size_t> ListXattr(uint64_t ino, char* list, size_t size, const Cred& cred) override;
   Status RemoveXattr(uint64_t ino, std::string_view name) override;
   void SetDirectTable(DirectSlot* table, uint32_t count) override;
+  void SetDirectWatch(void (*changed)(void* ctx, uint32_t slot), void* ctx) override;
   Result<DirectMapping> DirectMap(uint64_t ino, uint64_t offset, DirectRun* runs,
                                   size_t max_runs) override;
   void SetExternalGrace(epoch::ExternalGrace* grace) override;

@@ -7,7 +7,49 @@ namespace nvfs {
 
 CachedInode::~CachedInode() { ExtentMap::Destroy(extents.load(std::memory_order_relaxed)); }
 
+namespace {
+
+// The watches of every table in the process (a daemon has one; tests may
+// make several filesystems). Set and cleared under watches_mu; read
+// without a lock by NotifyDirectWatch.
+struct WatchEntry {
+  std::atomic<const DirectSlot*> begin{nullptr};
+  const DirectSlot* end = nullptr;
+  DirectWatch watch;
+};
+constexpr int kMaxWatches = 16;
+WatchEntry watches[kMaxWatches];
+std::mutex watches_mu;
+
+}  // namespace
+
+void NotifyDirectWatch(const DirectSlot* slot) {
+  for (WatchEntry& e : watches) {
+    const DirectSlot* begin = e.begin.load(std::memory_order_acquire);
+    if (begin != nullptr && slot >= begin && slot < e.end) {
+      e.watch.changed(e.watch.ctx, static_cast<uint32_t>(slot - begin));
+      return;
+    }
+  }
+}
+
+void InodeCache::SetDirectWatch(const DirectWatch& watch) {
+  std::lock_guard lock(watches_mu);
+  for (int i = 0; i < kMaxWatches; ++i) {
+    if (watches[i].begin.load(std::memory_order_relaxed) != nullptr) continue;
+    watches[i].end = direct_table_ + direct_count_;
+    watches[i].watch = watch;
+    watches[i].begin.store(direct_table_, std::memory_order_release);
+    watch_index_ = i;
+    return;
+  }
+}
+
 InodeCache::~InodeCache() {
+  if (watch_index_ >= 0) {
+    std::lock_guard lock(watches_mu);
+    watches[watch_index_].begin.store(nullptr, std::memory_order_release);
+  }
   while (!set_.empty()) Delete(&*set_.begin());
 }
 
@@ -26,6 +68,7 @@ void InodeCache::Delete(CachedInode* inode) {
 void InodeCache::SetDirectTable(DirectSlot* table, uint32_t count) {
   std::lock_guard lock(mu_);
   direct_table_ = table;
+  direct_count_ = count;
   free_slots_.clear();
   for (uint32_t i = count; i-- > 1;) free_slots_.push_back(i);  // slot 1 first
 }

@@ -67,6 +67,17 @@ struct CachedInode : public boost::intrusive::set_base_hook<> {
   bool Idle() const { return lookups == 0 && opens == 0 && pins == 0; }
 };
 
+// A watch on the direct table (Filesystem::SetDirectWatch): `changed` is
+// called with the slot's index after each change of a file whose slot has
+// watchers. It must not wait, nor take a lock a caller of MappingChange may
+// hold.
+struct DirectWatch {
+  void (*changed)(void* ctx, uint32_t slot) = nullptr;
+  void* ctx = nullptr;
+};
+// Calls the watch of the table `slot` belongs to, if one was set. Lock-free.
+void NotifyDirectWatch(const DirectSlot* slot);
+
 // Marks a change of a file's mapping or size for the data path's sequence
 // lock. REQUIRES: the inode's lock held exclusively for its whole life.
 class MappingChange {
@@ -85,6 +96,11 @@ class MappingChange {
     if (slot_ != nullptr) {
       slot_->size.store(inode_->media->size, std::memory_order_relaxed);
       slot_->seq.fetch_add(1, std::memory_order_release);
+      // Paired with the daemon's fence between counting a watcher and
+      // reading the seq (src/daemon/direct_maps.cpp): it sees this change,
+      // or this sees its watcher.
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+      if (slot_->watchers.load(std::memory_order_relaxed) != 0) NotifyDirectWatch(slot_);
     }
     inode_->data_seq.fetch_add(1, std::memory_order_release);
   }
@@ -160,6 +176,9 @@ class InodeCache {
   // (shared is enough: no MappingChange runs meanwhile).
   DirectSlot* AssignSlot(CachedInode* inode);
   DirectSlot* direct_table() const { return direct_table_; }
+  // After SetDirectTable: `watch` is called for changes of watched slots of
+  // this table (NotifyDirectWatch) until the cache is destroyed.
+  void SetDirectWatch(const DirectWatch& watch);
 
  private:
   // REQUIRES: mu_ held. See Unpin.
@@ -173,6 +192,8 @@ class InodeCache {
   Set set_;                        // protected by mu_
   bool reclaim_unlinked_ = false;  // protected by mu_
   DirectSlot* direct_table_ = nullptr;     // set once, before use
+  uint32_t direct_count_ = 0;
+  int watch_index_ = -1;                   // its entry among the watches
   std::vector<uint32_t> free_slots_;       // protected by mu_
 };
 

@@ -1,0 +1,359 @@
+// Direct maps through real mounts (doc/integrity.md section 13): the C API
+// in this process (nvfs_direct_mmap), linked with the tests' build of
+// libnvfs-direct. The revoke case is also built against a library whose
+// listener acknowledges without mapping anew (test_direct_map_norevoke,
+// tests/mount/meson.build), where it fails: the store lands in the other
+// file.
+#include <catch2/catch.hpp>
+#include <fcntl.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <thread>
+
+#include "mount_fixture.hpp"
+#include "mount_helpers.hpp"
+#include "nvfs/direct.h"
+
+using nvfs::test::MountedFs;
+using nvfs::test::ReadAll;
+
+namespace {
+
+bool RootDaemon() { return geteuid() == 0; }
+
+void WriteKernel(const std::string& path, const std::string& bytes, off_t at) {
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT, 0644);
+  REQUIRE(fd >= 0);
+  REQUIRE(pwrite(fd, bytes.data(), bytes.size(), at) == static_cast<ssize_t>(bytes.size()));
+  close(fd);
+}
+
+uint64_t FreeBlocks(const std::string& dir) {
+  struct statvfs st {};
+  REQUIRE(statvfs(dir.c_str(), &st) == 0);
+  return st.f_bfree;
+}
+
+// Fills the filesystem with one file until a write fails ENOSPC.
+void Fill(const std::string& path) {
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  REQUIRE(fd >= 0);
+  const std::string chunk(1 << 16, 'f');
+  off_t at = 0;
+  for (;;) {
+    const ssize_t n = pwrite(fd, chunk.data(), chunk.size(), at);
+    if (n <= 0) {
+      REQUIRE(errno == ENOSPC);
+      break;
+    }
+    at += n;
+  }
+  close(fd);
+}
+
+sigjmp_buf* jump_to = nullptr;
+void OnBus(int) { siglongjmp(*jump_to, 1); }
+
+// Whether a load (or a store of `value`) at `p` raises SIGBUS.
+bool Faults(volatile char* p, bool store = false, char value = 'X') {
+  struct sigaction sa {}, old{};
+  sa.sa_handler = OnBus;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGBUS, &sa, &old);
+  sigjmp_buf jb;
+  jump_to = &jb;
+  bool faulted = false;
+  if (sigsetjmp(jb, 1) == 0) {
+    if (store) {
+      *p = value;
+    } else {
+      (void)*p;
+    }
+  } else {
+    faulted = true;
+  }
+  sigaction(SIGBUS, &old, nullptr);
+  return faulted;
+}
+
+// Polls `done` for up to `seconds`: the listener maps a changed file again
+// after the daemon tells it (milliseconds).
+template <class F>
+bool Within(double seconds, F&& done) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return true;
+}
+
+// A descriptor of `path`, its handle and one map of it.
+struct Mapped {
+  int fd = -1;
+  nvfs_direct* d = nullptr;
+  char* p = nullptr;
+  size_t len = 0;
+  Mapped(const std::string& path, int flags, size_t length, int prot, int map_flags) : len(length) {
+    fd = open(path.c_str(), flags);
+    REQUIRE(fd >= 0);
+    d = nvfs_direct_attach(fd);
+    REQUIRE(d != nullptr);
+    void* got = nvfs_direct_mmap(d, nullptr, length, prot, map_flags, 0);
+    REQUIRE(got != MAP_FAILED);
+    p = static_cast<char*>(got);
+  }
+  ~Mapped() { Unmap(); Close(); }
+  void Unmap() {
+    if (p != nullptr) nvfs_direct_munmap(p, len);
+    p = nullptr;
+  }
+  void Close() {
+    if (d != nullptr) nvfs_direct_detach(d);
+    if (fd >= 0) close(fd);
+    d = nullptr;
+    fd = -1;
+  }
+  bool Direct() const { return nvfs_direct_mmap_why(d) == NVFS_DIRECT_ACTIVE; }
+};
+
+}  // namespace
+
+TEST_CASE("direct map: the pages are the file's blocks, coherent with the mount both ways",
+          "[mount][direct][map]") {
+  NVFS_REQUIRE_FUSE();
+  if (!RootDaemon()) NVFS_SKIP("the direct socket needs a root daemon");
+  MountedFs m(64ull << 20);
+  m.Start();
+  std::string bytes(65536, '\0');
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>('a' + i % 26);
+  WriteKernel(m.path("a"), bytes, 0);
+
+  SECTION("read-only, shared") {
+    Mapped r(m.path("a"), O_RDONLY, bytes.size(), PROT_READ, MAP_SHARED);
+    REQUIRE(r.Direct());
+    CHECK(nvfs_direct_addr_why(r.p + 100) == NVFS_DIRECT_ACTIVE);
+    CHECK(std::memcmp(r.p, bytes.data(), bytes.size()) == 0);
+    // A write through the mount is in the map at once: the same memory.
+    WriteKernel(m.path("a"), "THROUGH-THE-MOUNT", 5000);
+    CHECK(std::memcmp(r.p + 5000, "THROUGH-THE-MOUNT", 17) == 0);
+    // The descriptor may go: the map stays (the daemon keeps the file open).
+    r.Close();
+    CHECK(r.p[0] == 'a');
+  }
+  SECTION("writable, shared: stores are seen by reads through the mount and direct reads") {
+    Mapped w(m.path("a"), O_RDWR, bytes.size(), PROT_READ | PROT_WRITE, MAP_SHARED);
+    REQUIRE(w.Direct());
+    std::memcpy(w.p + 4096 * 3 + 7, "STORED", 6);
+    CHECK(ReadAll(m.path("a")).substr(4096 * 3 + 7, 6) == "STORED");
+    char back[6];
+    CHECK(nvfs_direct_pread(w.d, back, 6, 4096 * 3 + 7) == 6);
+    CHECK(std::memcmp(back, "STORED", 6) == 0);
+  }
+  SECTION("private: copy-on-write, the file unchanged") {
+    Mapped p(m.path("a"), O_RDONLY, bytes.size(), PROT_READ | PROT_WRITE, MAP_PRIVATE);
+    REQUIRE(p.Direct());
+    std::memcpy(p.p, "PRIVATE", 7);
+    CHECK(std::memcmp(p.p, "PRIVATE", 7) == 0);
+    CHECK(ReadAll(m.path("a")).substr(0, 7) == bytes.substr(0, 7));
+    // A page not written follows the file.
+    WriteKernel(m.path("a"), "LATER", 8192);
+    CHECK(std::memcmp(p.p + 8192, "LATER", 5) == 0);
+  }
+  SECTION("a read-only descriptor gets no writable shared map") {
+    const int fd = open(m.path("a").c_str(), O_RDONLY);
+    REQUIRE(fd >= 0);
+    nvfs_direct* d = nvfs_direct_attach(fd);
+    void* got = nvfs_direct_mmap(d, nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, 0);
+    CHECK(got == MAP_FAILED);
+    CHECK(errno == EACCES);  // the kernel's answer, which it gave
+    CHECK(nvfs_direct_mmap_why(d) != NVFS_DIRECT_ACTIVE);
+    nvfs_direct_detach(d);
+    close(fd);
+  }
+  StopAndCheck(m);
+}
+
+TEST_CASE("direct map: holes read as zeros, a page past the end is SIGBUS, and both follow the file",
+          "[mount][direct][map]") {
+  NVFS_REQUIRE_FUSE();
+  if (!RootDaemon()) NVFS_SKIP("the direct socket needs a root daemon");
+  MountedFs m(64ull << 20);
+  m.Start();
+  // 3 pages: data, a hole, data; mapped over 5.
+  WriteKernel(m.path("h"), std::string(4096, 'd'), 0);
+  WriteKernel(m.path("h"), std::string(100, 'e'), 8192);
+  Mapped r(m.path("h"), O_RDONLY, 5 * 4096, PROT_READ, MAP_SHARED);
+  REQUIRE(r.Direct());
+  CHECK(r.p[0] == 'd');
+  CHECK(r.p[4096] == 0);
+  CHECK(r.p[8192] == 'e');
+  CHECK(r.p[8192 + 100] == 0);  // past the size, in its last page
+  CHECK(Faults(r.p + 3 * 4096));
+  // The hole filled through the mount, and the file grown: the map follows.
+  WriteKernel(m.path("h"), "FILLED", 4096);
+  WriteKernel(m.path("h"), "GROWN", 3 * 4096 + 10);
+  CHECK(Within(5, [&] { return !Faults(r.p + 3 * 4096 + 10) && r.p[4096] == 'F'; }));
+  CHECK(std::memcmp(r.p + 3 * 4096 + 10, "GROWN", 5) == 0);
+  // Truncated: every page past the new end is SIGBUS (the bytes past the
+  // end in the page it ends in are the block's, as they were: a read
+  // through the mount ends at the size, and an extension zeroes them).
+  REQUIRE(truncate(m.path("h").c_str(), 50) == 0);
+  CHECK(Within(5, [&] { return Faults(r.p + 4096); }));
+  CHECK(r.p[0] == 'd');
+  CHECK(Faults(r.p + 8192));
+  r.Unmap();
+  r.Close();
+  StopAndCheck(m);
+}
+
+TEST_CASE("direct map: a block the file gave up goes to no other file while it is mapped (revoke)",
+          "[mount][direct][map][race]") {
+  NVFS_REQUIRE_FUSE();
+  if (!RootDaemon()) NVFS_SKIP("the direct socket needs a root daemon");
+  MountedFs m(64ull << 20);
+  m.Start();
+  const size_t kSize = 1 << 20;
+  WriteKernel(m.path("a"), std::string(kSize, 'a'), 0);
+  Mapped w(m.path("a"), O_RDWR, kSize, PROT_READ | PROT_WRITE, MAP_SHARED);
+  REQUIRE(w.Direct());
+  Fill(m.path("filler"));
+  // The file gives its blocks up; another file wants every free block.
+  REQUIRE(truncate(m.path("a").c_str(), 0) == 0);
+  const int b = open(m.path("b").c_str(), O_WRONLY | O_CREAT, 0644);
+  REQUIRE(b >= 0);
+  const std::string bytes(kSize, 'b');
+  // Given once the map let them go (the listener maps past-the-end pages
+  // over them and acknowledges: milliseconds).
+  CHECK(Within(5, [&] { return pwrite(b, bytes.data(), bytes.size(), 0) ==
+                               static_cast<ssize_t>(bytes.size()); }));
+  close(b);
+  // Stores through the old map reach nothing of b's: past the end of a.
+  size_t faulted = 0;
+  for (size_t at = 0; at < kSize; at += 4096) faulted += Faults(w.p + at, true, 'W');
+  CHECK(faulted == kSize / 4096);
+  const std::string got = ReadAll(m.path("b"));
+  CHECK(got.find('W') == std::string::npos);
+  CHECK(got == bytes);
+  w.Unmap();
+  w.Close();
+  REQUIRE(unlink(m.path("filler").c_str()) == 0);
+  StopAndCheck(m);
+}
+
+TEST_CASE("direct map: a client that does not acknowledge holds the blocks, and never corrupts",
+          "[mount][direct][map]") {
+  NVFS_REQUIRE_FUSE();
+  if (!RootDaemon()) NVFS_SKIP("the direct socket needs a root daemon");
+  MountedFs m(64ull << 20);
+  m.Start();
+  const size_t kSize = 1 << 20;
+  WriteKernel(m.path("a"), std::string(kSize, 'a'), 0);
+  int ready[2];
+  REQUIRE(pipe(ready) == 0);
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    const int fd = open(m.path("a").c_str(), O_RDONLY);
+    nvfs_direct* d = fd < 0 ? nullptr : nvfs_direct_attach(fd);
+    void* p = d == nullptr ? MAP_FAILED : nvfs_direct_mmap(d, nullptr, kSize, PROT_READ, MAP_SHARED, 0);
+    const char ok = p != MAP_FAILED && nvfs_direct_mmap_why(d) == NVFS_DIRECT_ACTIVE ? 'y' : 'n';
+    if (write(ready[1], &ok, 1) != 1) _exit(2);
+    for (;;) pause();
+  }
+  close(ready[1]);
+  char ok = 0;
+  REQUIRE(read(ready[0], &ok, 1) == 1);
+  close(ready[0]);
+  REQUIRE(ok == 'y');
+  REQUIRE(kill(child, SIGSTOP) == 0);
+  const uint64_t before = FreeBlocks(m.dir());
+  REQUIRE(truncate(m.path("a").c_str(), 0) == 0);
+  // Held while the stopped client maps them: df does not count them free.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  CHECK(FreeBlocks(m.dir()) < before + (kSize >> 12) / 2);
+  REQUIRE(kill(child, SIGCONT) == 0);
+  // Going on, it maps them no more: free.
+  CHECK(Within(5, [&] { return FreeBlocks(m.dir()) >= before + (kSize >> 12) - 2; }));
+  kill(child, SIGKILL);
+  nvfs::test::WaitForExit(child, 10);
+  StopAndCheck(m);
+}
+
+TEST_CASE("direct map: kill -9 of the daemon with a client mapped; remount and fsck clean",
+          "[mount][direct][map][restart]") {
+  NVFS_REQUIRE_FUSE();
+  if (!RootDaemon()) NVFS_SKIP("the direct socket needs a root daemon");
+  MountedFs m(64ull << 20);
+  m.Start();
+  const size_t kSize = 256 << 10;
+  WriteKernel(m.path("a"), std::string(kSize, 'a'), 0);
+  WriteKernel(m.path("other"), std::string(100000, 'o'), 0);
+  auto w = std::make_unique<Mapped>(m.path("a"), O_RDWR, kSize, PROT_READ | PROT_WRITE, MAP_SHARED);
+  REQUIRE(w->Direct());
+  std::memcpy(w->p, "BEFORE", 6);
+  CHECK(m.Signal(SIGKILL) == 128 + SIGKILL);
+  // The listener finds its daemon gone and takes the file's blocks out of
+  // the map: a store faults instead of reaching blocks a new mount may give
+  // to another file.
+  CHECK(Within(5, [&] { return Faults(w->p, true, 'Z'); }));
+  w.reset();
+  m.Start();
+  CHECK(ReadAll(m.path("a")).substr(0, 6) == "BEFORE");
+  CHECK(ReadAll(m.path("other")) == std::string(100000, 'o'));
+  StopAndCheck(m);
+}
+
+TEST_CASE("direct map: fork, and a change of credentials, hand the maps to the kernel",
+          "[mount][direct][map]") {
+  NVFS_REQUIRE_FUSE();
+  if (!RootDaemon()) NVFS_SKIP("the direct socket needs a root daemon");
+  MountedFs m(64ull << 20);
+  REQUIRE(chmod(m.image().c_str(), 0600) == 0);
+  m.Start("allow_other");
+  WriteKernel(m.path("f"), std::string(16384, 'f'), 0);
+  REQUIRE(chmod(m.path("f").c_str(), 0666) == 0);
+  Mapped w(m.path("f"), O_RDWR, 16384, PROT_READ | PROT_WRITE, MAP_SHARED);
+  REQUIRE(w.Direct());
+  Mapped p(m.path("f"), O_RDONLY, 16384, PROT_READ | PROT_WRITE, MAP_PRIVATE);
+  REQUIRE(p.Direct());
+  std::memcpy(p.p, "MINE", 4);
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    // The child's maps are the kernel's maps of the same files: shared
+    // stays shared (through the file), private keeps the parent's copy.
+    if (nvfs_direct_addr_why(w.p) == NVFS_DIRECT_ACTIVE) _exit(10);
+    if (std::memcmp(p.p, "MINE", 4) != 0) _exit(11);
+    if (w.p[100] != 'f') _exit(12);
+    std::memcpy(w.p + 200, "CHILD", 5);
+    if (msync(w.p, 4096, MS_SYNC) != 0) _exit(13);
+    // Dropping to nobody: no new direct map, the old one is the kernel's.
+    if (!nvfs::test::BecomeNobody()) _exit(14);
+    const int fd = open(m.path("f").c_str(), O_RDONLY);
+    nvfs_direct* d = nvfs_direct_attach(fd);
+    void* q = nvfs_direct_mmap(d, nullptr, 4096, PROT_READ, MAP_SHARED, 0);
+    if (q == MAP_FAILED || static_cast<char*>(q)[0] != 'f') _exit(15);
+    if (nvfs_direct_mmap_why(d) != NVFS_DIRECT_NO_NAMESPACE) _exit(16);
+    _exit(0);
+  }
+  CHECK(nvfs::test::WaitForExit(child, 30) == 0);
+  CHECK(Within(5, [&] { return std::memcmp(w.p + 200, "CHILD", 5) == 0; }));
+  CHECK(ReadAll(m.path("f")).substr(200, 5) == "CHILD");
+  CHECK(nvfs_direct_addr_why(w.p) == NVFS_DIRECT_ACTIVE);  // the parent's are still direct
+  w.Unmap();
+  p.Unmap();
+  w.Close();
+  p.Close();
+  StopAndCheck(m);
+}
