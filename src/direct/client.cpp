@@ -28,6 +28,7 @@ namespace nvfs::direct {
 namespace {
 
 void FreeHandle(nvfs_direct* f) {
+  MapsRelease(f);
   Snapshot* s = f->snapshot.load(std::memory_order_acquire);
   if (s != nullptr) FreeSnapshot(s);
   if (f->session != nullptr) f->session->Unref();
@@ -301,6 +302,7 @@ NVFS_DIRECT_EXPORT void nvfs_direct_detach(nvfs_direct* f) {
   if (tls.depth == 0) {
     DepthGuard depth;
     Settle(f, /*closing=*/true);
+    MapsRelease(f);
   }
   DepthGuard depth;
   RetireHandle(f);

@@ -238,12 +238,14 @@ void FdSettle(int fd, bool closing) {
     if (!section.Enter()) return;
     h = e == nullptr ? nullptr : e->handle.load(std::memory_order_acquire);
     if (h == nullptr || IsNotDirect(h)) return;
-    if (!h->written.load(std::memory_order_relaxed) && !(closing && h->reserved.load(std::memory_order_relaxed))) {
+    if (!h->written.load(std::memory_order_relaxed) && !(closing && h->reserved.load(std::memory_order_relaxed)) &&
+        !(closing && h->map_held)) {
       return;
     }
     HandleRef(h);
   }
   const int saved = errno;
+  if (closing) MapsRelease(h);
   Settle(h, closing);
   HandleUnref(h);
   errno = saved;

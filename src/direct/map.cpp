@@ -62,6 +62,23 @@ struct Range {
   MappedFile* file;
 };
 
+struct Runs {
+  uint64_t start = 0;  // file offset of runs[0]
+  uint64_t seq = 0;
+  uint64_t size = 0;
+  uint64_t ino = 0;
+  uint32_t slot = 0;
+  bool have = false;  // gathered
+  std::vector<DirectRun> runs;
+
+  // Whether they cover [offset, end) (or up to the end of the file).
+  bool Cover(uint64_t offset, uint64_t end) const {
+    uint64_t covered = start;
+    for (const DirectRun& r : runs) covered += r.len;
+    return start <= offset && covered >= std::min(end, (size + 4095) & ~uint64_t{4095});
+  }
+};
+
 struct MappedFile {
   Mapper* mapper;
   uint64_t ino;
@@ -69,6 +86,11 @@ struct MappedFile {
   bool write;  // registered for writing: its holes inside the size get blocks
   int fd;      // the library's duplicate of the program's descriptor (the kernel's map)
   std::vector<Range*> ranges;
+  // Handles (descriptors) that mapped it and are open: the daemon keeps the
+  // file registered while one is, so that mapping it again asks nothing
+  // when its runs are known (`known`, while the slot's seq is theirs).
+  int holders = 0;
+  Runs known;
 };
 
 struct Waiter {
@@ -295,15 +317,6 @@ std::vector<bool> OwnPages(const Range& r) {
   return own;
 }
 
-struct Runs {
-  uint64_t start = 0;  // file offset of runs[0]
-  uint64_t seq = 0;
-  uint64_t size = 0;
-  uint64_t ino = 0;
-  uint32_t slot = 0;
-  std::vector<DirectRun> runs;
-};
-
 // Maps [from, to) of the range (file offsets) from `runs`. `keep`: pages
 // left as they are (a private map's own copies).
 bool Install(Mapper* m, const Range& r, const Runs& runs, uint64_t from, uint64_t to,
@@ -353,7 +366,7 @@ int Gather(Mapper* m, int fd, uint64_t ino, bool write, uint64_t offset, uint64_
   const uint64_t end = offset + len;
   for (int attempt = 0; attempt < 8; ++attempt) {
     out->runs.clear();
-    out->seq = 0;
+    out->have = false;
     uint64_t pos = offset;
     bool moved = false;
     for (int guard = 0; guard < 1 << 16; ++guard) {
@@ -372,7 +385,8 @@ int Gather(Mapper* m, int fd, uint64_t ino, bool write, uint64_t offset, uint64_
       }
       fd = -1;  // the daemon keeps the first; by inode from now on
       ino = reply->ino;
-      if (out->seq == 0) {
+      if (!out->have) {
+        out->have = true;
         out->seq = reply->seq;
         out->start = reply->start;
         out->size = reply->size;
@@ -427,6 +441,7 @@ void Refresh(Mapper* m, MappedFile* f) {
     }
     r->seq = runs.seq;
     f->slot = runs.slot;
+    f->known = std::move(runs);
   }
 }
 
@@ -602,7 +617,7 @@ void Forget(Range* r) {
   range_count.fetch_sub(1, std::memory_order_relaxed);
   std::erase(f->ranges, r);
   delete r;
-  if (!f->ranges.empty()) return;
+  if (!f->ranges.empty() || f->holders > 0) return;
   Mapper* m = f->mapper;
   SendOneWay(m, kOpMunmap, f->ino, 0);
   CloseFd(f->fd);
@@ -668,6 +683,37 @@ void ToKernel(const Range& r, int fd) {
   }
 }
 
+// A shared map that is one run of blocks inside the file: one new mapping
+// of the namespace's pages, placed by the kernel. False if it is not.
+bool OneRun(Mapper* m, const Runs& runs, uint64_t off, uint64_t len, int prot, uintptr_t* at) {
+  Session* s = m->session;
+  uint64_t run_at = runs.start;
+  for (const DirectRun& run : runs.runs) {
+    if (run_at + run.len <= off) {
+      run_at += run.len;
+      continue;
+    }
+    if (run.offset == kDirectHole || run_at > off || run_at + run.len < off + len ||
+        off + len > RoundUp(runs.size) || s->Revoked()) {
+      return false;
+    }
+    const uint64_t ns_offset = run.offset + (off - run_at);
+    const bool rw = s->writable.load(std::memory_order_acquire) &&
+                    ns_offset + len <= s->writable_size.load(std::memory_order_acquire);
+    if (((prot & PROT_WRITE) != 0 && !rw) || ns_offset + len > s->ns_size) return false;
+    void* src = const_cast<std::byte*>(s->ns_base) + ns_offset;
+    void* got = libc::Get(&libc::Table::mremap)(src, 0, len, MREMAP_MAYMOVE);
+    if (got == MAP_FAILED) return false;
+    if (prot != (rw ? PROT_READ | PROT_WRITE : PROT_READ) && mprotect(got, len, prot) != 0) {
+      libc::Munmap(got, len);
+      return false;
+    }
+    *at = reinterpret_cast<uintptr_t>(got);
+    return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 bool MapFile(nvfs_direct* f, void* addr, size_t length, int prot, int flags, off_t offset,
@@ -730,36 +776,69 @@ bool MapFile(nvfs_direct* f, void* addr, size_t length, int prot, int flags, off
   // A file mapped for reading alone that is now mapped for writing is
   // asked for anew (its holes get blocks).
   const bool by_fd = known == nullptr || (write && !known->write);
-  Runs runs;
-  const int err = Gather(m, by_fd ? f->fd : -1, f->ino, write, off, len, &runs, false);
-  if (err != 0) {
-    *why = err == EPERM ? NVFS_DIRECT_PRIVILEGED
-           : err == EACCES ? (write ? NVFS_DIRECT_NOT_WRITABLE : NVFS_DIRECT_NOT_READABLE)
-                           : NVFS_DIRECT_REFUSED;
-    return false;
+  Runs fetched;
+  const bool cached = !by_fd && known->known.have &&
+                      s->table[known->slot].seq.load(std::memory_order_acquire) == known->known.seq &&
+                      known->known.Cover(off, off + len);
+  if (!cached) {
+    // A read map asks from the start of the file: the reply's runs reach
+    // on to the end (for a file of few extents, all of it), so maps of
+    // other ranges of it ask nothing while it stays as it is. A writable
+    // one asks from its offset: the range's holes get blocks, no others.
+    const uint64_t from = write ? off : 0;
+    const int err = Gather(m, by_fd ? f->fd : -1, f->ino, write, from, off + len - from, &fetched, false);
+    if (err != 0) {
+      *why = err == EPERM ? NVFS_DIRECT_PRIVILEGED
+             : err == EACCES ? (write ? NVFS_DIRECT_NOT_WRITABLE : NVFS_DIRECT_NOT_READABLE)
+                             : NVFS_DIRECT_REFUSED;
+      return false;
+    }
   }
+  const uint64_t ino = cached ? known->ino : fetched.ino;
   MappedFile* file = known;
   if (file == nullptr) {
-    auto it = m->files.find(runs.ino);
+    auto it = m->files.find(ino);
     if (it != m->files.end()) file = it->second;
   }
   if (file == nullptr) {
-    file = new (std::nothrow) MappedFile{m, runs.ino, runs.slot, write, -1, {}};
+    file = new (std::nothrow) MappedFile{m, ino, fetched.slot, write, -1, {}};
     if (file == nullptr) {
-      SendOneWay(m, kOpMunmap, runs.ino, 0);
+      SendOneWay(m, kOpMunmap, ino, 0);
       *why = NVFS_DIRECT_NO_MEMORY;
       return false;
     }
     file->fd = libc::Get(&libc::Table::fcntl)(f->fd, F_DUPFD_CLOEXEC, 256);
     if (file->fd < 0) file->fd = libc::Get(&libc::Table::fcntl)(f->fd, F_DUPFD_CLOEXEC, 0);
-    m->files[runs.ino] = file;
+    m->files[ino] = file;
   }
   file->write |= write;
-  file->slot = runs.slot;
+  if (!cached) {
+    file->slot = fetched.slot;
+    file->known = std::move(fetched);
+  }
+  if (!f->map_held) {
+    // The file stays registered while this handle is open (MapsRelease).
+    f->map_held = true;
+    ++file->holders;
+  }
+  const Runs& runs = file->known;
 
-  // The address: the caller's with MAP_FIXED (what is there is replaced,
-  // as the kernel replaces it), else a reservation the pages go over.
-  uintptr_t at;
+  // The address: one run of blocks is one new mapping of the namespace's
+  // pages where the kernel puts it; otherwise the caller's address with
+  // MAP_FIXED (what is there is replaced, as the kernel replaces it), or a
+  // reservation the pages go over.
+  uintptr_t at = 0;
+  if ((flags & (MAP_FIXED | MAP_FIXED_NOREPLACE)) == 0 && addr == nullptr && shared &&
+      OneRun(m, runs, off, len, prot, &at)) {
+    auto* r = new (std::nothrow) Range{at, len, off, prot, shared, runs.seq, file};
+    if (r != nullptr) {
+      Insert(r);
+      *result = reinterpret_cast<void*>(at);
+      *why = NVFS_DIRECT_ACTIVE;
+      return true;
+    }
+    libc::Munmap(reinterpret_cast<void*>(at), len);
+  }
   if ((flags & MAP_FIXED) != 0) {
     at = reinterpret_cast<uintptr_t>(addr);
     Cut(at, len);
@@ -768,15 +847,7 @@ bool MapFile(nvfs_direct* f, void* addr, size_t length, int prot, int flags, off
                             MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | (flags & MAP_FIXED_NOREPLACE),
                             -1, 0);
     if (room == MAP_FAILED) {
-      const int saved = errno;
-      if (file->ranges.empty()) {
-        SendOneWay(m, kOpMunmap, file->ino, 0);
-        CloseFd(file->fd);
-        m->files.erase(file->ino);
-        delete file;
-      }
       *result = MAP_FAILED;
-      errno = saved;
       return true;
     }
     at = reinterpret_cast<uintptr_t>(room);
@@ -787,12 +858,6 @@ bool MapFile(nvfs_direct* f, void* addr, size_t length, int prot, int flags, off
     // file stays there.
     libc::Munmap(reinterpret_cast<void*>(at), len);
     delete r;
-    if (file->ranges.empty()) {
-      SendOneWay(m, kOpMunmap, file->ino, 0);
-      CloseFd(file->fd);
-      m->files.erase(file->ino);
-      delete file;
-    }
     *why = NVFS_DIRECT_NO_MEMORY;
     return false;
   }
@@ -923,6 +988,28 @@ void MapsToKernel() {
   }
   ranges.clear();
   range_count.store(0, std::memory_order_relaxed);
+}
+
+void MapsRelease(nvfs_direct* h) {
+  // From wherever a handle is closed or freed: a thread that holds the lock
+  // (a signal handler that interrupted it) leaves the file registered until
+  // the connection ends.
+  if (!h->map_held || !maps_mu.try_lock()) return;
+  if (h->map_held) {
+    h->map_held = false;
+    for (Mapper* m : mappers) {
+      if (m->session != h->session) continue;
+      auto it = m->files.find(h->ino);
+      if (it == m->files.end()) continue;
+      MappedFile* f = it->second;
+      if (--f->holders > 0 || !f->ranges.empty()) continue;
+      SendOneWay(m, kOpMunmap, h->ino, 0);
+      CloseFd(f->fd);
+      m->files.erase(it);
+      delete f;
+    }
+  }
+  maps_mu.unlock();
 }
 
 void MapsPrepareFork() { maps_mu.lock(); }

@@ -28,6 +28,7 @@
 #include <sys/types.h>
 
 #include <cstddef>
+#include <cstdint>
 
 struct nvfs_direct;
 
@@ -53,6 +54,10 @@ bool RemapRange(void* old_addr, size_t old_len, size_t new_len, int flags, void*
 bool AdviseRange(void* addr, size_t len, int advice, int* result);
 // NVFS_DIRECT_ACTIVE if `addr` lies in a direct map, else NVFS_DIRECT_NOT_NVFS.
 int MapWhy(const void* addr);
+
+// A handle that mapped its file is closed (or freed): the file is
+// unregistered once no open handle mapped it and no map of it is left.
+void MapsRelease(nvfs_direct* h);
 
 // Before a change of credentials takes effect: every direct map becomes
 // the kernel's map of the same file (mmap of the library's duplicate of
