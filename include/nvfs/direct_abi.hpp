@@ -75,7 +75,12 @@ struct DirectWriterPage {
   uint64_t pid;            // 0: free
   uint64_t start_time;     // the process's, in clock ticks after boot (/proc/PID/stat)
   uint64_t mount_count;    // of the mount whose daemon gave it
-  uint64_t reserved[5];
+  // The process's: writable direct maps it holds (or is being given) of
+  // this mount's files. A new mount waits until it is 0 (the process's
+  // listener takes the maps' pages off the file's blocks when its daemon
+  // goes), as it waits for stores (doc/integrity.md section 13).
+  std::atomic<uint64_t> maps;
+  uint64_t reserved[4];
   // Inodes the process wrote whose mtime and ctime are not yet set (0:
   // free): the daemon sets them within a second, and takes the entry.
   std::atomic<uint64_t> dirty[kDirectWriterDirty];

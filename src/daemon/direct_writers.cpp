@@ -247,6 +247,7 @@ uint64_t Writers::Assign(uint64_t pid) {
       t.gen.store(0, std::memory_order_relaxed);
     }
     for (auto& d : page.dirty) d.store(0, std::memory_order_relaxed);
+    page.maps.store(0, std::memory_order_relaxed);
     page.pid = pid;
     page.start_time = start;
     page.mount_count = mount_count_;
@@ -330,9 +331,27 @@ bool WaitForEarlierWriters(const uint8_t uuid[16], uint64_t mount_count, int sec
   timespec deadline;
   clock_gettime(CLOCK_MONOTONIC, &deadline);
   deadline.tv_sec += seconds;
+  const auto past = [&] {
+    timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return now.tv_sec > deadline.tv_sec ||
+           (now.tv_sec == deadline.tv_sec && now.tv_nsec >= deadline.tv_nsec);
+  };
   for (uint32_t p = 0; p < kDirectWriterPages; ++p) {
     const DirectWriterPage& page = pages[p];
     if (page.pid == 0 || page.mount_count == mount_count) continue;
+    // Writable direct maps: their pages stay on the files' blocks until the
+    // process's listener, finding its daemon gone, takes them off.
+    while (page.maps.load(std::memory_order_acquire) != 0 && ProcessAlive(page.pid, page.start_time)) {
+      if (past()) {
+        *why = "process " + std::to_string(page.pid) +
+               ", which maps files of an earlier mount of this namespace for writing, is "
+               "stopped: end it (or let it go on) before mounting";
+        return false;
+      }
+      const timespec pause{0, 1000000};
+      nanosleep(&pause, nullptr);
+    }
     for (uint32_t t = 0; t < kDirectWriterThreads; ++t) {
       const uint64_t gen = page.threads[t].gen.load(std::memory_order_acquire);
       if ((gen & 1) == 0) continue;

@@ -113,7 +113,20 @@ struct Mapper {
   bool closing = false;         // protected by io_mu: ended by the library
   std::atomic<bool> notified{false};
   std::map<uint64_t, MappedFile*> files;  // protected by maps_mu, by inode
+  // Writable shared ranges, and those being made: published in the
+  // process's writers' page (its `maps`) for a later mount's guard.
+  uint64_t writable = 0;  // protected by maps_mu
 };
+
+// REQUIRES: maps_mu.
+void CountWritable(Mapper* m, int64_t delta) {
+  m->writable = static_cast<uint64_t>(static_cast<int64_t>(m->writable) + delta);
+  if (DirectWriterPage* page = m->session->writer_page) {
+    page->maps.store(m->writable, std::memory_order_seq_cst);
+  }
+}
+
+bool Writable(const Range& r) { return r.shared && (r.prot & PROT_WRITE) != 0; }
 
 std::mutex maps_mu;
 std::map<uintptr_t, Range*> ranges;  // protected by maps_mu, by address
@@ -489,6 +502,8 @@ void Died(Mapper* m) {
       delete f;
     }
     m->files.clear();
+    m->writable = 0;
+    CountWritable(m, 0);  // the pages are off the blocks: a new mount may go on
   }
   CloseFd(m->sock);
   CloseFd(m->ns_fd);
@@ -604,6 +619,7 @@ Mapper* MapperFor(Session* s, bool write, int* why) {
 // --- the registry -------------------------------------------------------------
 
 void Insert(Range* r) {
+  if (Writable(*r)) CountWritable(r->file->mapper, 1);
   ranges[r->addr] = r;
   r->file->ranges.push_back(r);
   range_count.fetch_add(1, std::memory_order_relaxed);
@@ -613,6 +629,7 @@ void Insert(Range* r) {
 // its last range, which the daemon is told. REQUIRES: maps_mu.
 void Forget(Range* r) {
   MappedFile* f = r->file;
+  if (Writable(*r)) CountWritable(f->mapper, -1);
   ranges.erase(r->addr);
   range_count.fetch_sub(1, std::memory_order_relaxed);
   std::erase(f->ranges, r);
@@ -768,6 +785,17 @@ bool MapFile(nvfs_direct* f, void* addr, size_t length, int prot, int flags, off
   std::lock_guard lock(maps_mu);
   Mapper* m = MapperFor(s, write, why);
   if (m == nullptr) return false;
+  // Counted before the daemon is asked: a later mount's guard sees the
+  // map from the moment its blocks may be given (Insert counts it for
+  // good).
+  struct Pending {
+    Mapper* m;
+    bool on;
+    ~Pending() {
+      if (on) CountWritable(m, -1);
+    }
+  } pending{m, write};
+  if (write) CountWritable(m, 1);
   MappedFile* known = nullptr;
   if (f->ino != 0) {
     auto it = m->files.find(f->ino);
@@ -981,6 +1009,8 @@ void MapsToKernel() {
       delete f;
     }
     m->files.clear();
+    m->writable = 0;
+    CountWritable(m, 0);
     std::lock_guard io(m->io_mu);
     m->closing = true;
     m->dead = true;

@@ -48,9 +48,12 @@ socket=/run/nvfs/direct-$(mountpoint -d "$mnt")
 
 # A pipe's write end, passed with a request before any proof: refused, and
 # released through the reaper. The pipe ends when the daemon's copy closes.
-python3 - "$socket" <<'EOF' || fail "the passed pipe was never closed by the daemon"
+# The protocol's version, as the daemon was built with it.
+version=$(sed -n 's/.*kVersion = \([0-9]*\);.*/\1/p' "$(dirname "$0")/../../src/direct/protocol.hpp")
+[ -n "$version" ] || fail "no kVersion in src/direct/protocol.hpp"
+python3 - "$socket" "$version" <<'EOF' || fail "the passed pipe was never closed by the daemon"
 import os, select, socket, struct, sys
-MAGIC, VERSION, HELLO, MAP = 0x7264766E, 3, 1, 3
+MAGIC, VERSION, HELLO, MAP = 0x7264766E, int(sys.argv[2]), 1, 3
 def request(op):
     return struct.pack("<4I6Q", MAGIC, VERSION, op, 0, 0, 0, 0, 0, 0, 0)
 s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
