@@ -314,6 +314,50 @@ TEST_CASE("direct map: kill -9 of the daemon with a client mapped; remount and f
   StopAndCheck(m);
 }
 
+TEST_CASE("direct map: a writable mapper stopped when its daemon is killed holds the next mount back",
+          "[mount][direct][map][restart]") {
+  NVFS_REQUIRE_FUSE();
+  if (!RootDaemon()) NVFS_SKIP("the direct socket needs a root daemon");
+  MountedFs m(64ull << 20);
+  m.Start();
+  WriteKernel(m.path("a"), std::string(65536, 'a'), 0);
+  int ready[2];
+  REQUIRE(pipe(ready) == 0);
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    const int fd = open(m.path("a").c_str(), O_RDWR);
+    nvfs_direct* d = fd < 0 ? nullptr : nvfs_direct_attach(fd);
+    void* p = d == nullptr ? MAP_FAILED
+                           : nvfs_direct_mmap(d, nullptr, 65536, PROT_READ | PROT_WRITE, MAP_SHARED, 0);
+    const char ok = p != MAP_FAILED && nvfs_direct_mmap_why(d) == NVFS_DIRECT_ACTIVE ? 'y' : 'n';
+    if (write(ready[1], &ok, 1) != 1) _exit(2);
+    for (;;) pause();
+  }
+  close(ready[1]);
+  char ok = 0;
+  REQUIRE(read(ready[0], &ok, 1) == 1);
+  close(ready[0]);
+  REQUIRE(ok == 'y');
+  // Stopped, it cannot take its map off the file's blocks when the daemon
+  // goes: a new mount must not give them to another file meanwhile.
+  REQUIRE(kill(child, SIGSTOP) == 0);
+  CHECK(m.Signal(SIGKILL) == 128 + SIGKILL);
+  std::thread resume([child] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    kill(child, SIGCONT);
+  });
+  const auto mount_at = std::chrono::steady_clock::now();
+  m.Start();
+  const auto waited = std::chrono::steady_clock::now() - mount_at;
+  resume.join();
+  CHECK(waited > std::chrono::milliseconds(1000));
+  kill(child, SIGKILL);
+  nvfs::test::WaitForExit(child, 10);
+  CHECK(ReadAll(m.path("a")) == std::string(65536, 'a'));
+  StopAndCheck(m);
+}
+
 TEST_CASE("direct map: fork, and a change of credentials, hand the maps to the kernel",
           "[mount][direct][map]") {
   NVFS_REQUIRE_FUSE();
