@@ -31,6 +31,19 @@ namespace {
 
 bool RootDaemon() { return geteuid() == 0; }
 
+std::string Program(const char* env) {
+  const char* p = std::getenv(env);
+  if (p == nullptr) FAIL(env << " is not set (run through meson)");
+  return p;
+}
+
+// Lines of `text` holding `needle`.
+size_t CountLines(const std::string& text, const std::string& needle) {
+  size_t n = 0;
+  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+  return n;
+}
+
 void WriteKernel(const std::string& path, const std::string& bytes, off_t at) {
   const int fd = open(path.c_str(), O_WRONLY | O_CREAT, 0644);
   REQUIRE(fd >= 0);
@@ -399,5 +412,69 @@ TEST_CASE("direct map: fork, and a change of credentials, hand the maps to the k
   p.Unmap();
   w.Close();
   p.Close();
+  StopAndCheck(m);
+}
+
+TEST_CASE("direct map: an unmodified program, SQLite with mmap_size, under the preload",
+          "[mount][direct][map][sqlite]") {
+  NVFS_REQUIRE_FUSE();
+  if (!RootDaemon()) NVFS_SKIP("the direct socket needs a root daemon");
+  if (nvfs::test::RunProgram({"sh", "-c", "command -v sqlite3 && command -v strace"}) != 0) {
+    NVFS_SKIP("sqlite3 or strace is not installed (tools/check.sh installs them)");
+  }
+  MountedFs m;
+  m.Start();
+  const std::string preload = Program("NVFS_DIRECT_LIB");
+  char dir[] = "/tmp/direct-map-sqlite-XXXXXX";
+  REQUIRE(mkdtemp(dir) != nullptr);
+  const std::string tmp = dir;
+  {
+    // The database read through its map; WAL's index (the -shm file) a
+    // writable shared map, grown as the log grows.
+    const int fd = open((tmp + "/w.sql").c_str(), O_WRONLY | O_CREAT, 0644);
+    const std::string sql =
+        "PRAGMA mmap_size=268435456;\n"
+        "PRAGMA journal_mode=WAL;\n"
+        "CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT);\n"
+        "CREATE INDEX tv ON t(v);\n"
+        "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c WHERE x<20000)\n"
+        "  INSERT INTO t SELECT x, hex(randomblob(50)) FROM c;\n"
+        "UPDATE t SET v = v || 'u' WHERE id % 3 = 0;\n"
+        "DELETE FROM t WHERE id % 7 = 0;\n"
+        "PRAGMA wal_checkpoint(TRUNCATE);\n"
+        "BEGIN; UPDATE t SET v = 'x' || v WHERE id % 5 = 0; COMMIT;\n"
+        "SELECT count(*) FROM t WHERE v > '0';\n"
+        "PRAGMA integrity_check;\n"
+        "SELECT count(*), sum(length(v)) FROM t;\n";
+    REQUIRE(write(fd, sql.data(), sql.size()) == static_cast<ssize_t>(sql.size()));
+    close(fd);
+  }
+  const auto run = [&](const std::string& db, bool preloaded, const std::string& tag) {
+    const std::string cmd = std::string(preloaded ? "LD_PRELOAD=" + preload + " " : "") +
+                            "strace -f -e trace=mremap -o " + tmp + "/" + tag +
+                            ".strace sqlite3 " + db + " < " + tmp + "/w.sql > " + tmp + "/" +
+                            tag + ".out 2>&1";
+    return nvfs::test::RunProgram({"sh", "-c", cmd});
+  };
+  REQUIRE(run(m.path("direct.db"), true, "direct") == 0);
+  REQUIRE(run(m.path("kernel.db"), false, "kernel") == 0);
+  const std::string direct_out = ReadAll(tmp + "/direct.out");
+  const std::string kernel_out = ReadAll(tmp + "/kernel.out");
+  INFO("direct: " << direct_out << "kernel: " << kernel_out);
+  CHECK(direct_out.find("\nok\n") != std::string::npos);
+  CHECK(direct_out == kernel_out);
+  // Its maps were direct: the library maps the namespace's pages anew
+  // (mremap with an old size of 0), which neither SQLite nor the kernel's
+  // mmap does.
+  const size_t direct_maps = CountLines(ReadAll(tmp + "/direct.strace"), ", 0, ");
+  const size_t kernel_maps = CountLines(ReadAll(tmp + "/kernel.strace"), ", 0, ");
+  INFO("mremap(..., 0, ...) calls: direct " << direct_maps << ", kernel " << kernel_maps);
+  CHECK(direct_maps > 0);
+  CHECK(kernel_maps == 0);
+  REQUIRE(nvfs::test::RunProgram({"sh", "-c", "sqlite3 " + m.path("direct.db") +
+                                                  " 'PRAGMA integrity_check;' > " + tmp +
+                                                  "/after.out 2>&1"}) == 0);
+  CHECK(ReadAll(tmp + "/after.out") == "ok\n");
+  nvfs::test::RunProgram({"rm", "-rf", tmp});
   StopAndCheck(m);
 }
