@@ -77,6 +77,17 @@ struct Runs {
     for (const DirectRun& r : runs) covered += r.len;
     return start <= offset && covered >= std::min(end, (size + 4095) & ~uint64_t{4095});
   }
+  // Whether a hole lies in [offset, end) inside the size.
+  bool HoleIn(uint64_t offset, uint64_t end) const {
+    end = std::min(end, (size + 4095) & ~uint64_t{4095});
+    uint64_t at = start;
+    for (const DirectRun& r : runs) {
+      if (at >= end) break;
+      if (at + r.len > offset && r.offset == kDirectHole) return true;
+      at += r.len;
+    }
+    return false;
+  }
 };
 
 struct MappedFile {
@@ -807,14 +818,23 @@ bool MapFile(nvfs_direct* f, void* addr, size_t length, int prot, int flags, off
   Runs fetched;
   const bool cached = !by_fd && known->known.have &&
                       s->table[known->slot].seq.load(std::memory_order_acquire) == known->known.seq &&
-                      known->known.Cover(off, off + len);
+                      known->known.Cover(off, off + len) && !(write && known->known.HoleIn(off, off + len));
   if (!cached) {
     // A read map asks from the start of the file: the reply's runs reach
     // on to the end (for a file of few extents, all of it), so maps of
     // other ranges of it ask nothing while it stays as it is. A writable
     // one asks from its offset: the range's holes get blocks, no others.
     const uint64_t from = write ? off : 0;
-    const int err = Gather(m, by_fd ? f->fd : -1, f->ino, write, from, off + len - from, &fetched, false);
+    int err = Gather(m, by_fd ? f->fd : -1, f->ino, write, from, off + len - from, &fetched, false);
+    if (err == 0 && write && from > 0) {
+      // The range has its blocks now: the file's runs from its start, for
+      // the maps of other ranges that follow.
+      Runs whole;
+      if (Gather(m, -1, fetched.ino, false, 0, off + len, &whole, false) == 0 &&
+          whole.Cover(off, off + len) && !whole.HoleIn(off, off + len)) {
+        fetched = std::move(whole);
+      }
+    }
     if (err != 0) {
       *why = err == EPERM ? NVFS_DIRECT_PRIVILEGED
              : err == EACCES ? (write ? NVFS_DIRECT_NOT_WRITABLE : NVFS_DIRECT_NOT_READABLE)
