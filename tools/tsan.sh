@@ -30,7 +30,7 @@ test_path() {
   case $1 in
     test_direct_client) echo "tests/unit/direct/$1" ;;
     test_crash) echo "tests/crash/$1" ;;
-    test_mount | test_direct | test_direct_lib | test_direct_write | test_nfs) echo "tests/mount/$1" ;;
+    test_mount | test_direct | test_direct_lib | test_direct_write | test_direct_map | test_nfs) echo "tests/mount/$1" ;;
     *) echo "tests/unit/$1" ;;
   esac
 }

@@ -239,7 +239,7 @@ void FdSettle(int fd, bool closing) {
     h = e == nullptr ? nullptr : e->handle.load(std::memory_order_acquire);
     if (h == nullptr || IsNotDirect(h)) return;
     if (!h->written.load(std::memory_order_relaxed) && !(closing && h->reserved.load(std::memory_order_relaxed)) &&
-        !(closing && h->map_held)) {
+        !(closing && h->map_held.load(std::memory_order_relaxed))) {
       return;
     }
     HandleRef(h);

@@ -109,8 +109,8 @@ struct nvfs_direct {
   // NVFS_DIRECT_ACTIVE if its last nvfs_direct_mmap was direct, else why not.
   std::atomic<int> map_why{NVFS_DIRECT_ACTIVE};
   // It mapped its file directly: the file stays registered with the
-  // daemon while it lives (map.hpp, MapsRelease). Under the maps' lock.
-  bool map_held = false;
+  // daemon while it lives (map.hpp, MapsRelease). Set under the maps' lock.
+  std::atomic<bool> map_held{false};
   // Its entry in the writers' page's list of inodes to set the times of,
   // while it holds the inode (-1: none).
   std::atomic<int> dirty_index{-1};

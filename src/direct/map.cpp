@@ -864,9 +864,9 @@ bool MapFile(nvfs_direct* f, void* addr, size_t length, int prot, int flags, off
     file->slot = fetched.slot;
     file->known = std::move(fetched);
   }
-  if (!f->map_held) {
+  if (!f->map_held.load(std::memory_order_relaxed)) {
     // The file stays registered while this handle is open (MapsRelease).
-    f->map_held = true;
+    f->map_held.store(true, std::memory_order_relaxed);
     ++file->holders;
   }
   const Runs& runs = file->known;
@@ -1044,9 +1044,8 @@ void MapsRelease(nvfs_direct* h) {
   // From wherever a handle is closed or freed: a thread that holds the lock
   // (a signal handler that interrupted it) leaves the file registered until
   // the connection ends.
-  if (!h->map_held || !maps_mu.try_lock()) return;
-  if (h->map_held) {
-    h->map_held = false;
+  if (!h->map_held.load(std::memory_order_relaxed) || !maps_mu.try_lock()) return;
+  if (h->map_held.exchange(false, std::memory_order_relaxed)) {
     for (Mapper* m : mappers) {
       if (m->session != h->session) continue;
       auto it = m->files.find(h->ino);

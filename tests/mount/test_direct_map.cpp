@@ -172,6 +172,10 @@ TEST_CASE("direct map: the pages are the file's blocks, coherent with the mount 
     char back[6];
     CHECK(nvfs_direct_pread(w.d, back, 6, 4096 * 3 + 7) == 6);
     CHECK(std::memcmp(back, "STORED", 6) == 0);
+    // A direct write is in the map at once too.
+    CHECK(nvfs_direct_pwrite(w.d, "DIRECT", 6, 9000) == 6);
+    CHECK(nvfs_direct_write_why(w.d) == NVFS_DIRECT_ACTIVE);
+    CHECK(std::memcmp(w.p + 9000, "DIRECT", 6) == 0);
   }
   SECTION("private: copy-on-write, the file unchanged") {
     Mapped p(m.path("a"), O_RDONLY, bytes.size(), PROT_READ | PROT_WRITE, MAP_PRIVATE);
