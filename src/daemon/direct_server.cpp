@@ -646,6 +646,7 @@ void Server::State::MmapOp(Connection& c) {
   }
   if (error == 0 && for_write && !c.write_proven) error = EACCES;
   if (error == 0 && c.mapped.count(ino) == 0 && c.mapped.size() >= kMaxMappedFiles) error = EMFILE;
+  bool fresh = false;  // its descriptor kept by this request
   if (error == 0 && c.passed >= 0 && c.mapped.count(ino) == 0) {
     // Kept: the file stays open while the client maps it (as the kernel's
     // mmap holds the file), so its blocks are not freed by its last close.
@@ -654,6 +655,7 @@ void Server::State::MmapOp(Connection& c) {
     }
     c.mapped[ino] = c.passed;
     c.passed = -1;
+    fresh = true;
   }
   if (error != 0) {
     reply.h.error = error;
@@ -685,6 +687,11 @@ void Server::State::MmapOp(Connection& c) {
   } else {
     FillReply(&reply, ino, *m);
     if (for_write) reply.flags = kMapWritable;
+  }
+  if (reply.h.error != 0 && fresh) {
+    // Refused: the client maps nothing of it, and says nothing more of it.
+    descriptors.Release(c.mapped[ino], c.uid);
+    c.mapped.erase(ino);
   }
   Send(c, &reply, sizeof reply);
 }

@@ -187,6 +187,19 @@ TEST_CASE("direct map: the pages are the file's blocks, coherent with the mount 
     WriteKernel(m.path("a"), "LATER", 8192);
     CHECK(std::memcmp(p.p + 8192, "LATER", 5) == 0);
   }
+  SECTION("a set-user-ID file is mapped for writing by the kernel, which drops the bit") {
+    REQUIRE(chmod(m.path("a").c_str(), 04755) == 0);
+    const int fd = open(m.path("a").c_str(), O_RDWR);
+    REQUIRE(fd >= 0);
+    nvfs_direct* d = nvfs_direct_attach(fd);
+    void* got = nvfs_direct_mmap(d, nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, 0);
+    REQUIRE(got != MAP_FAILED);
+    CHECK(nvfs_direct_mmap_why(d) == NVFS_DIRECT_PRIVILEGED);
+    CHECK(nvfs_direct_addr_why(got) != NVFS_DIRECT_ACTIVE);
+    nvfs_direct_munmap(got, 4096);
+    nvfs_direct_detach(d);
+    close(fd);
+  }
   SECTION("a read-only descriptor gets no writable shared map") {
     const int fd = open(m.path("a").c_str(), O_RDONLY);
     REQUIRE(fd >= 0);
