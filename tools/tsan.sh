@@ -38,6 +38,9 @@ targets=(mkfs.nvfs fsck.nvfs tests/unit/direct/direct_helper)
 for run in "${runs[@]}"; do
   case $run in
     stress*) targets+=(nvfs nvfs-stress) ;;
+    test_mount* | test_direct\ * | test_direct | test_direct_lib* | test_direct_write* | test_direct_map* | test_nfs*)
+      # Through real mounts: the detector's daemon too.
+      targets+=(nvfs "$(test_path "${run%% *}")") ;;
     *) targets+=("$(test_path "${run%% *}")") ;;
   esac
 done

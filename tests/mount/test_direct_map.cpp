@@ -495,3 +495,29 @@ TEST_CASE("direct map: an unmodified program, SQLite with mmap_size, under the p
   nvfs::test::RunProgram({"rm", "-rf", tmp});
   StopAndCheck(m);
 }
+
+TEST_CASE("direct map: an unmodified libpmem2 program under the preload maps the file's blocks",
+          "[mount][direct][map][pmem2]") {
+  NVFS_REQUIRE_FUSE();
+  if (!RootDaemon()) NVFS_SKIP("the direct socket needs a root daemon");
+  MountedFs m(64ull << 20);
+  m.Start();
+  WriteKernel(m.path("p"), std::string(4 << 20, 'p'), 0);
+  char dir[] = "/tmp/direct-map-pmem2-XXXXXX";
+  REQUIRE(mkdtemp(dir) != nullptr);
+  const std::string out = std::string(dir) + "/out";
+  // nvfs-mapbench's pmem2 mode: pmem2_map_new over the file, 4 KiB copies,
+  // each persisted by pmem2_get_persist_fn(); it says what backs its map.
+  const std::string cmd = "LD_PRELOAD=" + Program("NVFS_DIRECT_LIB") + " " +
+                          Program("NVFS_MAPBENCH") + " pmem2 " + m.path("p") +
+                          " --iterations 2000 > " + out + " 2>&1";
+  REQUIRE(nvfs::test::RunProgram({"sh", "-c", cmd}) == 0);
+  const std::string got = ReadAll(out);
+  INFO(got);
+  CHECK(got.find("\"backing\": \"direct") != std::string::npos);
+  // The namespace is memory here: stores need no flush, so the map is one
+  // libpmem2 may persist with the CPU (MAP_SYNC accepted), not by msync.
+  CHECK(got.find("\"granularity\": \"PAGE\"") == std::string::npos);
+  nvfs::test::RunProgram({"rm", "-rf", dir});
+  StopAndCheck(m);
+}
