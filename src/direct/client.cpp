@@ -218,14 +218,22 @@ NVFS_DIRECT_EXPORT ssize_t nvfs_direct_pwrite(nvfs_direct* f, const void* buf, s
   if (tls.depth != 0) return libc::Get(&libc::Table::pwrite)(f->fd, buf, count, offset);
   DepthGuard depth;
   const iovec one{const_cast<void*>(buf), count};
-  return Write(f, &one, 1, offset, 0);
+  const ssize_t r = Write(f, &one, 1, offset, 0);
+  const int saved = errno;
+  MapsAfterWrite(f);
+  errno = saved;
+  return r;
 }
 
 NVFS_DIRECT_EXPORT ssize_t nvfs_direct_pwritev(nvfs_direct* f, const struct iovec* iov, int iovcnt,
                                                off_t offset) {
   if (tls.depth != 0) return libc::Get(&libc::Table::pwritev)(f->fd, iov, iovcnt, offset);
   DepthGuard depth;
-  return Write(f, iov, iovcnt, offset, 0);
+  const ssize_t r = Write(f, iov, iovcnt, offset, 0);
+  const int saved = errno;
+  MapsAfterWrite(f);
+  errno = saved;
+  return r;
 }
 
 NVFS_DIRECT_EXPORT int nvfs_direct_fsync(nvfs_direct* f) {

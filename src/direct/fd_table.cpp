@@ -189,6 +189,7 @@ bool FdServeWrite(int fd, const iovec* iov, int iovcnt, off_t offset, int flags,
     }
     *result = Write(h, iov, iovcnt, offset, flags);
     const int saved = errno;
+    MapsAfterWrite(h);
     HandleUnref(h);
     errno = saved;
     return true;
@@ -226,6 +227,24 @@ bool FdServeMap(int fd, void* addr, size_t length, int prot, int flags, off_t of
     return served;
   }
   return false;
+}
+
+void FdAfterKernelWrite(int fd) {
+  if (!preloaded.load(std::memory_order_relaxed) || !MapsAny()) return;
+  DepthGuard depth;
+  FdEntry* e = Find(fd);
+  nvfs_direct* h = nullptr;
+  {
+    ReadSection section;
+    if (!section.Enter()) return;
+    h = e == nullptr ? nullptr : e->handle.load(std::memory_order_acquire);
+    if (h == nullptr || IsNotDirect(h)) return;
+    HandleRef(h);
+  }
+  const int saved = errno;
+  MapsAfterWrite(h);
+  HandleUnref(h);
+  errno = saved;
 }
 
 void FdSettle(int fd, bool closing) {

@@ -43,6 +43,9 @@ bool FdServe(int fd, const struct iovec* iov, int iovcnt, off_t offset, ssize_t*
 // what is not stored directly goes to the kernel from there).
 bool FdServeWrite(int fd, const struct iovec* iov, int iovcnt, off_t offset, int flags,
                   ssize_t* result);
+// After a write of `fd` the kernel made: the process's direct maps of its
+// file follow at once (map.hpp, MapsAfterWrite).
+void FdAfterKernelWrite(int fd);
 // The same for an mmap of `fd` (map.hpp): true with the result in
 // *result (MAP_FAILED and errno included); false: the kernel maps it.
 bool FdServeMap(int fd, void* addr, size_t length, int prot, int flags, off_t offset,

@@ -448,10 +448,10 @@ int Gather(Mapper* m, int fd, uint64_t ino, bool write, uint64_t offset, uint64_
 // --- the listener ---------------------------------------------------------------
 
 // Maps again every range of `f` from runs given now. REQUIRES: maps_mu.
-void Refresh(Mapper* m, MappedFile* f) {
+void Refresh(Mapper* m, MappedFile* f, bool from_listener) {
   for (Range* r : f->ranges) {
     Runs runs;
-    if (Gather(m, -1, f->ino, f->write, r->offset, r->len, &runs, /*from_listener=*/true) != 0) {
+    if (Gather(m, -1, f->ino, f->write, r->offset, r->len, &runs, from_listener) != 0) {
       // No runs (the daemon refused, or is gone): nothing of the old
       // blocks stays reachable.
       MapPastEnd(r->addr, r->len, r->prot);
@@ -483,7 +483,7 @@ void Recheck(Mapper* m) {
     for (Range* r : f->ranges) r->seq = now;
     stale = false;
 #endif
-    if (stale) Refresh(m, f);
+    if (stale) Refresh(m, f, /*from_listener=*/true);
     uint64_t oldest = UINT64_MAX;
     for (const Range* r : f->ranges) oldest = std::min(oldest, r->seq);
     if (oldest != UINT64_MAX) SendOneWay(m, kOpMapAck, ino, oldest);
@@ -1059,6 +1059,37 @@ void MapsRelease(nvfs_direct* h) {
     }
   }
   maps_mu.unlock();
+}
+
+bool MapsAny() { return range_count.load(std::memory_order_relaxed) != 0; }
+
+void MapsAfterWrite(nvfs_direct* h) {
+  if (!MapsAny() || h->session == nullptr) return;
+  // A signal handler that interrupted the library (which may hold the
+  // lock) only tries.
+  std::unique_lock lock(maps_mu, std::defer_lock);
+  if (tls.depth > 1) {
+    if (!lock.try_lock()) return;
+  } else {
+    lock.lock();
+  }
+  for (Mapper* m : mappers) {
+    if (m->session != h->session) continue;
+    {
+      std::lock_guard io(m->io_mu);
+      if (m->dead) continue;
+    }
+    auto it = m->files.find(h->ino);
+    if (it == m->files.end()) continue;
+    MappedFile* f = it->second;
+    const uint64_t now = m->session->table[f->slot].seq.load(std::memory_order_acquire);
+    bool stale = false;
+    for (const Range* r : f->ranges) stale |= r->seq != now;
+    // The write filled a hole or moved the end: this process's maps show
+    // it before the write returns, as the kernel's do. (Another process's
+    // follow when their listener hears of it.)
+    if (stale) Refresh(m, f, /*from_listener=*/false);
+  }
 }
 
 void MapsPrepareFork() { maps_mu.lock(); }

@@ -55,6 +55,14 @@ bool AdviseRange(void* addr, size_t len, int advice, int* result);
 // NVFS_DIRECT_ACTIVE if `addr` lies in a direct map, else NVFS_DIRECT_NOT_NVFS.
 int MapWhy(const void* addr);
 
+// Whether the process has a direct map (one load).
+bool MapsAny();
+// After a write of the handle's file by this process (direct or through
+// the kernel): its maps of the file are mapped again now if the file's
+// mapping or size changed (a hole filled, the end moved), so that the
+// writer's next load through them sees what it wrote.
+void MapsAfterWrite(nvfs_direct* h);
+
 // A handle that mapped its file is closed (or freed): the file is
 // unregistered once no open handle mapped it and no map of it is left.
 void MapsRelease(nvfs_direct* h);

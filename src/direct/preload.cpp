@@ -149,40 +149,52 @@ NVFS_DIRECT_EXPORT ssize_t pwrite(int fd, const void* buf, size_t count, off_t o
   const iovec one{const_cast<void*>(buf), count};
   ssize_t n;
   if (FdServeWrite(fd, &one, 1, offset, 0, &n)) return n;
-  return libc::Get(&libc::Table::pwrite)(fd, buf, count, offset);
+  const ssize_t r = libc::Get(&libc::Table::pwrite)(fd, buf, count, offset);
+  if (r > 0) FdAfterKernelWrite(fd);
+  return r;
 }
 
 NVFS_DIRECT_EXPORT ssize_t pwrite64(int fd, const void* buf, size_t count, off_t offset) {
   const iovec one{const_cast<void*>(buf), count};
   ssize_t n;
   if (FdServeWrite(fd, &one, 1, offset, 0, &n)) return n;
-  return libc::Get(&libc::Table::pwrite64)(fd, buf, count, offset);
+  const ssize_t r = libc::Get(&libc::Table::pwrite64)(fd, buf, count, offset);
+  if (r > 0) FdAfterKernelWrite(fd);
+  return r;
 }
 
 NVFS_DIRECT_EXPORT ssize_t pwritev(int fd, const struct iovec* iov, int iovcnt, off_t offset) {
   ssize_t n;
   if (FdServeWrite(fd, iov, iovcnt, offset, 0, &n)) return n;
-  return libc::Get(&libc::Table::pwritev)(fd, iov, iovcnt, offset);
+  const ssize_t r = libc::Get(&libc::Table::pwritev)(fd, iov, iovcnt, offset);
+  if (r > 0) FdAfterKernelWrite(fd);
+  return r;
 }
 
 NVFS_DIRECT_EXPORT ssize_t pwritev64(int fd, const struct iovec* iov, int iovcnt, off_t offset) {
   ssize_t n;
   if (FdServeWrite(fd, iov, iovcnt, offset, 0, &n)) return n;
-  return libc::Get(&libc::Table::pwritev64)(fd, iov, iovcnt, offset);
+  const ssize_t r = libc::Get(&libc::Table::pwritev64)(fd, iov, iovcnt, offset);
+  if (r > 0) FdAfterKernelWrite(fd);
+  return r;
 }
 
 NVFS_DIRECT_EXPORT ssize_t pwritev2(int fd, const struct iovec* iov, int iovcnt, off_t offset,
                                     int flags) {
   ssize_t n;
   if (FdServeWrite(fd, iov, iovcnt, offset, flags, &n)) return n;
-  return libc::Get(&libc::Table::pwritev2)(fd, iov, iovcnt, offset, flags);
+  const ssize_t r = libc::Get(&libc::Table::pwritev2)(fd, iov, iovcnt, offset, flags);
+  if (r > 0) FdAfterKernelWrite(fd);
+  return r;
 }
 
 NVFS_DIRECT_EXPORT ssize_t pwritev64v2(int fd, const struct iovec* iov, int iovcnt, off_t offset,
                                        int flags) {
   ssize_t n;
   if (FdServeWrite(fd, iov, iovcnt, offset, flags, &n)) return n;
-  return libc::Get(&libc::Table::pwritev64v2)(fd, iov, iovcnt, offset, flags);
+  const ssize_t r = libc::Get(&libc::Table::pwritev64v2)(fd, iov, iovcnt, offset, flags);
+  if (r > 0) FdAfterKernelWrite(fd);
+  return r;
 }
 
 // The times of what was written directly, set before the kernel's fsync.

@@ -247,6 +247,35 @@ TEST_CASE("direct map: holes read as zeros, a page past the end is SIGBUS, and b
   StopAndCheck(m);
 }
 
+TEST_CASE("direct map: the writer's own hole fill and extension are in its map when the write returns",
+          "[mount][direct][map]") {
+  NVFS_REQUIRE_FUSE();
+  if (!RootDaemon()) NVFS_SKIP("the direct socket needs a root daemon");
+  MountedFs m(64ull << 20);
+  m.Start();
+  // data, hole, hole, data; mapped over 6 pages (SQLite's pattern: a size
+  // hint's ftruncate, a map of the new size, then its pages written).
+  WriteKernel(m.path("w"), std::string(4096, 'd'), 0);
+  WriteKernel(m.path("w"), std::string(4096, 'e'), 3 * 4096);
+  Mapped r(m.path("w"), O_RDWR, 6 * 4096, PROT_READ, MAP_SHARED);
+  REQUIRE(r.Direct());
+  CHECK(r.p[2 * 4096] == 0);
+  for (int round = 0; round < 20; ++round) {
+    const std::string mark = "ROUND" + std::to_string(round);
+    REQUIRE(nvfs_direct_pwrite(r.d, mark.data(), mark.size(), 2 * 4096 + 64 * round) ==
+            static_cast<ssize_t>(mark.size()));
+    CHECK(std::memcmp(r.p + 2 * 4096 + 64 * round, mark.data(), mark.size()) == 0);
+  }
+  // Past the end: the page is the file's once the write returns.
+  REQUIRE(nvfs_direct_pwrite(r.d, "EXTENDED", 8, 4 * 4096 + 8) == 8);
+  CHECK(!Faults(r.p + 4 * 4096));
+  CHECK(std::memcmp(r.p + 4 * 4096 + 8, "EXTENDED", 8) == 0);
+  CHECK(Faults(r.p + 5 * 4096));
+  r.Unmap();
+  r.Close();
+  StopAndCheck(m);
+}
+
 TEST_CASE("direct map: a block the file gave up goes to no other file while it is mapped (revoke)",
           "[mount][direct][map][race]") {
   NVFS_REQUIRE_FUSE();
