@@ -29,8 +29,12 @@
 #include <cstddef>
 #include <cstring>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <new>
 #include <set>
+#include <system_error>
+#include <thread>
 #include <vector>
 
 #include <linux/fs.h>
@@ -79,6 +83,54 @@ struct Orphan {
   pid_t pid;
   uint64_t start_time;
   std::vector<int> fds;  // the descriptors the connection passed
+};
+
+// Whether process `pid` maps the file `dev`:`ino` (/proc/PID/maps): true
+// when unknown. Reading it takes the process's mmap lock, which the process
+// can hold, or queue a writer on, for as long as it likes: only the
+// prober's thread calls it.
+bool ProcessMaps(pid_t pid, dev_t dev, ino_t ino) {
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%d/maps", static_cast<int>(pid));
+  FILE* f = std::fopen(path, "re");
+  if (f == nullptr) return errno != ENOENT && errno != ESRCH;
+  bool found = false;
+  char line[512];
+  // Bounded: a process with millions of mappings is read in part, and
+  // counted as mapping the namespace.
+  for (int n = 0; n < (1 << 20); ++n) {
+    if (std::fgets(line, sizeof line, f) == nullptr) break;
+    const size_t len = std::strlen(line);
+    if (len > 0 && line[len - 1] != '\n' && !std::feof(f)) {
+      int ch;  // the rest of a long line (a long path)
+      while ((ch = std::fgetc(f)) != EOF && ch != '\n') {
+      }
+    }
+    unsigned maj = 0, min = 0;
+    unsigned long long at = 0;
+    if (std::sscanf(line, "%*x-%*x %*s %*x %x:%x %llu", &maj, &min, &at) == 3 &&
+        maj == major(dev) && min == minor(dev) && at == static_cast<unsigned long long>(ino)) {
+      found = true;
+      break;
+    }
+    if (n + 1 == (1 << 20)) found = true;
+  }
+  std::fclose(f);
+  return found;
+}
+
+// Looks at orphans' processes on a thread of its own, one look at a time,
+// and wakes the server thread with the answers: nothing a process does to
+// its own /proc files makes the server thread wait. Shared with that
+// thread, so that a look that never returns outlives the daemon's state.
+struct Prober {
+  std::mutex mu;
+  bool busy = false;               // protected by mu: a look under way
+  std::vector<uint64_t> gone;      // protected by mu: orphans found gone
+  int wake_fd = -1;                // the maps' eventfd (a duplicate)
+  ~Prober() {
+    if (wake_fd >= 0) close(wake_fd);
+  }
 };
 
 // One user's share: connections, and requests as tokens.
@@ -170,6 +222,7 @@ struct Server::State {
   uint64_t next_id = 1;
   std::vector<Orphan> orphans;
   Clock::time_point next_orphan_check;
+  std::shared_ptr<Prober> prober = std::make_shared<Prober>();
   Clock::time_point next_times;      // when the writers' dirty lists are taken next
   std::set<uint64_t> stale_attrs;    // inodes whose kernel attributes Times drops
   static constexpr size_t kMaxStaleAttrs = 1024;
@@ -217,10 +270,11 @@ struct Server::State {
   void MapsOp(Connection& c);
   // Sends kOpNotify to the mappers Maps says are to be told.
   void Notify();
-  // Forgets the orphans whose process is gone or maps the namespace no more.
+  // Starts a look at the orphans' processes (Prober), unless one is under
+  // way; forgets those an earlier look found gone or mapping the namespace
+  // no more.
   void CheckOrphans(Clock::time_point now);
-  // Whether process `pid` maps the namespace (/proc/PID/maps).
-  bool MapsNamespace(pid_t pid) const;
+  void ForgetGoneOrphans();
   // kOpAllocate, kOpCommit and kOpTrim: the file of `c.passed`, checked and
   // released, then the core's call.
   void WriteOp(Connection& c);
@@ -330,6 +384,7 @@ bool Server::State::Round(std::vector<pollfd>& fds, std::vector<size_t>& which) 
   if (fds[2].revents & POLLIN) {
     uint64_t count;
     [[maybe_unused]] ssize_t n = read(maps_wake_fd, &count, sizeof count);
+    ForgetGoneOrphans();
     Notify();
   }
   return true;
@@ -726,47 +781,54 @@ void Server::State::Notify() {
 
 void Server::State::CheckOrphans(Clock::time_point now) {
   next_orphan_check = now + std::chrono::seconds(1);
-  std::erase_if(orphans, [&](Orphan& o) {
-    if (ProcessAlive(static_cast<uint64_t>(o.pid), o.start_time) && MapsNamespace(o.pid)) {
-      return false;
-    }
-    maps->Drop(o.id);
-    for (int fd : o.fds) descriptors.Release(fd, o.uid);
-    return true;
-  });
+  struct Look {
+    uint64_t id;
+    pid_t pid;
+    uint64_t start_time;
+  };
+  std::vector<Look> looks;
+  for (const Orphan& o : orphans) looks.push_back({o.id, o.pid, o.start_time});
+  {
+    std::lock_guard lock(prober->mu);
+    if (prober->busy) return;  // one stuck look holds the orphans: held is safe
+    prober->busy = true;
+  }
+  const dev_t dev = namespace_stat.st_dev;
+  const ino_t ino = namespace_stat.st_ino;
+  try {
+    std::thread([p = prober, looks = std::move(looks), dev, ino] {
+      std::vector<uint64_t> gone;
+      for (const Look& l : looks) {
+        if (!ProcessAlive(static_cast<uint64_t>(l.pid), l.start_time) || !ProcessMaps(l.pid, dev, ino)) {
+          gone.push_back(l.id);
+        }
+      }
+      std::lock_guard lock(p->mu);
+      p->gone.insert(p->gone.end(), gone.begin(), gone.end());
+      p->busy = false;
+      const uint64_t one = 1;
+      [[maybe_unused]] ssize_t n = write(p->wake_fd, &one, sizeof one);
+    }).detach();
+  } catch (const std::system_error&) {
+    std::lock_guard lock(prober->mu);
+    prober->busy = false;  // no thread: looked at again in a second
+  }
 }
 
-bool Server::State::MapsNamespace(pid_t pid) const {
-  char path[64];
-  std::snprintf(path, sizeof path, "/proc/%d/maps", static_cast<int>(pid));
-  FILE* f = std::fopen(path, "re");
-  if (f == nullptr) return errno != ENOENT && errno != ESRCH;  // unknown: it may
-  const unsigned want_major = major(namespace_stat.st_dev);
-  const unsigned want_minor = minor(namespace_stat.st_dev);
-  bool found = false;
-  char line[512];
-  // Bounded: a process with millions of mappings is read in part, and
-  // counted as mapping the namespace.
-  for (int n = 0; n < (1 << 20); ++n) {
-    if (std::fgets(line, sizeof line, f) == nullptr) break;
-    const size_t len = std::strlen(line);
-    if (len > 0 && line[len - 1] != '\n' && !std::feof(f)) {
-      int ch;  // the rest of a long line (a long path)
-      while ((ch = std::fgetc(f)) != EOF && ch != '\n') {
-      }
-    }
-    unsigned maj = 0, min = 0;
-    unsigned long long ino = 0;
-    if (std::sscanf(line, "%*x-%*x %*s %*x %x:%x %llu", &maj, &min, &ino) == 3 &&
-        maj == want_major && min == want_minor &&
-        ino == static_cast<unsigned long long>(namespace_stat.st_ino)) {
-      found = true;
-      break;
-    }
-    if (n + 1 == (1 << 20)) found = true;
+void Server::State::ForgetGoneOrphans() {
+  std::vector<uint64_t> gone;
+  {
+    std::lock_guard lock(prober->mu);
+    gone.swap(prober->gone);
   }
-  std::fclose(f);
-  return found;
+  for (uint64_t id : gone) {
+    std::erase_if(orphans, [&](Orphan& o) {
+      if (o.id != id) return false;
+      maps->Drop(o.id);
+      for (int fd : o.fds) descriptors.Release(fd, o.uid);
+      return true;
+    });
+  }
 }
 
 uint64_t Server::State::WriterFile(Connection& c, int* error) {
@@ -890,15 +952,15 @@ void Server::State::Close(Connection& c, bool stopping) {
   descriptors.Release(c.passed, c.uid);
   c.passed = -1;
   if (!c.mapped.empty()) {
-    if (!stopping && ProcessAlive(static_cast<uint64_t>(c.pid), c.start_time) &&
-        MapsNamespace(c.pid)) {
-      // Closed by the process (a raw close, close_range) or by us (a
-      // protocol error) while it lives and may still map: held.
+    if (!stopping && ProcessAlive(static_cast<uint64_t>(c.pid), c.start_time)) {
+      // Closed by the process (exec, a raw close, close_range) or by us (a
+      // protocol error) while it lives and may still map: held until the
+      // prober finds it gone or mapping the namespace no more.
       maps->Orphan(c.id);
       Orphan o{c.id, c.uid, c.pid, c.start_time, {}};
       for (auto& [ino, fd] : c.mapped) o.fds.push_back(fd);
-      if (orphans.empty()) next_orphan_check = Clock::now() + std::chrono::seconds(1);
       orphans.push_back(std::move(o));
+      next_orphan_check = Clock::now();  // looked at in this round
     } else {
       maps->Drop(c.id);
       for (auto& [ino, fd] : c.mapped) descriptors.Release(fd, c.uid);
@@ -975,6 +1037,11 @@ std::unique_ptr<Server> Server::Create(Filesystem& fs, dev_t mount_dev,
     return nullptr;
   }
   s->maps = std::make_unique<Maps>(s->table, kSlots, s->maps_wake_fd);
+  s->prober->wake_fd = fcntl(s->maps_wake_fd, F_DUPFD_CLOEXEC, 0);
+  if (s->prober->wake_fd < 0) {
+    *why = std::string("cannot duplicate an eventfd: ") + std::strerror(errno);
+    return nullptr;
+  }
   fs.SetDirectWatch(&Maps::Changed, s->maps.get());
   s->writes_enabled = options.writes && !fs.read_only();
   if (!s->writes_enabled) *writes_why = fs.read_only() ? "the mount is read-only" : "cache=page";

@@ -237,8 +237,29 @@ Session::~Session() {
   DropSocketLocked();
 }
 
+// Sessions whose last reference went, freed by the next SessionFor: a last
+// reference may go inside a retire (epoch.hpp) that runs under another
+// session's lock, and ~Session takes the registry's, which fork's handler
+// takes before every session's (a lock-order inversion: a deadlock with a
+// fork on another thread).
+static std::atomic<Session*> dead_sessions{nullptr};
+
 void Session::Unref() {
-  if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+  if (refs_.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  Session* head = dead_sessions.load(std::memory_order_relaxed);
+  do {
+    dead_next_ = head;
+  } while (!dead_sessions.compare_exchange_weak(head, this, std::memory_order_release,
+                                                std::memory_order_relaxed));
+}
+
+void FreeDeadSessions() {
+  Session* s = dead_sessions.exchange(nullptr, std::memory_order_acquire);
+  while (s != nullptr) {
+    Session* next = s->dead_next_;
+    delete s;
+    s = next;
+  }
 }
 
 void Session::DropSocketLocked() {
@@ -791,6 +812,7 @@ int Session::Map(int fd, uint64_t offset, MapReply* reply, bool for_write) {
 }
 
 Session* SessionFor(dev_t dev, int* why) {
+  FreeDeadSessions();  // no session's lock is held here
   Session* s = nullptr;
   // Released after the registry's lock: a last reference frees the
   // session, which takes that lock to leave the list of all sessions.

@@ -121,8 +121,9 @@ class Session {
   dev_t dev() const { return dev_; }
 
   void Ref() { refs_.fetch_add(1, std::memory_order_relaxed); }
-  // Unmaps and frees the session with the last reference; no read may
-  // still use it then (epoch.hpp makes sure).
+  // With the last reference, the session is freed (unmapped) at the next
+  // SessionFor, where no session's lock is held; no read may still use it
+  // then (epoch.hpp makes sure).
   void Unref();
 
   // Serializes the connection and refreshes of runs of this session's
@@ -139,6 +140,7 @@ class Session {
   friend void SessionsParentAfterFork();
   friend void SessionsChildAfterFork();
   friend void SessionsDropConnections();
+  friend void FreeDeadSessions();
 
   explicit Session(dev_t dev) : dev_(dev) {}
   ~Session();
@@ -191,6 +193,7 @@ class Session {
 
   Session* prev_ = nullptr;  // the list of all sessions; protected by the registry's lock
   Session* next_ = nullptr;
+  Session* dead_next_ = nullptr;  // the list of sessions to free (Unref)
 };
 
 // The directory of the daemons' sockets (NVFS_DIRECT_SOCKET_DIR in tests),

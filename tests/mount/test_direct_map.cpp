@@ -349,6 +349,46 @@ TEST_CASE("direct map: a client that does not acknowledge holds the blocks, and 
   StopAndCheck(m);
 }
 
+TEST_CASE("direct map: a mapper that execs holds nothing once its maps are gone",
+          "[mount][direct][map]") {
+  NVFS_REQUIRE_FUSE();
+  if (!RootDaemon()) NVFS_SKIP("the direct socket needs a root daemon");
+  MountedFs m(64ull << 20);
+  m.Start();
+  const size_t kSize = 1 << 20;
+  WriteKernel(m.path("a"), std::string(kSize, 'a'), 0);
+  int ready[2];
+  REQUIRE(pipe2(ready, O_CLOEXEC) == 0);
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    const int fd = open(m.path("a").c_str(), O_RDONLY);
+    nvfs_direct* d = fd < 0 ? nullptr : nvfs_direct_attach(fd);
+    void* p = d == nullptr ? MAP_FAILED : nvfs_direct_mmap(d, nullptr, kSize, PROT_READ, MAP_SHARED, 0);
+    const char ok = p != MAP_FAILED && nvfs_direct_mmap_why(d) == NVFS_DIRECT_ACTIVE ? 'y' : 'n';
+    if (write(ready[1], &ok, 1) != 1) _exit(2);
+    // The same process, another program: its maps and the library's
+    // connection (close-on-exec) go; it lives on.
+    execl("/bin/sleep", "sleep", "5", static_cast<char*>(nullptr));
+    _exit(3);
+  }
+  close(ready[1]);
+  char ok = 0;
+  REQUIRE(read(ready[0], &ok, 1) == 1);
+  REQUIRE(ok == 'y');
+  // EOF once the exec closed the pipe's write end.
+  REQUIRE(read(ready[0], &ok, 1) == 0);
+  close(ready[0]);
+  const uint64_t before = FreeBlocks(m.dir());
+  REQUIRE(truncate(m.path("a").c_str(), 0) == 0);
+  // Nothing maps the blocks any more: they are free while it still runs.
+  CHECK(Within(3, [&] { return FreeBlocks(m.dir()) >= before + (kSize >> 12) - 2; }));
+  CHECK(kill(child, 0) == 0);
+  kill(child, SIGKILL);
+  nvfs::test::WaitForExit(child, 10);
+  StopAndCheck(m);
+}
+
 TEST_CASE("direct map: kill -9 of the daemon with a client mapped; remount and fsck clean",
           "[mount][direct][map][restart]") {
   NVFS_REQUIRE_FUSE();
