@@ -652,6 +652,9 @@ void Server::State::WriteProve(Connection& c) {
     reply.h.error = EACCES;
   } else if (fs->read_only()) {
     reply.h.error = EROFS;
+  } else if ((c.request.flags & kProveNoPage) != 0) {
+    c.write_proven = true;  // a mapper's: its process's page is its session's
+    reply.flush = FlushOf(fs->media().granularity());
   } else {
     const uint64_t page = writers->Assign(static_cast<uint64_t>(c.pid));
     if (page == 0) {
@@ -662,7 +665,8 @@ void Server::State::WriteProve(Connection& c) {
       reply.flush = FlushOf(fs->media().granularity());
     }
   }
-  Send(c, &reply, sizeof reply, reply.h.error == 0 ? writers->fd() : -1);
+  Send(c, &reply, sizeof reply,
+       reply.h.error == 0 && reply.page_offset != 0 ? writers->fd() : -1);
 }
 
 void Server::State::InstallGrace() {

@@ -614,7 +614,7 @@ Mapper* MapperFor(Session* s, bool write, int* why) {
       *why = NVFS_DIRECT_NO_WRITE_NAMESPACE;
       return nullptr;
     }
-    const Request req{kMagic, kVersion, kOpWriteProve, 0, 0, 0, 0, 0};
+    const Request req{kMagic, kVersion, kOpWriteProve, kProveNoPage, 0, 0, 0, 0};
     WriteProveReply reply{};
     const int err = Call(m, req, rw, &reply, sizeof reply, /*from_listener=*/false);
     CloseFd(rw);

@@ -120,6 +120,10 @@ enum Op : uint32_t {
 
 // Request::flags
 inline constexpr uint32_t kMapForWrite = 1;
+// kOpWriteProve of a mapper's connection (kOpMmap): the proof alone, no
+// page of the writers' file (its process has one from its session's
+// proof, where it counts its writable maps).
+inline constexpr uint32_t kProveNoPage = 2;
 // Files one connection may map at once (the daemon holds a descriptor of
 // each).
 inline constexpr unsigned kMaxMappedFiles = 256;

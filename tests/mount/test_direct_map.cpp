@@ -503,6 +503,11 @@ TEST_CASE("direct map: fork, and a change of credentials, hand the maps to the k
 
 TEST_CASE("direct map: an unmodified program, SQLite with mmap_size, under the preload",
           "[mount][direct][map][sqlite]") {
+#ifdef __SANITIZE_THREAD__
+  // The detector's build of the library, preloaded into a program built
+  // without it, does not start (tools/tsan.sh runs every other case).
+  NVFS_SKIP("a ThreadSanitizer build cannot preload into an uninstrumented program");
+#endif
   NVFS_REQUIRE_FUSE();
   if (!RootDaemon()) NVFS_SKIP("the direct socket needs a root daemon");
   if (nvfs::test::RunProgram({"sh", "-c", "command -v sqlite3 && command -v strace"}) != 0) {
@@ -567,6 +572,11 @@ TEST_CASE("direct map: an unmodified program, SQLite with mmap_size, under the p
 
 TEST_CASE("direct map: an unmodified libpmem2 program under the preload maps the file's blocks",
           "[mount][direct][map][pmem2]") {
+#ifdef __SANITIZE_THREAD__
+  // The detector's build of the library, preloaded into a program built
+  // without it, does not start (tools/tsan.sh runs every other case).
+  NVFS_SKIP("a ThreadSanitizer build cannot preload into an uninstrumented program");
+#endif
   NVFS_REQUIRE_FUSE();
   if (!RootDaemon()) NVFS_SKIP("the direct socket needs a root daemon");
   MountedFs m(64ull << 20);
