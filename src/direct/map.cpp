@@ -966,7 +966,10 @@ bool RemapRange(void* old_addr, size_t old_len, size_t new_len, int flags, void*
       !MapFile(h, nullptr, new_len, copy.prot, MAP_SHARED, static_cast<off_t>(copy.offset), &got, &why)) {
     got = libc::Mmap(nullptr, new_len, copy.prot, MAP_SHARED, fd, static_cast<off_t>(copy.offset));
   }
-  if (h != nullptr) RetireHandle(h);
+  if (h != nullptr) {
+    MapsRelease(h);  // its file stays registered by its maps, not by this handle
+    RetireHandle(h);
+  }
   CloseFd(fd);
   if (got == MAP_FAILED) {
     *result = MAP_FAILED;

@@ -177,6 +177,27 @@ TEST_CASE("direct map: the pages are the file's blocks, coherent with the mount 
     CHECK(nvfs_direct_write_why(w.d) == NVFS_DIRECT_ACTIVE);
     CHECK(std::memcmp(w.p + 9000, "DIRECT", 6) == 0);
   }
+  SECTION("mremap grows and moves a shared map, shrinks it in place; madvise(MADV_REMOVE) punches") {
+    Mapped w(m.path("a"), O_RDWR, 2 * 4096, PROT_READ | PROT_WRITE, MAP_SHARED);
+    REQUIRE(w.Direct());
+    void* grown = mremap(w.p, 2 * 4096, 8 * 4096, MREMAP_MAYMOVE);
+    REQUIRE(grown != MAP_FAILED);
+    w.p = static_cast<char*>(grown);
+    w.len = 8 * 4096;
+    CHECK(nvfs_direct_addr_why(w.p + 7 * 4096) == NVFS_DIRECT_ACTIVE);
+    CHECK(std::memcmp(w.p, bytes.data(), 8 * 4096) == 0);
+    std::memcpy(w.p + 6 * 4096, "GROWN", 5);
+    CHECK(ReadAll(m.path("a")).substr(6 * 4096, 5) == "GROWN");
+    void* shrunk = mremap(w.p, 8 * 4096, 4 * 4096, 0);
+    REQUIRE(shrunk == w.p);
+    w.len = 4 * 4096;
+    CHECK(nvfs_direct_addr_why(w.p + 5 * 4096) != NVFS_DIRECT_ACTIVE);
+    // The page's blocks go (a hole), then the map is given zeros there.
+    REQUIRE(madvise(w.p + 4096, 4096, MADV_REMOVE) == 0);
+    CHECK(ReadAll(m.path("a")).substr(4096, 4096) == std::string(4096, '\0'));
+    CHECK(Within(5, [&] { return w.p[4096] == 0 && w.p[8191] == 0; }));
+    CHECK(w.p[0] == 'a');
+  }
   SECTION("private: copy-on-write, the file unchanged") {
     Mapped p(m.path("a"), O_RDONLY, bytes.size(), PROT_READ | PROT_WRITE, MAP_PRIVATE);
     REQUIRE(p.Direct());
