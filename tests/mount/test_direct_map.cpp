@@ -254,8 +254,9 @@ TEST_CASE("direct map: holes read as zeros, a page past the end is SIGBUS, and b
   // The hole filled through the mount, and the file grown: the map follows.
   WriteKernel(m.path("h"), "FILLED", 4096);
   WriteKernel(m.path("h"), "GROWN", 3 * 4096 + 10);
-  CHECK(Within(5, [&] { return !Faults(r.p + 3 * 4096 + 10) && r.p[4096] == 'F'; }));
-  CHECK(std::memcmp(r.p + 3 * 4096 + 10, "GROWN", 5) == 0);
+  const bool followed = Within(5, [&] { return !Faults(r.p + 3 * 4096 + 10) && r.p[4096] == 'F'; });
+  CHECK(followed);
+  if (followed) CHECK(std::memcmp(r.p + 3 * 4096 + 10, "GROWN", 5) == 0);
   // Truncated: every page past the new end is SIGBUS (the bytes past the
   // end in the page it ends in are the block's, as they were: a read
   // through the mount ends at the size, and an extension zeroes them).
@@ -289,8 +290,9 @@ TEST_CASE("direct map: the writer's own hole fill and extension are in its map w
   }
   // Past the end: the page is the file's once the write returns.
   REQUIRE(nvfs_direct_pwrite(r.d, "EXTENDED", 8, 4 * 4096 + 8) == 8);
-  CHECK(!Faults(r.p + 4 * 4096));
-  CHECK(std::memcmp(r.p + 4 * 4096 + 8, "EXTENDED", 8) == 0);
+  const bool mapped = !Faults(r.p + 4 * 4096);
+  CHECK(mapped);
+  if (mapped) CHECK(std::memcmp(r.p + 4 * 4096 + 8, "EXTENDED", 8) == 0);
   CHECK(Faults(r.p + 5 * 4096));
   r.Unmap();
   r.Close();
