@@ -162,6 +162,30 @@ bool Classify(int fd, off_t offset) {
   return true;
 }
 
+// The handle of `fd` with a reference for the caller, the number looked at
+// first if it was not yet (classify); null when the kernel serves it (not
+// an nvfs file, `usable` says no, or the number moved while looked at).
+// `usable` runs inside the read section. REQUIRES: tls.depth set.
+template <class Usable>
+nvfs_direct* HandleFor(int fd, off_t offset, bool classify, Usable&& usable) {
+  for (int pass = 0; pass < 2; ++pass) {
+    FdEntry* e = Find(fd);
+    {
+      ReadSection section;
+      if (!section.Enter()) return nullptr;
+      nvfs_direct* h = e == nullptr ? nullptr : e->handle.load(std::memory_order_acquire);
+      if (IsNotDirect(h)) return nullptr;
+      if (h != nullptr) {
+        if (!usable(h)) return nullptr;
+        HandleRef(h);
+        return h;
+      }
+    }
+    if (!classify || pass == 1 || !Classify(fd, offset)) return nullptr;
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 bool FdServeWrite(int fd, const iovec* iov, int iovcnt, off_t offset, int flags,
@@ -170,31 +194,16 @@ bool FdServeWrite(int fd, const iovec* iov, int iovcnt, off_t offset, int flags,
     return false;
   }
   DepthGuard depth;
-  for (int pass = 0; pass < 2; ++pass) {
-    FdEntry* e = Find(fd);
-    nvfs_direct* h = nullptr;
-    {
-      ReadSection section;
-      if (!section.Enter()) return false;
-      h = e == nullptr ? nullptr : e->handle.load(std::memory_order_acquire);
-      if (IsNotDirect(h)) return false;
-      if (h != nullptr) {
-        if (h->write_why.load(std::memory_order_acquire) != NVFS_DIRECT_ACTIVE) return false;
-        HandleRef(h);
-      }
-    }
-    if (h == nullptr) {
-      if (pass == 1 || !Classify(fd, offset)) return false;
-      continue;
-    }
-    *result = Write(h, iov, iovcnt, offset, flags);
-    const int saved = errno;
-    MapsAfterWrite(h);
-    HandleUnref(h);
-    errno = saved;
-    return true;
-  }
-  return false;
+  nvfs_direct* h = HandleFor(fd, offset, /*classify=*/true, [](const nvfs_direct* f) {
+    return f->write_why.load(std::memory_order_acquire) == NVFS_DIRECT_ACTIVE;
+  });
+  if (h == nullptr) return false;
+  *result = Write(h, iov, iovcnt, offset, flags);
+  const int saved = errno;
+  MapsAfterWrite(h);
+  HandleUnref(h);
+  errno = saved;
+  return true;
 }
 
 bool FdServeMap(int fd, void* addr, size_t length, int prot, int flags, off_t offset,
@@ -204,43 +213,23 @@ bool FdServeMap(int fd, void* addr, size_t length, int prot, int flags, off_t of
     return false;
   }
   DepthGuard depth;
-  for (int pass = 0; pass < 2; ++pass) {
-    FdEntry* e = Find(fd);
-    nvfs_direct* h = nullptr;
-    {
-      ReadSection section;
-      if (!section.Enter()) return false;
-      h = e == nullptr ? nullptr : e->handle.load(std::memory_order_acquire);
-      if (IsNotDirect(h)) return false;
-      if (h != nullptr) HandleRef(h);
-    }
-    if (h == nullptr) {
-      if (pass == 1 || !Classify(fd, offset < 0 ? 0 : offset)) return false;
-      continue;
-    }
-    int why = NVFS_DIRECT_ACTIVE;
-    const bool served = MapFile(h, addr, length, prot, flags, offset, result, &why);
-    const int saved = errno;
-    h->map_why.store(why, std::memory_order_relaxed);
-    HandleUnref(h);
-    errno = saved;
-    return served;
-  }
-  return false;
+  nvfs_direct* h = HandleFor(fd, offset < 0 ? 0 : offset, /*classify=*/true,
+                             [](const nvfs_direct*) { return true; });
+  if (h == nullptr) return false;
+  int why = NVFS_DIRECT_ACTIVE;
+  const bool served = MapFile(h, addr, length, prot, flags, offset, result, &why);
+  const int saved = errno;
+  h->map_why.store(why, std::memory_order_relaxed);
+  HandleUnref(h);
+  errno = saved;
+  return served;
 }
 
 void FdAfterKernelWrite(int fd) {
   if (!preloaded.load(std::memory_order_relaxed) || !MapsAny()) return;
   DepthGuard depth;
-  FdEntry* e = Find(fd);
-  nvfs_direct* h = nullptr;
-  {
-    ReadSection section;
-    if (!section.Enter()) return;
-    h = e == nullptr ? nullptr : e->handle.load(std::memory_order_acquire);
-    if (h == nullptr || IsNotDirect(h)) return;
-    HandleRef(h);
-  }
+  nvfs_direct* h = HandleFor(fd, 0, /*classify=*/false, [](const nvfs_direct*) { return true; });
+  if (h == nullptr) return;
   const int saved = errno;
   MapsAfterWrite(h);
   HandleUnref(h);

@@ -146,39 +146,6 @@ std::atomic<int> range_count{0};
 
 // --- the connection -------------------------------------------------------------
 
-// Reads exactly `len` bytes (the socket's receive timeout only delays:
-// the daemon sends whole messages). Descriptors that come along are closed.
-int ReadExact(int sock, void* data, size_t len) {
-  auto* p = static_cast<char*>(data);
-  size_t got = 0;
-  while (got < len) {
-    iovec iov{p + got, len - got};
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    alignas(cmsghdr) char control[CMSG_SPACE(4 * sizeof(int))];
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof control;
-    const ssize_t n = libc::Get(&libc::Table::recvmsg)(sock, &msg, MSG_CMSG_CLOEXEC);
-    if (n < 0) {
-      if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
-      return errno;
-    }
-    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
-      if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-      const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-      for (size_t i = 0; i < count; ++i) {
-        int received;
-        std::memcpy(&received, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-        CloseFd(received);
-      }
-    }
-    if (n == 0) return ECONNRESET;
-    got += static_cast<size_t>(n);
-  }
-  return 0;
-}
-
 // Ends the connection's waiters with an error. REQUIRES: io_mu held.
 void FailWaitersLocked(Mapper* m) {
   m->dead = true;
@@ -194,7 +161,7 @@ void FailWaitersLocked(Mapper* m) {
 // False when the connection is over.
 bool ReadOne(Mapper* m) {
   ReplyHeader h{};
-  int err = ReadExact(m->sock, &h, sizeof h);
+  int err = TransportRecvAll(m->sock, &h, sizeof h);
   if (err == 0 && (h.magic != kMagic || h.size < sizeof h)) err = EPROTO;
   if (err == 0 && h.op == kOpNotify) {
     if (h.size != sizeof h) return false;
@@ -210,7 +177,7 @@ bool ReadOne(Mapper* m) {
   if (err == 0) {
     std::memset(w->reply, 0, w->max);
     std::memcpy(w->reply, &h, sizeof h);
-    err = ReadExact(m->sock, static_cast<char*>(w->reply) + sizeof h, h.size - sizeof h);
+    err = TransportRecvAll(m->sock, static_cast<char*>(w->reply) + sizeof h, h.size - sizeof h);
   }
   std::lock_guard lock(m->io_mu);
   if (err != 0) {

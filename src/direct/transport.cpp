@@ -45,8 +45,10 @@ int SendAll(int sock, const void* data, size_t len, int send_fd) {
 
 // Reads at most `max` bytes, at least `min`, in as few calls as the data
 // comes in; *got says how many. Descriptors that come along go to *fd (the
-// first) or are closed.
-int RecvSome(int sock, void* data, size_t max, size_t min, size_t* got, int* fd) {
+// first) or are closed. `patient`: the socket's receive timeout only
+// delays (else it fails the read, ETIMEDOUT).
+int RecvSome(int sock, void* data, size_t max, size_t min, size_t* got, int* fd,
+             bool patient = false) {
   auto* p = static_cast<char*>(data);
   *got = 0;
   while (*got < min) {
@@ -59,7 +61,7 @@ int RecvSome(int sock, void* data, size_t max, size_t min, size_t* got, int* fd)
     msg.msg_controllen = sizeof control;
     const ssize_t n = libc::Get(&libc::Table::recvmsg)(sock, &msg, MSG_CMSG_CLOEXEC);
     if (n < 0) {
-      if (errno == EINTR) continue;
+      if (errno == EINTR || (patient && (errno == EAGAIN || errno == EWOULDBLOCK))) continue;
       return errno == EAGAIN || errno == EWOULDBLOCK ? ETIMEDOUT : errno;
     }
     for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
@@ -150,6 +152,14 @@ int TransportConnect(const char* path, uid_t peer_uid, int* sock_out) {
   }
   *sock_out = sock;
   return 0;
+}
+
+int TransportRecvAll(int sock, void* data, size_t len) {
+  size_t got = 0;
+  int fd = -1;
+  const int err = len == 0 ? 0 : RecvSome(sock, data, len, len, &got, &fd, /*patient=*/true);
+  CloseFd(fd);
+  return err;
 }
 
 int TransportCall(int sock, const Request& req, int send_fd, void* reply, size_t reply_max,

@@ -21,6 +21,11 @@ inline constexpr int kReplyTimeoutSeconds = 5;
 // process at the other end runs as `peer_uid` or as root.
 int TransportConnect(const char* path, uid_t peer_uid, int* sock_out);
 
+// Reads exactly `len` bytes however long they take to come (a listener's
+// read: the receive timeout only delays); descriptors that come along are
+// closed. 0 or an errno (ECONNRESET at the end of the connection).
+int TransportRecvAll(int sock, void* data, size_t len);
+
 // Sends `req` (with `send_fd` unless it is -1) and reads one reply of at
 // most `reply_max` bytes into `reply` (the rest of it zeroed), which must
 // begin with a ReplyHeader for the same op; `min_ok` bytes at least when

@@ -25,6 +25,7 @@
 #include "nvfs/direct.h"
 
 using nvfs::test::MountedFs;
+using nvfs::test::Eventually;
 using nvfs::test::ReadAll;
 
 namespace {
@@ -51,11 +52,7 @@ void WriteKernel(const std::string& path, const std::string& bytes, off_t at) {
   close(fd);
 }
 
-uint64_t FreeBlocks(const std::string& dir) {
-  struct statvfs st {};
-  REQUIRE(statvfs(dir.c_str(), &st) == 0);
-  return st.f_bfree;
-}
+uint64_t FreeBlocks(const std::string& dir) { return nvfs::test::StatFs(dir).f_bfree; }
 
 // Fills the filesystem with one file until a write fails ENOSPC.
 void Fill(const std::string& path) {
@@ -72,6 +69,37 @@ void Fill(const std::string& path) {
     at += n;
   }
   close(fd);
+}
+
+// A child that maps `length` bytes of `path` directly (opened with
+// `flags`, mapped with `prot`, MAP_SHARED) and then runs `then` (which
+// does not return); the parent gets its pid once the map is made
+// (REQUIRE: direct).
+template <class Then>
+pid_t ForkMapper(const std::string& path, int flags, size_t length, int prot, Then&& then) {
+  int ready[2];
+  REQUIRE(pipe2(ready, O_CLOEXEC) == 0);
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    const int fd = open(path.c_str(), flags);
+    nvfs_direct* d = fd < 0 ? nullptr : nvfs_direct_attach(fd);
+    void* p = d == nullptr ? MAP_FAILED : nvfs_direct_mmap(d, nullptr, length, prot, MAP_SHARED, 0);
+    const char ok = p != MAP_FAILED && nvfs_direct_mmap_why(d) == NVFS_DIRECT_ACTIVE ? 'y' : 'n';
+    if (write(ready[1], &ok, 1) != 1) _exit(2);
+    then(ready[1]);
+    _exit(3);
+  }
+  close(ready[1]);
+  char ok = 0;
+  REQUIRE(read(ready[0], &ok, 1) == 1);
+  close(ready[0]);
+  REQUIRE(ok == 'y');
+  return child;
+}
+
+void PauseForever(int) {
+  for (;;) pause();
 }
 
 sigjmp_buf* jump_to = nullptr;
@@ -97,18 +125,6 @@ bool Faults(volatile char* p, bool store = false, char value = 'X') {
   }
   sigaction(SIGBUS, &old, nullptr);
   return faulted;
-}
-
-// Polls `done` for up to `seconds`: the listener maps a changed file again
-// after the daemon tells it (milliseconds).
-template <class F>
-bool Within(double seconds, F&& done) {
-  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > until) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-  return true;
 }
 
 // A descriptor of `path`, its handle and one map of it.
@@ -195,7 +211,7 @@ TEST_CASE("direct map: the pages are the file's blocks, coherent with the mount 
     // The page's blocks go (a hole), then the map is given zeros there.
     REQUIRE(madvise(w.p + 4096, 4096, MADV_REMOVE) == 0);
     CHECK(ReadAll(m.path("a")).substr(4096, 4096) == std::string(4096, '\0'));
-    CHECK(Within(5, [&] { return w.p[4096] == 0 && w.p[8191] == 0; }));
+    CHECK(Eventually([&] { return w.p[4096] == 0 && w.p[8191] == 0; }, 5));
     CHECK(w.p[0] == 'a');
   }
   SECTION("private: copy-on-write, the file unchanged") {
@@ -254,14 +270,14 @@ TEST_CASE("direct map: holes read as zeros, a page past the end is SIGBUS, and b
   // The hole filled through the mount, and the file grown: the map follows.
   WriteKernel(m.path("h"), "FILLED", 4096);
   WriteKernel(m.path("h"), "GROWN", 3 * 4096 + 10);
-  const bool followed = Within(5, [&] { return !Faults(r.p + 3 * 4096 + 10) && r.p[4096] == 'F'; });
+  const bool followed = Eventually([&] { return !Faults(r.p + 3 * 4096 + 10) && r.p[4096] == 'F'; }, 5);
   CHECK(followed);
   if (followed) CHECK(std::memcmp(r.p + 3 * 4096 + 10, "GROWN", 5) == 0);
   // Truncated: every page past the new end is SIGBUS (the bytes past the
   // end in the page it ends in are the block's, as they were: a read
   // through the mount ends at the size, and an extension zeroes them).
   REQUIRE(truncate(m.path("h").c_str(), 50) == 0);
-  CHECK(Within(5, [&] { return Faults(r.p + 4096); }));
+  CHECK(Eventually([&] { return Faults(r.p + 4096); }, 5));
   CHECK(r.p[0] == 'd');
   CHECK(Faults(r.p + 8192));
   r.Unmap();
@@ -317,8 +333,8 @@ TEST_CASE("direct map: a block the file gave up goes to no other file while it i
   const std::string bytes(kSize, 'b');
   // Given once the map let them go (the listener maps past-the-end pages
   // over them and acknowledges: milliseconds).
-  CHECK(Within(5, [&] { return pwrite(b, bytes.data(), bytes.size(), 0) ==
-                               static_cast<ssize_t>(bytes.size()); }));
+  CHECK(Eventually([&] { return pwrite(b, bytes.data(), bytes.size(), 0) ==
+                               static_cast<ssize_t>(bytes.size()); }, 5));
   close(b);
   // Stores through the old map reach nothing of b's: past the end of a.
   size_t faulted = 0;
@@ -341,23 +357,7 @@ TEST_CASE("direct map: a client that does not acknowledge holds the blocks, and 
   m.Start();
   const size_t kSize = 1 << 20;
   WriteKernel(m.path("a"), std::string(kSize, 'a'), 0);
-  int ready[2];
-  REQUIRE(pipe(ready) == 0);
-  const pid_t child = fork();
-  REQUIRE(child >= 0);
-  if (child == 0) {
-    const int fd = open(m.path("a").c_str(), O_RDONLY);
-    nvfs_direct* d = fd < 0 ? nullptr : nvfs_direct_attach(fd);
-    void* p = d == nullptr ? MAP_FAILED : nvfs_direct_mmap(d, nullptr, kSize, PROT_READ, MAP_SHARED, 0);
-    const char ok = p != MAP_FAILED && nvfs_direct_mmap_why(d) == NVFS_DIRECT_ACTIVE ? 'y' : 'n';
-    if (write(ready[1], &ok, 1) != 1) _exit(2);
-    for (;;) pause();
-  }
-  close(ready[1]);
-  char ok = 0;
-  REQUIRE(read(ready[0], &ok, 1) == 1);
-  close(ready[0]);
-  REQUIRE(ok == 'y');
+  const pid_t child = ForkMapper(m.path("a"), O_RDONLY, kSize, PROT_READ, PauseForever);
   REQUIRE(kill(child, SIGSTOP) == 0);
   const uint64_t before = FreeBlocks(m.dir());
   REQUIRE(truncate(m.path("a").c_str(), 0) == 0);
@@ -366,7 +366,7 @@ TEST_CASE("direct map: a client that does not acknowledge holds the blocks, and 
   CHECK(FreeBlocks(m.dir()) < before + (kSize >> 12) / 2);
   REQUIRE(kill(child, SIGCONT) == 0);
   // Going on, it maps them no more: free.
-  CHECK(Within(5, [&] { return FreeBlocks(m.dir()) >= before + (kSize >> 12) - 2; }));
+  CHECK(Eventually([&] { return FreeBlocks(m.dir()) >= before + (kSize >> 12) - 2; }, 5));
   kill(child, SIGKILL);
   nvfs::test::WaitForExit(child, 10);
   StopAndCheck(m);
@@ -380,32 +380,21 @@ TEST_CASE("direct map: a mapper that execs holds nothing once its maps are gone"
   m.Start();
   const size_t kSize = 1 << 20;
   WriteKernel(m.path("a"), std::string(kSize, 'a'), 0);
-  int ready[2];
-  REQUIRE(pipe2(ready, O_CLOEXEC) == 0);
-  const pid_t child = fork();
-  REQUIRE(child >= 0);
-  if (child == 0) {
-    const int fd = open(m.path("a").c_str(), O_RDONLY);
-    nvfs_direct* d = fd < 0 ? nullptr : nvfs_direct_attach(fd);
-    void* p = d == nullptr ? MAP_FAILED : nvfs_direct_mmap(d, nullptr, kSize, PROT_READ, MAP_SHARED, 0);
-    const char ok = p != MAP_FAILED && nvfs_direct_mmap_why(d) == NVFS_DIRECT_ACTIVE ? 'y' : 'n';
-    if (write(ready[1], &ok, 1) != 1) _exit(2);
+  int execed[2];
+  REQUIRE(pipe2(execed, O_CLOEXEC) == 0);
+  const pid_t child = ForkMapper(m.path("a"), O_RDONLY, kSize, PROT_READ, [](int) {
     // The same process, another program: its maps and the library's
     // connection (close-on-exec) go; it lives on.
     execl("/bin/sleep", "sleep", "5", static_cast<char*>(nullptr));
-    _exit(3);
-  }
-  close(ready[1]);
-  char ok = 0;
-  REQUIRE(read(ready[0], &ok, 1) == 1);
-  REQUIRE(ok == 'y');
-  // EOF once the exec closed the pipe's write end.
-  REQUIRE(read(ready[0], &ok, 1) == 0);
-  close(ready[0]);
+  });
+  close(execed[1]);
+  char byte;
+  REQUIRE(read(execed[0], &byte, 1) == 0);  // EOF: the exec closed the child's copy
+  close(execed[0]);
   const uint64_t before = FreeBlocks(m.dir());
   REQUIRE(truncate(m.path("a").c_str(), 0) == 0);
   // Nothing maps the blocks any more: they are free while it still runs.
-  CHECK(Within(3, [&] { return FreeBlocks(m.dir()) >= before + (kSize >> 12) - 2; }));
+  CHECK(Eventually([&] { return FreeBlocks(m.dir()) >= before + (kSize >> 12) - 2; }, 3));
   CHECK(kill(child, 0) == 0);
   kill(child, SIGKILL);
   nvfs::test::WaitForExit(child, 10);
@@ -428,7 +417,7 @@ TEST_CASE("direct map: kill -9 of the daemon with a client mapped; remount and f
   // The listener finds its daemon gone and takes the file's blocks out of
   // the map: a store faults instead of reaching blocks a new mount may give
   // to another file.
-  CHECK(Within(5, [&] { return Faults(w->p, true, 'Z'); }));
+  CHECK(Eventually([&] { return Faults(w->p, true, 'Z'); }, 5));
   w.reset();
   m.Start();
   CHECK(ReadAll(m.path("a")).substr(0, 6) == "BEFORE");
@@ -443,24 +432,8 @@ TEST_CASE("direct map: a writable mapper stopped when its daemon is killed holds
   MountedFs m(64ull << 20);
   m.Start();
   WriteKernel(m.path("a"), std::string(65536, 'a'), 0);
-  int ready[2];
-  REQUIRE(pipe(ready) == 0);
-  const pid_t child = fork();
-  REQUIRE(child >= 0);
-  if (child == 0) {
-    const int fd = open(m.path("a").c_str(), O_RDWR);
-    nvfs_direct* d = fd < 0 ? nullptr : nvfs_direct_attach(fd);
-    void* p = d == nullptr ? MAP_FAILED
-                           : nvfs_direct_mmap(d, nullptr, 65536, PROT_READ | PROT_WRITE, MAP_SHARED, 0);
-    const char ok = p != MAP_FAILED && nvfs_direct_mmap_why(d) == NVFS_DIRECT_ACTIVE ? 'y' : 'n';
-    if (write(ready[1], &ok, 1) != 1) _exit(2);
-    for (;;) pause();
-  }
-  close(ready[1]);
-  char ok = 0;
-  REQUIRE(read(ready[0], &ok, 1) == 1);
-  close(ready[0]);
-  REQUIRE(ok == 'y');
+  const pid_t child =
+      ForkMapper(m.path("a"), O_RDWR, 65536, PROT_READ | PROT_WRITE, PauseForever);
   // Stopped, it cannot take its map off the file's blocks when the daemon
   // goes: a new mount must not give them to another file meanwhile.
   REQUIRE(kill(child, SIGSTOP) == 0);
@@ -514,7 +487,7 @@ TEST_CASE("direct map: fork, and a change of credentials, hand the maps to the k
     _exit(0);
   }
   CHECK(nvfs::test::WaitForExit(child, 30) == 0);
-  CHECK(Within(5, [&] { return std::memcmp(w.p + 200, "CHILD", 5) == 0; }));
+  CHECK(Eventually([&] { return std::memcmp(w.p + 200, "CHILD", 5) == 0; }, 5));
   CHECK(ReadAll(m.path("f")).substr(200, 5) == "CHILD");
   CHECK(nvfs_direct_addr_why(w.p) == NVFS_DIRECT_ACTIVE);  // the parent's are still direct
   w.Unmap();
