@@ -234,6 +234,16 @@ uint64_t Writers::Assign(uint64_t pid) {
   const uint64_t start = ProcessStartTime(pid);
   if (start == 0) return 0;
   std::lock_guard lock(mu_);
+  // The process's own page again, if it has one (a new proof after a change
+  // of credentials or a new connection): as it was, its threads' slots
+  // and counts included. A page per proof would leave the old ones the
+  // process's while it lives (150 changes of credentials took all 128).
+  for (uint32_t p = 0; p < kDirectWriterPages; ++p) {
+    const DirectWriterPage& page = pages_[p];
+    if (page.pid == pid && page.start_time == start && page.mount_count == mount_count_) {
+      return uint64_t{p + 1} * sizeof(DirectWriterPage);
+    }
+  }
   for (uint32_t p = 0; p < kDirectWriterPages; ++p) {
     DirectWriterPage& page = pages_[p];
     // A page stays its process's for as long as the process lives (it may

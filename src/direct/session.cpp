@@ -670,12 +670,23 @@ int Session::WriteProveLocked() {
       syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED, 0, 0) == 0) {
     writers_asymmetric.store(true, std::memory_order_seq_cst);
   }
-  // The old page (an earlier connection's) stays mapped: a thread may be
-  // between loading it and its store; it is no one's now.
-  writer_page = static_cast<DirectWriterPage*>(page);
   flush = flush_kind;
   writable_size.store(size, std::memory_order_release);
-  writer_generation.fetch_add(1, std::memory_order_release);
+  if (writer_page != nullptr && reply.page_offset == writer_page_offset_ &&
+      static_cast<uint64_t>(wst.st_dev) == writers_dev_ &&
+      static_cast<uint64_t>(wst.st_ino) == writers_ino_) {
+    // The daemon gave the process its own page again: the threads keep
+    // their slots in the mapping they have.
+    libc::Munmap(page, sizeof(DirectWriterPage));
+  } else {
+    // The old page (an earlier mount's, or a fork's parent's) stays
+    // mapped: a thread may be between loading it and its store.
+    writer_page = static_cast<DirectWriterPage*>(page);
+    writer_page_offset_ = reply.page_offset;
+    writers_dev_ = static_cast<uint64_t>(wst.st_dev);
+    writers_ino_ = static_cast<uint64_t>(wst.st_ino);
+    writer_generation.fetch_add(1, std::memory_order_release);
+  }
   write_connection_ = true;
   writable.store(true, std::memory_order_seq_cst);
   write_why_ = NVFS_DIRECT_ACTIVE;

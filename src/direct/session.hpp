@@ -187,6 +187,8 @@ class Session {
   int64_t socket_mtime_ = 0;
   bool mapped_ = false;
   bool write_connection_ = false;   // this connection made a proof for writing
+  uint64_t writer_page_offset_ = 0;  // writer_page's, in the writers' file
+  uint64_t writers_dev_ = 0, writers_ino_ = 0;  // that file
   int write_why_ = 0;               // why the last proof for writing failed
   int no_writes_why_ = 0;           // why the last kMapNoWrites
   uint64_t write_why_generation_ = 0;  // ... as the process was then

@@ -6,6 +6,7 @@
 // keep it out of another file. The preload's own calls are direct_probe's
 // "writes" scenario.
 #include <catch2/catch.hpp>
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -568,6 +569,41 @@ long CountedCalls(const std::string& table, const std::string& call) {
 }
 
 }  // namespace
+
+TEST_CASE("direct write: a writer proven again after each change of credentials keeps one page",
+          "[mount][direct][write]") {
+  NVFS_REQUIRE_FUSE();
+  if (!RootDaemon()) NVFS_SKIP("the direct socket needs a root daemon");
+  MountedFs m;
+  m.Start();
+  auto a = std::make_unique<Attached>(m.path("p"));
+  REQUIRE(a->Write(std::string(8192, 'p'), 0) == 8192);
+  // More changes than the writers' file has pages (128): each takes the
+  // namespace out of the process, and the next write proves it again.
+  for (int i = 0; i < 150; ++i) {
+    REQUIRE(setresuid(0, 0, 0) == 0);
+    REQUIRE(a->Write(std::string(4096, static_cast<char>('a' + i % 26)), 4096) == 4096);
+  }
+  CHECK(nvfs_direct_write_why(a->d) == NVFS_DIRECT_ACTIVE);
+  // Pages of the writers' files that name this process: one.
+  size_t mine = 0;
+  const uint64_t pid = static_cast<uint64_t>(getpid());
+  DIR* dir = opendir("/run/nvfs");
+  REQUIRE(dir != nullptr);
+  while (dirent* e = readdir(dir)) {
+    if (std::strncmp(e->d_name, "writers-", 8) != 0) continue;
+    const std::string file = ReadAll(std::string("/run/nvfs/") + e->d_name);
+    for (size_t at = 4096; at + 4096 <= file.size(); at += 4096) {
+      uint64_t owner;
+      std::memcpy(&owner, file.data() + at, sizeof owner);
+      mine += owner == pid;
+    }
+  }
+  closedir(dir);
+  CHECK(mine == 1);
+  a.reset();  // its descriptor keeps the mount busy
+  StopAndCheck(m);
+}
 
 TEST_CASE("direct write: an unmodified program, SQLite, under the preload",
           "[mount][direct][write][sqlite]") {
