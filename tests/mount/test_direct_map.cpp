@@ -453,6 +453,36 @@ TEST_CASE("direct map: a writable mapper stopped when its daemon is killed holds
   StopAndCheck(m);
 }
 
+TEST_CASE("direct map: a change of credentials ends the process's direct maps; the kernel's go on",
+          "[mount][direct][map]") {
+  NVFS_REQUIRE_FUSE();
+  if (!RootDaemon()) NVFS_SKIP("the direct socket needs a root daemon");
+  MountedFs m(64ull << 20);
+  m.Start();
+  WriteKernel(m.path("c"), std::string(16384, 'c'), 0);
+  Mapped w(m.path("c"), O_RDWR, 16384, PROT_READ | PROT_WRITE, MAP_SHARED);
+  REQUIRE(w.Direct());
+  REQUIRE(nvfs_direct_addr_why(w.p) == NVFS_DIRECT_ACTIVE);
+  // The same credentials again: the namespace leaves the process before
+  // the change, and its maps with it (they hold no page of the namespace
+  // past the credentials that made them).
+  REQUIRE(setresuid(0, 0, 0) == 0);
+  CHECK(nvfs_direct_addr_why(w.p) != NVFS_DIRECT_ACTIVE);
+  CHECK(w.p[100] == 'c');  // the kernel's map of the same file
+  std::memcpy(w.p + 300, "AFTER", 5);
+  REQUIRE(msync(w.p, 4096, MS_SYNC) == 0);
+  CHECK(ReadAll(m.path("c")).substr(300, 5) == "AFTER");
+  // A new map proves the process again, as it is now.
+  Mapped again(m.path("c"), O_RDONLY, 4096, PROT_READ, MAP_SHARED);
+  CHECK(again.Direct());
+  CHECK(std::memcmp(again.p + 300, "AFTER", 5) == 0);
+  again.Unmap();
+  again.Close();
+  w.Unmap();
+  w.Close();
+  StopAndCheck(m);
+}
+
 TEST_CASE("direct map: fork, and a change of credentials, hand the maps to the kernel",
           "[mount][direct][map]") {
   NVFS_REQUIRE_FUSE();
