@@ -188,7 +188,9 @@ struct Inode {
   uint64_t rdev;          // character and block devices
   uint64_t xattr_block;   // first block of the extended attributes (a chain); 0 none
   uint64_t orphan_next;   // next inode on the orphan list; 0 at its end
-  uint64_t reserved1;     // must be zero
+  // Regular files: an append word (AppendEnd, below; doc/format.md), else 0.
+  // Never logged by a transaction: changed only by compare-and-swap.
+  uint64_t append_end;
   union {
     InodeFileMap file;    // regular files, and symlinks longer than kInlineSymlinkMax
     InodeDirMap dir;      // directories
@@ -197,6 +199,19 @@ struct Inode {
 };
 
 inline constexpr uint32_t kInodeFlagOrphan = 1u << 0;  // on the orphan list
+
+// Inode::append_end: 0 (closed), or a tag (the high 16 bits, never 0) and
+// an end (the low 48): the file's size is then max(size, end). Direct
+// writers move the end by compare-and-swap after their bytes are durable
+// (doc/integrity.md section 11, "Appends by word"); the daemon folds it into
+// the size and closes it before any other change of the file.
+inline constexpr unsigned kAppendTagShift = 48;
+inline constexpr uint64_t kAppendEndMask = (uint64_t{1} << kAppendTagShift) - 1;
+inline constexpr uint64_t AppendEnd(uint64_t word) { return word & kAppendEndMask; }
+inline constexpr uint64_t AppendTag(uint64_t word) { return word >> kAppendTagShift; }
+inline constexpr uint64_t AppendWord(uint64_t tag, uint64_t end) {
+  return (tag << kAppendTagShift) | (end & kAppendEndMask);
+}
 // The attributes chattr(1) sets (FS_IOC_SETFLAGS), each the filesystem's
 // rule, not the format's: fsck accepts them on any inode. Bits 1-15 are
 // left for the format's own marks.

@@ -54,6 +54,9 @@ struct Attr {
   uint32_t blksize = 0;     // preferred I/O size
   uint32_t generation = 0;
   timespec atime{}, mtime{}, ctime{}, btime{};
+  // The file's append word is open (Filesystem::SetAppendWords): its size
+  // may grow without the daemon, so it must not be cached.
+  bool size_moving = false;
 };
 
 struct Cred {
@@ -464,6 +467,14 @@ class Filesystem {
     uint64_t size = 0;     // the file's size then
     uint64_t start = 0;    // file offset of runs[0]: `offset` rounded down to a block
     size_t run_count = 0;  // runs filled, consecutive in the file, whole blocks up to EOF
+    // The file's append word (format.hpp Inode::append_end): its namespace
+    // offset, its value when the runs were read (0: closed), and whether
+    // this call opened it (then the caller makes the kernel forget the
+    // file's cached attributes before it replies: the size moves without
+    // the daemon from now on).
+    uint64_t append_at = 0;
+    uint64_t append_word = 0;
+    bool append_opened = false;
   };
   // The runs of regular file `ino` from the block holding `offset` on (at
   // most `max_runs`, none if `offset` is at or past EOF) as byte ranges of
@@ -507,6 +518,15 @@ class Filesystem {
   // Frees the blocks the file has past its end (DirectAllocate's reserve,
   // or fallocate's KEEP_SIZE): its last direct writer is done with them.
   virtual Status DirectTrim(uint64_t ino) = 0;
+  // From this call on, a DirectCommit that leaves blocks past the new size
+  // opens the file's append word at it (doc/integrity.md section 11,
+  // "Appends by word"): direct writers then append into those blocks and
+  // move the word themselves, with no request; the core folds the word into
+  // the size, and closes it, before any other change of the file, and
+  // Attr::size_moving says a file's size may move under the caller. Only
+  // for a mount whose kernel caches no file pages (cache=none): a page the
+  // kernel kept past the old size would stay stale. After SetExternalGrace.
+  virtual void SetAppendWords(bool on) = 0;
 
   // --- Information ----------------------------------------------------------------
   virtual uint32_t block_size() const = 0;

@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -59,7 +60,7 @@ inline bool OrphanMayBe(const format::Inode& inode) {
 // What ValidateInode finds wrong with an inode in use, one bit each.
 enum InodeFault : uint32_t {
   kInodeFaultType = 1u << 0,      // the mode names no file type
-  kInodeFaultReserved = 1u << 1,  // reserved0 or reserved1 is not zero
+  kInodeFaultReserved = 1u << 1,  // reserved0 is not zero, or an append word is not valid
   kInodeFaultFlags = 1u << 2,     // a flag bit the format does not define
   kInodeFaultSize = 1u << 3,      // the size is past its type's bound (below)
 };
@@ -82,7 +83,15 @@ inline InodeFaults ValidateInode(const format::Inode& inode, uint64_t max_file_s
   const InodeType type = InodeTypeOf(inode.mode);
   if (type == InodeType::kInvalid) return kInodeFaultType;
   InodeFaults faults = 0;
-  if (inode.reserved0 != 0 || inode.reserved1 != 0) faults |= kInodeFaultReserved;
+  if (inode.reserved0 != 0) faults |= kInodeFaultReserved;
+  // An append word: a regular file's, tagged, its end within the largest
+  // file (read once: a direct writer may be moving it).
+  if (const uint64_t word = std::atomic_ref(const_cast<uint64_t&>(inode.append_end))
+                                .load(std::memory_order_acquire);
+      word != 0 && (type != InodeType::kRegular || format::AppendTag(word) == 0 ||
+                    format::AppendEnd(word) > max_file_size)) {
+    faults |= kInodeFaultReserved;
+  }
   if ((inode.flags & ~format::kInodeFlagsKnown) != 0) faults |= kInodeFaultFlags;
   switch (type) {
     case InodeType::kRegular:

@@ -602,6 +602,8 @@ void Server::State::FillReply(MapReply* reply, uint64_t ino,
   reply->namespace_size = fs->media().size();
   reply->slot = m.slot;
   reply->run_count = static_cast<uint32_t>(m.run_count);
+  reply->append_at = m.append_at;
+  reply->append_word = m.append_word;
 }
 
 uint8_t Server::State::LastByte(uint64_t ino, uint64_t size) {
@@ -672,6 +674,9 @@ void Server::State::WriteProve(Connection& c) {
 void Server::State::InstallGrace() {
   if (grace_installed) return;
   fs->SetExternalGrace(maps.get());
+  // A mount with direct writes caches no file pages in the kernel
+  // (ServerOptions::writes): its files may be appended to by word.
+  if (options.writes) fs->SetAppendWords(true);
   grace_installed = true;
 }
 
@@ -886,6 +891,9 @@ void Server::State::WriteOp(Connection& c) {
       // is, so its reply is too, without asking the core again.
       if (r.op == kOpCommit || MayWriteDirectly(ino)) reply.flags = kMapWritable;
       if (r.op == kOpCommit) Committed(ino, r.length > r.offset, *m, reply.runs);
+      // The size moves without us from now on: the kernel asks for it
+      // (Attr::size_moving) rather than keep what it has.
+      if (m->append_opened && options.attrs_changed) options.attrs_changed(ino);
     }
   }
   Send(c, &reply, sizeof reply);

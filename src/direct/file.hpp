@@ -27,6 +27,7 @@
 #include "direct/session.hpp"
 #include "nvfs/direct.h"
 #include "nvfs/direct_abi.hpp"
+#include "nvfs/format.hpp"
 #include "util/races.hpp"
 
 namespace nvfs::direct {
@@ -49,6 +50,11 @@ struct Snapshot {
   // The daemon said the file may be written directly at seq (kMapWritable):
   // its extents past `size` are blocks it keeps there (a reserve).
   bool writable;
+  // The file's append word in the namespace mapping (MapReply::append_at;
+  // null when not given), and the tag it had open at seq for a writable
+  // snapshot (0: none): a write at its end appends by moving it.
+  std::atomic<uint64_t>* append_word;
+  uint64_t append_tag;
   uint32_t count;  // extents, sorted, not overlapping
   Extent* extents() { return reinterpret_cast<Extent*>(this + 1); }
   const Extent* extents() const { return reinterpret_cast<const Extent*>(this + 1); }
@@ -106,6 +112,9 @@ struct nvfs_direct {
   std::atomic<bool> written{false};
   // Blocks were kept past the end for it: given back when it is closed.
   std::atomic<bool> reserved{false};
+  // The end of the furthest write of this handle: a write past it asks
+  // RLIMIT_FSIZE first (write.cpp).
+  std::atomic<uint64_t> written_end{0};
   // NVFS_DIRECT_ACTIVE if its last nvfs_direct_mmap was direct, else why not.
   std::atomic<int> map_why{NVFS_DIRECT_ACTIVE};
   // It mapped its file directly: the file stays registered with the
@@ -154,6 +163,12 @@ inline constexpr ssize_t kSlow = -1;
 // and the copy passed the check. kSlow: anything else, with `buf` possibly
 // written; the slow path starts over.
 // REQUIRES: inside a read section; count <= kChunk.
+// True if the file's append word says it is longer than `s` knows.
+inline bool AppendedPast(const Snapshot* s) {
+  if (s->append_word == nullptr) return false;
+  return format::AppendEnd(s->append_word->load(std::memory_order_acquire)) > s->size;
+}
+
 [[gnu::always_inline]] inline ssize_t ReadFast(const Snapshot* s, void* buf, size_t count,
                                                uint64_t offset) {
   const Session* session = s->session;
@@ -173,6 +188,8 @@ inline constexpr ssize_t kSlow = -1;
     e = s->Find(offset);
     if (e == nullptr || n > e->len - (offset - e->file_offset)) return kSlow;
   }
+  // Cut short by the size: an append by word may have moved it.
+  if (n < count && AppendedPast(s)) return kSlow;
   // In the fault handler's reach from the copy to the identity check (a
   // lost superblock page reads as zeros: the identity no longer holds).
   tls.in_copy = 1;

@@ -101,7 +101,7 @@
 namespace nvfs::direct {
 
 inline constexpr uint32_t kMagic = 0x7264766eu;  // "nvdr"
-inline constexpr uint32_t kVersion = 4;
+inline constexpr uint32_t kVersion = 5;
 
 enum Op : uint32_t {
   kOpHello = 1,
@@ -176,6 +176,12 @@ struct MapReply {
   uint32_t run_count;
   uint32_t flags;  // kMapWritable
   uint32_t reserved;
+  // The file's append word (format.hpp Inode::append_end): its namespace
+  // offset, and its value at `seq` (0: closed). A writer whose write starts
+  // at its end appends by moving it (write.cpp); a reader that reaches
+  // `size` looks at it (a larger end: the runs are asked for again).
+  uint64_t append_at;
+  uint64_t append_word;
   DirectRun runs[kMaxRuns];  // consecutive in the file from `start`
 };
 

@@ -40,6 +40,14 @@ Snapshot* NewSnapshot(Session* session, const MapReply& r, uint32_t count) {
   s->size = r.size;
   s->slot = r.slot;
   s->writable = (r.flags & kMapWritable) != 0;
+  s->append_word = nullptr;
+  s->append_tag = 0;
+  if (r.append_at != 0 && r.append_at % sizeof(uint64_t) == 0 &&
+      r.append_at <= session->ns_size - sizeof(uint64_t)) {
+    s->append_word = reinterpret_cast<std::atomic<uint64_t>*>(
+        const_cast<std::byte*>(session->ns_base + r.append_at));
+    if (s->writable) s->append_tag = format::AppendTag(r.append_word);
+  }
   s->count = count;
   return s;
 }
@@ -170,6 +178,9 @@ Step CopyChunk(nvfs_direct* f, Cursor& dst, uint64_t offset, size_t len, size_t*
   const uint64_t seq = s->seq_word->load(std::memory_order_acquire);
   if (!SeqIs(seq, s->seq)) return Step::kRefresh;
   const uint64_t n = offset >= s->size ? 0 : std::min<uint64_t>(len, s->size - offset);
+  // Cut short by the size: an append by word may have moved it (the daemon
+  // folds the word into the size when asked for the runs).
+  if (n < len && AppendedPast(s)) return Step::kRefresh;
   uint64_t gap;
   if (!ForEachPiece(s, offset, n, &gap, [](uint64_t, uint64_t) {})) {
     *refresh_at = gap;

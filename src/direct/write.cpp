@@ -338,13 +338,34 @@ Step StoreChunk(nvfs_direct* f, Source& src, uint64_t offset, size_t len, Snapsh
   // the mount's guard keep out.
   if (ok) TestStoreDelay();
 #endif
+  // An append at the end of the file's open append word: the word is the
+  // commit (src/fs/direct.cpp says why that is safe). Its end is the file's
+  // size, so every byte below it was stored by someone: none is exposed
+  // that was not written.
+  uint64_t word = 0;
+  bool by_word = false;
+  if (ok && *extends && s->append_tag != 0 && offset >= s->size) {
+    word = s->append_word->load(std::memory_order_acquire);
+    by_word = format::AppendTag(word) == s->append_tag && format::AppendEnd(word) == offset &&
+              offset + len < format::kAppendEndMask &&
+              reinterpret_cast<const std::byte*>(s->append_word) + sizeof(uint64_t) <=
+                  session->ns_base + writable_size;
+  }
   bool persisted = true;
+  bool moved = false;
   if (ok) {
     auto* base = const_cast<std::byte*>(session->ns_base);
     ForEachBlockPiece(s, offset, len, &gap, [&](uint64_t ns_off, uint64_t k) {
       src.Take(base + ns_off, k);
       persisted &= Persist(session, base + ns_off, k);
     });
+    // The bytes durable first, then the word that exposes them.
+    if (by_word && persisted &&
+        s->append_word->compare_exchange_strong(
+            word, format::AppendWord(s->append_tag, offset + len), std::memory_order_acq_rel)) {
+      moved = true;
+      persisted = Persist(session, reinterpret_cast<std::byte*>(s->append_word), sizeof(uint64_t));
+    }
   }
   // The stores went to the namespace only if its mapping was still there
   // all along: another thread's change of credentials waits for this store
@@ -376,6 +397,7 @@ Step StoreChunk(nvfs_direct* f, Source& src, uint64_t offset, size_t len, Snapsh
     if (touched) return Step::kMediaError;
   }
   if (!persisted) return Step::kMediaError;
+  if (moved) *extends = false;  // committed: the times within kTimesMilliseconds
   if (!*extends) NoteWritten(f, page, f->ino);
   return Step::kStored;
 }
@@ -525,10 +547,21 @@ ssize_t Write(nvfs_direct* f, const iovec* iov, int iovcnt, off_t offset, int fl
   }
   total = std::min(total, kMaxRw);
   if (total == 0) return WriteKernel(f, iov, iovcnt, offset, kernel_flags);
+  // A file may not grow past RLIMIT_FSIZE: the kernel says so (SIGXFSZ,
+  // EFBIG). Asked for every write past the end this handle last wrote
+  // (appends into a reserve, or by word, ask the daemon nothing).
+  bool checked_limit = false;
+  if (static_cast<uint64_t>(offset) + total > f->written_end.load(std::memory_order_relaxed)) {
+    rlimit lim{};
+    if (getrlimit(RLIMIT_FSIZE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY &&
+        static_cast<uint64_t>(offset) + total > lim.rlim_cur) {
+      return WriteKernel(f, iov, iovcnt, offset, kernel_flags);
+    }
+    checked_limit = true;
+  }
   Source src{iov, iovcnt};
   size_t done = 0;
   int refreshes = 0;
-  bool checked_limit = false;
   while (done < total) {
     const size_t len = std::min(kChunk, total - done);
     const uint64_t at = static_cast<uint64_t>(offset) + done;
@@ -595,6 +628,13 @@ ssize_t Write(nvfs_direct* f, const iovec* iov, int iovcnt, off_t offset, int fl
     }
     if (a != Asked::kOk) break;
     if (step == Step::kAllocate) f->reserved.store(true, std::memory_order_relaxed);
+  }
+  if (done > 0) {
+    const uint64_t end = static_cast<uint64_t>(offset) + done;
+    uint64_t known = f->written_end.load(std::memory_order_relaxed);
+    while (known < end &&
+           !f->written_end.compare_exchange_weak(known, end, std::memory_order_relaxed)) {
+    }
   }
   if (done == total) return static_cast<ssize_t>(done);
   return RestThroughKernel(f, iov, iovcnt, offset, kernel_flags, done, total);

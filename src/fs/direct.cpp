@@ -47,6 +47,13 @@ Status FillRuns(FsImpl& fs, Bmap& bmap, uint32_t shift, uint64_t ino, const form
   return Status::Ok();
 }
 
+// The word's namespace offset and value, into `m`.
+void NoteWord(const Media& media, const format::Inode& inode, Filesystem::DirectMapping* m) {
+  m->append_at =
+      static_cast<uint64_t>(reinterpret_cast<const std::byte*>(&inode.append_end) - media.base());
+  m->append_word = AppendWordOf(inode);
+}
+
 }  // namespace
 
 Result<Filesystem::DirectMapping> FsImpl::DirectMap(uint64_t ino, uint64_t offset,
@@ -55,6 +62,7 @@ Result<Filesystem::DirectMapping> FsImpl::DirectMap(uint64_t ino, uint64_t offse
   Result<InodeRef> ref = Get(ino);
   if (!ref.ok()) return ref.take_error();
   CachedInode* ci = ref->get();
+  NVFS_TRY(SettleAppend(ci));
   // Held shared: no MappingChange runs, so the seq read below is even and
   // the runs are the file's at that seq.
   std::shared_lock lock(ci->lock);
@@ -67,12 +75,97 @@ Result<Filesystem::DirectMapping> FsImpl::DirectMap(uint64_t ino, uint64_t offse
   m.slot = static_cast<uint32_t>(slot - cache_->direct_table());
   m.seq = slot->seq.load(std::memory_order_relaxed);
   m.size = inode.size;
+  NoteWord(*media_, inode, &m);
   NVFS_TRY(FillRuns(*this, *bmap_, geometry_->block_shift(), ino, inode, offset, inode.size, runs,
                     max_runs, &m));
   return m;
 }
 
-void FsImpl::SetExternalGrace(epoch::ExternalGrace* grace) { alloc_->SetExternalGrace(grace); }
+void FsImpl::SetExternalGrace(epoch::ExternalGrace* grace) {
+  grace_.store(grace, std::memory_order_release);
+  alloc_->SetExternalGrace(grace);
+}
+
+// --- appends by word -------------------------------------------------------------
+//
+// A direct writer appending at the word's end stores and flushes its bytes
+// in blocks the file keeps past its size, then moves the end by
+// compare-and-swap, inside its writer's section after checking the file's
+// slot seq (src/direct/write.cpp). The word is the commit: the file's size
+// is max(size, end). Three rules make that safe (doc/integrity.md
+// section 11):
+//  - Only here is a word closed, and every close moves the slot's seq
+//    first: a section that begins after it stores nothing (its seq check
+//    fails), so no compare-and-swap of it can follow.
+//  - A close folds with a compare-and-swap loop: a writer's move lands
+//    before it (and is folded) or fails (and the writer asks the daemon).
+//  - A word opens only when the writers' grace period of the latest close
+//    is over: a section that began before a close and still holds that
+//    word's old value has ended before any word opens again, so a value
+//    can never come back to meet it (nor a reused inode's).
+// A file with an open word is on the orphan list (put there in the
+// transaction that opens it), so a mount after a crash folds the word
+// (ProcessOrphans) before it frees the blocks past the size.
+
+namespace {
+
+std::atomic_ref<uint64_t> WordOf(const format::Inode& inode) {
+  return std::atomic_ref<uint64_t>(const_cast<uint64_t&>(inode.append_end));
+}
+
+}  // namespace
+
+Status FsImpl::CloseAppend(CachedInode* ci) {
+  const format::Inode& inode = *ci->media;
+  std::atomic_ref<uint64_t> word = WordOf(inode);
+  uint64_t w = word.load(std::memory_order_acquire);
+  if (w == 0) return Status::Ok();
+  const MappingChange change(ci);  // before the fold: see above
+  // The grace ticket on every way out, a failed fold's too (its seq moved).
+  struct Ticket {
+    FsImpl& fs;
+    ~Ticket() {
+      epoch::ExternalGrace* grace = fs.grace_.load(std::memory_order_acquire);
+      if (grace == nullptr) return;
+      const uint64_t ticket = grace->Start();
+      uint64_t cur = fs.append_closed_.load(std::memory_order_relaxed);
+      while (cur < ticket &&
+             !fs.append_closed_.compare_exchange_weak(cur, ticket, std::memory_order_release)) {
+      }
+    }
+  } ticket{*this};
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  w = word.load(std::memory_order_acquire);
+  for (;;) {
+    // A regular file's only (ValidateInode); bounded again here, as the
+    // word moves under the daemon.
+    const uint64_t end = S_ISREG(inode.mode) ? std::min(format::AppendEnd(w), bmap_->max_size()) : 0;
+    if (end > inode.size) {
+      OrphanTx tx(*this, "append fold");
+      tx.Set(inode.size, end);
+      NVFS_TRY(tx.Commit());
+    }
+    if (word.compare_exchange_strong(w, 0, std::memory_order_acq_rel)) break;
+  }
+  media_->Persist(static_cast<uint64_t>(reinterpret_cast<const std::byte*>(&inode.append_end) -
+                                        media_->base()),
+                  sizeof inode.append_end);
+  return Status::Ok();
+}
+
+bool FsImpl::AppendGraceOver() {
+  epoch::ExternalGrace* grace = grace_.load(std::memory_order_acquire);
+  if (grace == nullptr) return false;
+  const uint64_t closed = append_closed_.load(std::memory_order_acquire);
+  return closed == 0 || grace->Completed() >= closed;
+}
+
+Status FsImpl::SettleAppend(CachedInode* ci) {
+  if (WordOf(*ci->media).load(std::memory_order_acquire) == 0) return Status::Ok();
+  std::unique_lock lock(ci->lock);
+  return CloseAppend(ci);
+}
+
 
 namespace {
 
@@ -102,6 +195,7 @@ Result<Filesystem::DirectMapping> FsImpl::DirectAllocate(uint64_t ino, uint64_t 
   const uint32_t shift = geometry_->block_shift();
   std::unique_lock lock(ci->lock);
   NVFS_TRY(DirectWritable(*this, *cache_, ci));
+  NVFS_TRY(CloseAppend(ci));
   const format::Inode& inode = *ci->media;
   DirectSlot* slot = cache_->AssignSlot(ci);
   if (slot == nullptr) return Error(ENOSPC);
@@ -155,6 +249,7 @@ Result<Filesystem::DirectMapping> FsImpl::DirectAllocate(uint64_t ino, uint64_t 
   m.slot = static_cast<uint32_t>(slot - cache_->direct_table());
   m.seq = slot->seq.load(std::memory_order_relaxed);
   m.size = inode.size;
+  NoteWord(*media_, inode, &m);
   NVFS_TRY(FillRuns(*this, *bmap_, shift, ino, inode, offset, reserve_end, runs, max_runs, &m));
   return m;
 }
@@ -173,7 +268,12 @@ Result<Filesystem::DirectMapping> FsImpl::DirectCommit(uint64_t ino, uint64_t st
   const format::Inode& inode = *ci->media;
   DirectSlot* slot = cache_->AssignSlot(ci);
   if (slot == nullptr) return Error(ENOSPC);
+  // A word moved since the writer's runs were read folds here; its seq
+  // then moves, and the writer (who stored at the word's end, or it would
+  // not be here) stores again into fresh runs.
+  NVFS_TRY(CloseAppend(ci));
   const timespec now = Now();
+  bool open_word = false;
   if (start == end) {
     OrphanTx tx(*this, "direct write times");
     Touch(tx, inode, true, true, now);
@@ -188,6 +288,8 @@ Result<Filesystem::DirectMapping> FsImpl::DirectCommit(uint64_t ino, uint64_t st
       if (phys == 0) return Error(EAGAIN);
       index += run;
     }
+    const bool words = append_words_.load(std::memory_order_acquire) && end > inode.size &&
+                       end < format::kAppendEndMask && AppendGraceOver();
     const MappingChange change(ci);
     OrphanTx tx(*this, "direct write");
     if (end > inode.size) {
@@ -196,16 +298,34 @@ Result<Filesystem::DirectMapping> FsImpl::DirectCommit(uint64_t ino, uint64_t st
       // the writer's own bytes are then exposed as they are.
       if (start > inode.size) NVFS_TRY(Resize(ino, start, &tx));
       tx.Set(inode.size, end);
+      // Appends that follow into the blocks kept past the new end move the
+      // size themselves (above): the file goes on the orphan list in this
+      // transaction, before its word opens.
+      const uint64_t next = end >> shift;
+      uint64_t run;
+      open_word = words && next < bmap_->max_blocks() && bmap_->Lookup(inode, next, 1, &run) != 0;
+      if (open_word) OrphanAdd(tx, ino);
     }
     Touch(tx, inode, true, true, now);
     NVFS_TRY(tx.Commit());
   }
   DirectMapping m;
+  if (open_word && (inode.flags & format::kInodeFlagOrphan)) {
+    const uint64_t tag = append_tags_.fetch_add(1, std::memory_order_relaxed) % 0xffff + 1;
+    WordOf(inode).store(format::AppendWord(tag, inode.size), std::memory_order_release);
+    media_->Persist(static_cast<uint64_t>(reinterpret_cast<const std::byte*>(&inode.append_end) -
+                                          media_->base()),
+                    sizeof inode.append_end);
+    m.append_opened = true;
+  }
   m.slot = static_cast<uint32_t>(slot - cache_->direct_table());
   m.seq = slot->seq.load(std::memory_order_relaxed);
   m.size = inode.size;
-  NVFS_TRY(FillRuns(*this, *bmap_, shift, ino, inode, end, std::max(map_end, end), runs, max_runs,
-                    &m));
+  NoteWord(*media_, inode, &m);
+  // From the block holding the last byte written: the daemon tells the
+  // kernel that byte (DirectlyGrown) from the reply's first run.
+  NVFS_TRY(FillRuns(*this, *bmap_, shift, ino, inode, end == 0 ? 0 : end - 1,
+                    std::max(map_end, end), runs, max_runs, &m));
   return m;
 }
 
@@ -217,10 +337,19 @@ Status FsImpl::DirectTrim(uint64_t ino) {
   const format::Inode& inode = *ci->media;
   if (!S_ISREG(inode.mode)) return Error(EINVAL);
   if (read_only()) return Error(EROFS);
+  NVFS_TRY(CloseAppend(ci));
   const uint32_t shift = geometry_->block_shift();
   const uint64_t from = (inode.size + geometry_->block_size() - 1) >> shift;
+  // A linked file on the orphan list for its append word leaves it here
+  // (an unlinked one stays there until it is freed).
+  const auto leave_list = [&]() -> Status {
+    if (inode.nlink == 0 || !(inode.flags & format::kInodeFlagOrphan)) return Status::Ok();
+    OrphanTx tx(*this, "direct trim");
+    NVFS_TRY(OrphanRemove(tx, ino));
+    return tx.Commit();
+  };
   if (from >= bmap_->max_blocks() || bmap_->NextMapped(inode, from, bmap_->max_blocks()) >= bmap_->max_blocks()) {
-    return Status::Ok();
+    return leave_list();
   }
   const MappingChange change(ci);
   // Past the size: each transaction leaves a consistent file, so no orphan
@@ -230,7 +359,7 @@ Status FsImpl::DirectTrim(uint64_t ino) {
     Result<bool> done = bmap_->Truncate(tx, inode, from);
     if (!done.ok()) return done.take_error();
     NVFS_TRY(tx.Commit());
-    if (*done) return Status::Ok();
+    if (*done) return leave_list();
   }
 }
 

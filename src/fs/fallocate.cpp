@@ -65,6 +65,7 @@ Status FsImpl::Fallocate(FileHandle file, int mode, uint64_t offset, uint64_t le
   if (punch && zero_range) return Error(EOPNOTSUPP);  // as vfs_fallocate
   CachedInode* ci = file->inode;
   std::unique_lock lock(ci->lock);
+  NVFS_TRY(CloseAppend(ci));
   const MappingChange change(ci);
   const Inode& inode = *ci->media;
   if (S_ISDIR(inode.mode)) return Error(EISDIR);
@@ -153,7 +154,8 @@ Result<uint64_t> FsImpl::Lseek(FileHandle file, uint64_t offset, int whence) {
   CachedInode* ci = file->inode;
   std::shared_lock lock(ci->lock);
   const Inode& inode = *ci->media;
-  const uint64_t size = inode.size;
+  const uint64_t word = S_ISREG(inode.mode) ? AppendWordOf(inode) : 0;
+  const uint64_t size = word != 0 ? SizeWithWord(inode, word, bmap_->max_size()) : inode.size;
   switch (whence) {
     case SEEK_SET: return offset;
     case SEEK_END: return size + offset;

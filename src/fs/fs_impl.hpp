@@ -122,7 +122,20 @@ class FsImpl final : public Filesystem {
   Result<DirectMapping> DirectCommit(uint64_t ino, uint64_t start, uint64_t end, uint64_t seq,
                                      uint64_t map_end, DirectRun* runs, size_t max_runs) override;
   Status DirectTrim(uint64_t ino) override;
+  void SetAppendWords(bool on) override { append_words_.store(on, std::memory_order_release); }
   uint32_t block_size() const override;
+
+  // Appends by word (direct.cpp; format.hpp Inode::append_end). CloseAppend
+  // folds an open word into the size and closes it (the file's slot seq
+  // moves): every change of a regular file does it first.
+  // REQUIRES: the inode lock held exclusively, no transaction open.
+  Status CloseAppend(CachedInode* ci);
+  // For a path that reads the size or the blocks under the shared lock:
+  // closes an open word first (taking the lock exclusively for it).
+  // REQUIRES: the inode lock not held.
+  Status SettleAppend(CachedInode* ci);
+  // True once no section begun before the latest close can still run.
+  bool AppendGraceOver();
   bool read_only() const override { return read_only_.load(std::memory_order_relaxed); }
   bool recorded_errors() const override { return recorded_errors_; }
   bool damage_found() const override;
@@ -381,6 +394,14 @@ class FsImpl final : public Filesystem {
   std::unordered_map<uint64_t, uint64_t> orphan_prev_;
   std::atomic<uint64_t> generation_state_{0};  // PRNG for inode generations
   std::atomic<uint64_t> extent_maps_built_{0};
+  // Appends by word: on (SetAppendWords); the writers' grace period
+  // (SetExternalGrace); the grace ticket of the latest close (a word opens
+  // only once it is over: no store that began before a close may find its
+  // word open again); the tags' counter.
+  std::atomic<bool> append_words_{false};
+  std::atomic<epoch::ExternalGrace*> grace_{nullptr};
+  std::atomic<uint64_t> append_closed_{0};
+  std::atomic<uint64_t> append_tags_{0};
   // Last: its writer thread uses everything above, and is joined first.
   std::unique_ptr<DamageRecorder> damage_;
 

@@ -68,6 +68,7 @@ Result<Attr> FsImpl::SetAttr(uint64_t ino, const SetAttrRequest& req) {
   Result<InodeRef> ref = Get(ino);
   if (!ref.ok()) return ref.take_error();
   std::unique_lock lock(ref.value()->lock);
+  NVFS_TRY(CloseAppend(ref->get()));
   // Lock-free readers care only about the size (and the mapping a
   // truncation changes), direct writers also about the mode and owner:
   // begun only for those, before the Tx so that an abort's undo happens
@@ -201,6 +202,13 @@ Status FsImpl::SetInodeFlags(uint64_t ino, uint32_t fs_flags, const Cred& cred) 
     return Error(EPERM);
   }
   if (changed == 0) return Status::Ok();
+  // Immutable or append-only from now on: no direct writer's append may
+  // move the size past this (its word closes, the file's seq moves).
+  std::optional<MappingChange> change;
+  if (changed & (format::kInodeFlagImmutable | format::kInodeFlagAppend)) {
+    NVFS_TRY(CloseAppend(ref->get()));
+    change.emplace(ref->get());
+  }
   OrphanTx tx(*this, "setflags");
   tx.LockOrphans();  // the flags word holds the orphan bit
   tx.Set(inode.flags, (inode.flags & ~format::kInodeAttrFlags) | wanted);
@@ -216,6 +224,7 @@ Result<FileHandle> FsImpl::Open(uint64_t ino, int flags, unsigned io_flags) {
     std::unique_lock lock(ref.value()->lock);
     const Inode& inode = ref->media();
     if (S_ISDIR(inode.mode) && access != O_RDONLY) return Error(EISDIR);
+    if ((flags & O_TRUNC) && access != O_RDONLY) NVFS_TRY(CloseAppend(ref->get()));
     if (access != O_RDONLY && read_only_) return Error(EROFS);
     // chattr's attributes (may_open): no writer of an immutable file; an
     // append-only one only through O_APPEND, and never truncated.
@@ -263,6 +272,7 @@ void FsImpl::Release(FileHandle file) noexcept {
     const char* what = nullptr;
     try {
       std::unique_lock lock(inode->lock);
+      (void)CloseAppend(inode);  // folded, so that the freeing sees every block in use
       const uint64_t size = inode->media->size;
       if (FreeUnlinkedData(inode).ok() && size != inode->media->size && data_freed_) {
         data_freed_(inode->ino);

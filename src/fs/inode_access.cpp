@@ -80,6 +80,14 @@ Attr FsImpl::MakeAttr(uint64_t ino, const Inode& inode) const {
   a.gid = inode.gid;
   a.rdev = inode.rdev;
   a.size = inode.size;
+  // An open append word: the size is max(size, end) and may move (a peek;
+  // the word is folded by the next change of the file).
+  if (S_ISREG(inode.mode)) {
+    if (const uint64_t word = AppendWordOf(inode); word != 0) {
+      a.size = SizeWithWord(inode, word, bmap_->max_size());
+      a.size_moving = true;
+    }
+  }
   a.blocks = inode.blocks << (geometry_->block_shift() - 9);
   a.blksize = geometry_->block_size();
   a.generation = inode.generation;
@@ -120,8 +128,10 @@ void StoreInodeDiff(Tx& tx, const Inode& on_media, const Inode& updated) {
     while (last > first && old_bytes[last - 1] == new_bytes[last - 1]) --last;
     if (first < last) tx.Store(tx.OffsetOf(old_bytes + first), new_bytes + first, last - first);
   };
+  // orphan_next and the append word after it: neither is ever stored here.
   constexpr size_t kListFirst = offsetof(Inode, orphan_next);
-  constexpr size_t kListLast = kListFirst + sizeof(Inode::orphan_next);
+  static_assert(offsetof(Inode, append_end) == kListFirst + sizeof(Inode::orphan_next));
+  constexpr size_t kListLast = offsetof(Inode, append_end) + sizeof(Inode::append_end);
   store_range(0, kListFirst);
   store_range(kListLast, sizeof(Inode));
 }

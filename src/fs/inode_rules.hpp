@@ -6,6 +6,8 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <ctime>
 
@@ -34,11 +36,24 @@ inline bool Pinned(const format::Inode& inode) {
   return inode.flags & (format::kInodeFlagImmutable | format::kInodeFlagAppend);
 }
 
+// A regular file's append word (format.hpp Inode::append_end), 0 when
+// closed; read once, as direct writers move it.
+inline uint64_t AppendWordOf(const format::Inode& inode) {
+  return std::atomic_ref(const_cast<uint64_t&>(inode.append_end)).load(std::memory_order_acquire);
+}
+// The size of a regular file with an open append word: max(size, end),
+// the end bounded by the largest file (`max_size`).
+inline uint64_t SizeWithWord(const format::Inode& inode, uint64_t word, uint64_t max_size) {
+  const uint64_t end = format::AppendEnd(word);
+  return std::max(inode.size, end < max_size ? end : max_size);
+}
+
 // Sets mtime and/or ctime to `now`, logged. REQUIRES: inode lock held.
 void Touch(Tx& tx, const format::Inode& inode, bool mtime, bool ctime, timespec now);
 // Logs and stores the bytes where `updated` differs from the on-media inode,
-// as one record (two if they lie on both sides of orphan_next, which is
-// never stored: OrphanAdd and OrphanRemove own it, under orphan_mu_).
+// as one record (two if they lie on both sides of orphan_next and the
+// append word after it, which are never stored here: OrphanAdd and
+// OrphanRemove own the one, under orphan_mu_; compare-and-swap the other).
 void StoreInodeDiff(Tx& tx, const format::Inode& on_media, const format::Inode& updated);
 
 // What a change of a file takes away (fs.hpp, "Privileges"): the

@@ -251,6 +251,14 @@ template <bool kCallerGuarded, class Sink>
   const auto attempt = [&](uint64_t seq) __attribute__((always_inline)) -> int64_t {
     sink.Reset();
     const Inode& inode = *ci->media;
+    if (const uint64_t word = AppendWordOf(inode); word != 0 && S_ISREG(inode.mode)) [[unlikely]] {
+      // Appends by word (direct.cpp): the bytes up to its end are the
+      // file's, in blocks it has past the size.
+      const uint64_t size = SizeWithWord(inode, word, bmap_->max_size());
+      if (offset >= size) return 0;
+      return CopyOutBmap(inode, offset, static_cast<size_t>(std::min<uint64_t>(len, size - offset)),
+                         sink, &work);
+    }
     {
       [[maybe_unused]] const MapUseGuard<kCallerGuarded> guard;
       const ExtentMap* map = ci->extents.load(std::memory_order_acquire);
@@ -318,7 +326,10 @@ template <bool kCallerGuarded, class Sink>
         [[likely]] {
       const size_t want = static_cast<size_t>(std::min<uint64_t>(len, map->size() - offset));
       const ExtentMap::Run run = map->At(offset);
-      if (run.len >= want && run.addr != nullptr) [[likely]] {
+      // A read cut short by the size: unless an append word says more
+      // (ReadSlow reads past the size up to the word's end).
+      if (run.len >= want && run.addr != nullptr &&
+          (want == len || AppendWordOf(*ci->media) == 0)) [[likely]] {
         const size_t put = sink.Copy(run.addr, want);
         std::atomic_thread_fence(std::memory_order_acquire);
         if (ci->data_seq.load(std::memory_order_relaxed) == seq) [[likely]] {

@@ -57,6 +57,7 @@ void FsImpl::ReclaimIdle(CachedInode* inode) {
     ~EraseOnExit() { cache.Erase(inode); }
   } erase_on_exit{*cache_, inode};
   std::unique_lock lock(inode->lock);
+  (void)CloseAppend(inode);  // its seq moves (below too); the word closes
   // No reader holds the inode any more, but a direct client may still
   // hold its runs (a descriptor closed without detaching): its slot moves
   // before the blocks are freed.

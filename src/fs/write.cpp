@@ -49,6 +49,7 @@ Result<size_t> FsImpl::WriteCore(FileHandle file, uint64_t offset, WriteSource& 
   if ((file->flags & O_ACCMODE) == O_RDONLY) return Error(EBADF);
   CachedInode* ci = file->inode;
   std::unique_lock lock(ci->lock);
+  NVFS_TRY(CloseAppend(ci));
   // Lock-free readers (ReadInto) must retry only if this write changes the
   // file's mapping or size; an overwrite in place does neither, and a reader
   // racing with it may see some of its bytes, as on any filesystem. Begun at

@@ -234,9 +234,10 @@ void Checker::CheckInode(uint64_t ino, const Inode& inode) {
     }
   }
   if (faults & kInodeFaultReserved) {
-    if (Problem(Repair::kSafe, "inode %" PRIu64 ": reserved fields not zero", ino)) {
+    if (Problem(Repair::kSafe, "inode %" PRIu64 ": reserved field not zero or append word 0x%" PRIx64
+                " not valid", ino, inode.append_end)) {
       WriteField(ino, inode.reserved0, uint16_t{0});
-      WriteField(ino, inode.reserved1, uint64_t{0});
+      WriteField(ino, inode.append_end, uint64_t{0});
       Fixed();
     }
   }

@@ -48,7 +48,7 @@ void ReplyStatx(fuse_req_t req, FuseAdapter& adapter, fuse_ino_t ino, const Attr
     fs_flags = *got;
   }
   kernel_abi::StatxOut out{};
-  const double timeout = std::max(adapter.options().attr_timeout, 0.0);  // as fuse_reply_attr
+  const double timeout = std::max(AttrTimeout(adapter, a), 0.0);  // as fuse_reply_attr
   out.attr_valid = static_cast<uint64_t>(timeout);
   out.attr_valid_nsec = static_cast<uint32_t>((timeout - static_cast<double>(out.attr_valid)) * 1e9);
   kernel_abi::Statx& sx = out.stat;
@@ -90,7 +90,7 @@ void OpGetattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info* /*fi*/) noexcept 
       return;
     }
     const struct stat st = ToStat(*attr);
-    fuse_reply_attr(req, &st, adapter.options().attr_timeout);
+    fuse_reply_attr(req, &st, AttrTimeout(adapter, *attr));
   });
 }
 
@@ -147,7 +147,7 @@ void OpSetattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set,
       return;
     }
     const struct stat st = ToStat(*result);
-    fuse_reply_attr(req, &st, adapter.options().attr_timeout);
+    fuse_reply_attr(req, &st, AttrTimeout(adapter, *result));
   });
 }
 

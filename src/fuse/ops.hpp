@@ -44,12 +44,18 @@ inline struct stat ToStat(const Attr& a) {
   return st;
 }
 
+// How long the kernel may keep `a`: not at all while the file's size moves
+// without the daemon (an open append word: Attr::size_moving).
+inline double AttrTimeout(const FuseAdapter& adapter, const Attr& a) {
+  return a.size_moving ? 0.0 : adapter.options().attr_timeout;
+}
+
 inline fuse_entry_param ToEntry(const FuseAdapter& adapter, const Attr& a) {
   fuse_entry_param e{};
   e.ino = a.ino;
   e.generation = a.generation;
   e.attr = ToStat(a);
-  e.attr_timeout = adapter.options().attr_timeout;
+  e.attr_timeout = AttrTimeout(adapter, a);
   e.entry_timeout = adapter.options().entry_timeout;
   return e;
 }
