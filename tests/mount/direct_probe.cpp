@@ -441,6 +441,18 @@ void Writes() {
   Say("done");
 }
 
+// `count` appends of 4 KiB to DIR/appends (made empty first), the i-th
+// of the letter 'a' + i % 26, each written directly; the file stays open
+// until the process ends (test_direct_write.cpp counts its requests).
+void Appends(int count) {
+  const int fd = open(Path("appends").c_str(), O_RDWR | O_CREAT | O_TRUNC, 0644);
+  Check(fd >= 0, "open appends");
+  for (int i = 0; i < count; ++i) {
+    PwriteAll(fd, std::string(4096, static_cast<char>('a' + i % 26)), off_t{4096} * i, "append");
+  }
+  Say("done");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -473,6 +485,8 @@ int main(int argc, char** argv) {
     ForkMaps();
   } else if (scenario == "writes") {
     Writes();
+  } else if (scenario == "appends" && argc > 3) {
+    Appends(std::atoi(argv[3]));
   } else if (scenario == "reader" && argc > 4) {
     Reader(argv[3], std::atof(argv[4]));
   } else {

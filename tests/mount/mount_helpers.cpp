@@ -29,6 +29,12 @@ void WriteFile(const std::string& path, const std::string& data, mode_t mode) {
   REQUIRE(write(fd.get(), data.data(), data.size()) == static_cast<ssize_t>(data.size()));
 }
 
+size_t CountLines(const std::string& text, const std::string& needle) {
+  size_t n = 0;
+  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+  return n;
+}
+
 std::string ReadAll(const std::string& path) {
   Fd fd(path, O_RDONLY);
   INFO(path << ": " << std::strerror(fd.error()));

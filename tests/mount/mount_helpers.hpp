@@ -59,6 +59,8 @@ class Fd {
 void WriteFile(const std::string& path, const std::string& data, mode_t mode = 0644);
 // Every byte of `path` (REQUIRE).
 std::string ReadAll(const std::string& path);
+// Times `needle` occurs in `text` (an strace log's calls).
+size_t CountLines(const std::string& text, const std::string& needle);
 // lstat(2) and statvfs(3), REQUIRE'd to succeed.
 struct stat Stat(const std::string& path);
 struct statvfs StatFs(const std::string& path);

@@ -38,13 +38,6 @@ std::string Program(const char* env) {
   return p;
 }
 
-// Lines of `text` holding `needle`.
-size_t CountLines(const std::string& text, const std::string& needle) {
-  size_t n = 0;
-  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
-  return n;
-}
-
 void WriteKernel(const std::string& path, const std::string& bytes, off_t at) {
   const int fd = open(path.c_str(), O_WRONLY | O_CREAT, 0644);
   REQUIRE(fd >= 0);
@@ -583,8 +576,8 @@ TEST_CASE("direct map: an unmodified program, SQLite with mmap_size, under the p
   // Its maps were direct: the library maps the namespace's pages anew
   // (mremap with an old size of 0), which neither SQLite nor the kernel's
   // mmap does.
-  const size_t direct_maps = CountLines(ReadAll(tmp + "/direct.strace"), ", 0, ");
-  const size_t kernel_maps = CountLines(ReadAll(tmp + "/kernel.strace"), ", 0, ");
+  const size_t direct_maps = nvfs::test::CountLines(ReadAll(tmp + "/direct.strace"), ", 0, ");
+  const size_t kernel_maps = nvfs::test::CountLines(ReadAll(tmp + "/kernel.strace"), ", 0, ");
   INFO("mremap(..., 0, ...) calls: direct " << direct_maps << ", kernel " << kernel_maps);
   CHECK(direct_maps > 0);
   CHECK(kernel_maps == 0);

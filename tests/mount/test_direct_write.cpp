@@ -187,6 +187,91 @@ TEST_CASE("direct write: overwrites, appends and holes, seen through the kernel 
   StopAndCheck(m);
 }
 
+TEST_CASE("direct write: appends by word ask the daemon nothing, and every reader sees them",
+          "[mount][direct][write][word]") {
+#ifdef __SANITIZE_THREAD__
+  NVFS_SKIP("a ThreadSanitizer build cannot preload into an uninstrumented program");
+#endif
+  NVFS_REQUIRE_FUSE();
+  if (!RootDaemon()) NVFS_SKIP("the direct socket needs a root daemon");
+  if (nvfs::test::RunProgram({"sh", "-c", "command -v strace"}) != 0) {
+    NVFS_SKIP("strace is not installed (tools/check.sh installs it)");
+  }
+  MountedFs m(256ull << 20);
+  m.Start();
+  const auto letters = [](int count) {
+    std::string model;
+    for (int i = 0; i < count; ++i) model += std::string(4096, static_cast<char>('a' + i % 26));
+    return model;
+  };
+  {
+    // An unmodified program's 2,000 appends under the preload: a request
+    // for a reserve now and then (and one a second, when the daemon folds
+    // the word to set the times), never one per append.
+    char dir[] = "/tmp/direct-word-XXXXXX";
+    REQUIRE(mkdtemp(dir) != nullptr);
+    const std::string tmp = dir;
+    const std::string cmd = "LD_PRELOAD=" + Program("NVFS_DIRECT_LIB") +
+                            " strace -f -qq -e trace=sendmsg -o " + tmp + "/s " +
+                            Program("NVFS_DIRECT_PROBE") + " appends " + m.path("") + " 2000";
+    REQUIRE(nvfs::test::RunProgram({"sh", "-c", cmd}) == 0);
+    const size_t requests = nvfs::test::CountLines(ReadAll(tmp + "/s"), "sendmsg(");
+    nvfs::test::RunProgram({"rm", "-rf", tmp});
+    INFO("requests for 2,000 appends: " << requests);
+    CHECK(requests < 200);
+    CHECK(ReadAll(m.path("appends")) == letters(2000));
+  }
+  std::string model;
+  {
+    Attached f(m.path("f"));
+    for (int i = 0; i < 300; ++i) {
+      const std::string bytes(4096, static_cast<char>('a' + i % 26));
+      REQUIRE(f.Write(bytes, static_cast<off_t>(model.size())) == 4096);
+      model += bytes;
+      // Seen at once by a stat through the mount: the kernel keeps no size
+      // of a file whose word is open.
+      struct stat st {};
+      REQUIRE(stat(m.path("f").c_str(), &st) == 0);
+      REQUIRE(st.st_size == static_cast<off_t>(model.size()));
+      if (i % 50 == 49) {
+        // By a direct reader in another process, and through the mount.
+        const pid_t child = fork();
+        REQUIRE(child >= 0);
+        if (child == 0) {
+          const int fd = open(m.path("f").c_str(), O_RDONLY);
+          nvfs_direct* d = nvfs_direct_attach(fd);
+          std::string got(model.size() + 4096, 'x');
+          const ssize_t n = nvfs_direct_pread(d, got.data(), got.size(), 0);
+          got.resize(n < 0 ? 0 : static_cast<size_t>(n));
+          _exit(got == model && nvfs_direct_why(d) == NVFS_DIRECT_ACTIVE ? 0 : 1);
+        }
+        REQUIRE(nvfs::test::WaitForExit(child, 30) == 0);
+        REQUIRE(ReadAll(m.path("f")) == model);
+      }
+      if (i == 150) {
+        // A truncation through the mount between appends: the word is
+        // folded and closed first; the appends go on from the new end.
+        REQUIRE(truncate(m.path("f").c_str(), 100000) == 0);
+        model.resize(100000);
+        REQUIRE(f.Write(std::string(4096 - 100000 % 4096, 't'), 100000) ==
+                static_cast<ssize_t>(4096 - 100000 % 4096));
+        model.resize(model.size() + 4096 - 100000 % 4096, 't');
+      }
+    }
+    CHECK(nvfs_direct_write_why(f.d) == NVFS_DIRECT_ACTIVE);
+    // The daemon dies with the word open (no close, no fsync): the next
+    // mount folds it (the file is on the orphan list), every append kept.
+    CHECK(m.Signal(SIGKILL) == 128 + SIGKILL);
+  }
+  m.Start();
+  struct stat st {};
+  REQUIRE(stat(m.path("f").c_str(), &st) == 0);
+  CHECK(st.st_size == static_cast<off_t>(model.size()));
+  CHECK(ReadAll(m.path("f")) == model);
+  CHECK(ReadAll(m.path("appends")) == letters(2000));
+  StopAndCheck(m);
+}
+
 TEST_CASE("direct write: mtime and ctime move, at fsync at once and within a second without",
           "[mount][direct][write]") {
   NVFS_REQUIRE_FUSE();
