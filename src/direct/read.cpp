@@ -177,10 +177,20 @@ Step CopyChunk(nvfs_direct* f, Cursor& dst, uint64_t offset, size_t len, size_t*
   if (session->Revoked()) return Step::kRefresh;
   const uint64_t seq = s->seq_word->load(std::memory_order_acquire);
   if (!SeqIs(seq, s->seq)) return Step::kRefresh;
-  const uint64_t n = offset >= s->size ? 0 : std::min<uint64_t>(len, s->size - offset);
-  // Cut short by the size: an append by word may have moved it (the daemon
-  // folds the word into the size when asked for the runs).
-  if (n < len && AppendedPast(s)) return Step::kRefresh;
+  // Cut short by the size: an append by word may have moved it. The word
+  // opened when these runs were given (its tag): its end is the size, and
+  // the runs past the size hold the bytes below it (the seq check after
+  // the copy says whether they still do). Another: the runs are asked for
+  // again (the daemon folds the word first).
+  uint64_t size = s->size;
+  if (offset + len > size && s->append_word != nullptr) {
+    const uint64_t word = s->append_word->load(std::memory_order_acquire);
+    if (format::AppendEnd(word) > size) {
+      if (s->append_tag == 0 || format::AppendTag(word) != s->append_tag) return Step::kRefresh;
+      size = format::AppendEnd(word);
+    }
+  }
+  const uint64_t n = offset >= size ? 0 : std::min<uint64_t>(len, size - offset);
   uint64_t gap;
   if (!ForEachPiece(s, offset, n, &gap, [](uint64_t, uint64_t) {})) {
     *refresh_at = gap;

@@ -288,8 +288,13 @@ Result<Filesystem::DirectMapping> FsImpl::DirectCommit(uint64_t ino, uint64_t st
       if (phys == 0) return Error(EAGAIN);
       index += run;
     }
+    // Not for a file mapped directly (a watcher on its slot): maps follow
+    // the size by the seq, which an append by word does not move (a
+    // mapper's registration closes the word: DirectMap, then the
+    // daemon's Maps::Register, on the thread that commits).
     const bool words = append_words_.load(std::memory_order_acquire) && end > inode.size &&
-                       end < format::kAppendEndMask && AppendGraceOver();
+                       end < format::kAppendEndMask &&
+                       slot->watchers.load(std::memory_order_acquire) == 0 && AppendGraceOver();
     const MappingChange change(ci);
     OrphanTx tx(*this, "direct write");
     if (end > inode.size) {

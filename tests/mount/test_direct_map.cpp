@@ -244,6 +244,54 @@ TEST_CASE("direct map: the pages are the file's blocks, coherent with the mount 
   StopAndCheck(m);
 }
 
+TEST_CASE("direct map: another process's direct appends show in a map within milliseconds",
+          "[mount][direct][map][word]") {
+  NVFS_REQUIRE_FUSE();
+  if (!RootDaemon()) NVFS_SKIP("the direct socket needs a root daemon");
+  MountedFs m(64ull << 20);
+  m.Start();
+  WriteKernel(m.path("g"), std::string(4096, 'g'), 0);
+  constexpr int kAppends = 20;
+  Mapped r(m.path("g"), O_RDONLY, (kAppends + 1) * 4096, PROT_READ, MAP_SHARED);
+  REQUIRE(r.Direct());
+  // In lockstep: the child appends a page, the parent looks for it in its
+  // map, then lets the child go on. (An append by word moves the size
+  // without moving the file's seq: no word opens for a file mapped
+  // directly, and a mapper's asking for runs closes one.)
+  int to_parent[2], to_child[2];
+  REQUIRE(pipe(to_parent) == 0);
+  REQUIRE(pipe(to_child) == 0);
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    const int fd = open(m.path("g").c_str(), O_RDWR);
+    nvfs_direct* d = nvfs_direct_attach(fd);
+    for (int i = 1; i <= kAppends; ++i) {
+      const std::string page(4096, static_cast<char>('a' + i));
+      if (nvfs_direct_pwrite(d, page.data(), page.size(), off_t{4096} * i) != 4096) _exit(1);
+      char c = 0;
+      if (write(to_parent[1], "a", 1) != 1 || read(to_child[0], &c, 1) != 1) _exit(2);
+    }
+    _exit(nvfs_direct_write_why(d) == NVFS_DIRECT_ACTIVE ? 0 : 3);
+  }
+  int late = 0;
+  for (int i = 1; i <= kAppends; ++i) {
+    char c = 0;
+    REQUIRE(read(to_parent[0], &c, 1) == 1);
+    volatile char* page = r.p + 4096 * i;
+    if (!Eventually([&] { return !Faults(page) && *page == static_cast<char>('a' + i); }, 0.3)) {
+      ++late;
+    }
+    REQUIRE(write(to_child[1], "g", 1) == 1);
+  }
+  CHECK(nvfs::test::WaitForExit(child, 30) == 0);
+  CHECK(late == 0);
+  for (int fd : {to_parent[0], to_parent[1], to_child[0], to_child[1]}) close(fd);
+  r.Unmap();
+  r.Close();
+  StopAndCheck(m);
+}
+
 TEST_CASE("direct map: holes read as zeros, a page past the end is SIGBUS, and both follow the file",
           "[mount][direct][map]") {
   NVFS_REQUIRE_FUSE();
