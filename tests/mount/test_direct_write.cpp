@@ -233,6 +233,12 @@ TEST_CASE("direct write: appends by word ask the daemon nothing, and every reade
       struct stat st {};
       REQUIRE(stat(m.path("f").c_str(), &st) == 0);
       REQUIRE(st.st_size == static_cast<off_t>(model.size()));
+      // And by the writer's own direct read (its runs past the old size
+      // hold the bytes up to the word's end).
+      std::string back(8192, 'x');
+      REQUIRE(nvfs_direct_pread(f.d, back.data(), back.size(), static_cast<off_t>(model.size()) - 4096) ==
+              4096);
+      REQUIRE(back.substr(0, 4096) == bytes);
       if (i % 50 == 49) {
         // By a direct reader in another process, and through the mount.
         const pid_t child = fork();
