@@ -264,14 +264,16 @@ Result<Filesystem::DirectMapping> FsImpl::DirectCommit(uint64_t ino, uint64_t st
   if (end > bmap_->max_size()) return Error(EFBIG);
   const uint32_t shift = geometry_->block_shift();
   std::unique_lock lock(ci->lock);
+  // A word moved since the writer's runs were read folds here; its seq
+  // then moves, and the writer (who stored at the word's end, or it would
+  // not be here) stores again into fresh runs. First of all: the daemon's
+  // pass for the times folds the word of a file no longer open too (its
+  // writer killed after an append).
+  NVFS_TRY(CloseAppend(ci));
   NVFS_TRY(DirectWritable(*this, *cache_, ci));
   const format::Inode& inode = *ci->media;
   DirectSlot* slot = cache_->AssignSlot(ci);
   if (slot == nullptr) return Error(ENOSPC);
-  // A word moved since the writer's runs were read folds here; its seq
-  // then moves, and the writer (who stored at the word's end, or it would
-  // not be here) stores again into fresh runs.
-  NVFS_TRY(CloseAppend(ci));
   const timespec now = Now();
   bool open_word = false;
   if (start == end) {

@@ -301,6 +301,9 @@ Result<Attr> FsImpl::Link(uint64_t ino, uint64_t new_parent, std::string_view ne
   Result<DirEntryRef> existing = dir_->Lookup(d, new_name);
   if (existing.ok()) return Error(EEXIST);
   if (existing.error().code != ENOENT) return Error(EIO);
+  // The orphan list is an open append word's record for a crash: the word
+  // goes first (folded) when a name takes the file off it.
+  if (first_name) NVFS_TRY(CloseAppend(target.get()));
   const timespec now = Now();
   OrphanTx tx(*this, "link");
   NVFS_TRY(dir_->Insert(tx, d, new_name, ino, DirType(inode.mode)));
