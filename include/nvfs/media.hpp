@@ -101,6 +101,11 @@ class Media {
   virtual void Store(uint64_t offset, const void* src, size_t len) = 0;
   // One aligned 8-byte store. REQUIRES: offset % 8 == 0.
   virtual void Store64(uint64_t offset, uint64_t value) = 0;
+  // One aligned 8-byte compare-and-swap, for a word other processes move
+  // the same way (an append word: integrity.md section 11): true, with
+  // `desired` stored, if the word held *expected; false otherwise, with
+  // *expected set to what it holds. Not yet durable. REQUIRES: offset % 8 == 0.
+  virtual bool CompareExchange64(uint64_t offset, uint64_t* expected, uint64_t desired) = 0;
   // Sets `len` bytes to `byte`; not yet durable.
   virtual void Fill(uint64_t offset, int byte, size_t len) = 0;
   // Starts write-back of the range; durable after the next Drain.

@@ -107,19 +107,9 @@ void FsImpl::SetExternalGrace(epoch::ExternalGrace* grace) {
 // transaction that opens it), so a mount after a crash folds the word
 // (ProcessOrphans) before it frees the blocks past the size.
 
-namespace {
-
-std::atomic_ref<uint64_t> WordOf(const format::Inode& inode) {
-  return std::atomic_ref<uint64_t>(const_cast<uint64_t&>(inode.append_end));
-}
-
-}  // namespace
-
 Status FsImpl::CloseAppend(CachedInode* ci) {
   const format::Inode& inode = *ci->media;
-  std::atomic_ref<uint64_t> word = WordOf(inode);
-  uint64_t w = word.load(std::memory_order_acquire);
-  if (w == 0) return Status::Ok();
+  if (AppendWordOf(inode) == 0) return Status::Ok();
   const MappingChange change(ci);  // before the fold: see above
   // The grace ticket on every way out, a failed fold's too (its seq moved).
   struct Ticket {
@@ -135,21 +125,34 @@ Status FsImpl::CloseAppend(CachedInode* ci) {
     }
   } ticket{*this};
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  w = word.load(std::memory_order_acquire);
+  return FoldAppend(ci->ino, inode, /*leave_list=*/true);
+}
+
+Status FsImpl::FoldAppend(uint64_t ino, const format::Inode& inode, bool leave_list) {
+  const uint64_t at =
+      static_cast<uint64_t>(reinterpret_cast<const std::byte*>(&inode.append_end) - media_->base());
+  uint64_t w = AppendWordOf(inode);
+  if (w == 0) return Status::Ok();
   for (;;) {
     // A regular file's only (ValidateInode); bounded again here, as the
     // word moves under the daemon.
-    const uint64_t end = S_ISREG(inode.mode) ? std::min(format::AppendEnd(w), bmap_->max_size()) : 0;
-    if (end > inode.size) {
+    const uint64_t size = S_ISREG(inode.mode) ? SizeWithWord(inode, w, bmap_->max_size()) : 0;
+    if (size > inode.size) {
       OrphanTx tx(*this, "append fold");
-      tx.Set(inode.size, end);
+      tx.Set(inode.size, size);
       NVFS_TRY(tx.Commit());
     }
-    if (word.compare_exchange_strong(w, 0, std::memory_order_acq_rel)) break;
+    if (media_->CompareExchange64(at, &w, 0)) break;
   }
-  media_->Persist(static_cast<uint64_t>(reinterpret_cast<const std::byte*>(&inode.append_end) -
-                                        media_->base()),
-                  sizeof inode.append_end);
+  media_->Persist(at, sizeof inode.append_end);
+  // On the orphan list for the word alone (a linked file): off it again,
+  // or the next mount would free blocks it keeps past its size (fallocate's
+  // KEEP_SIZE). An unlinked one stays for its reclaim.
+  if (leave_list && inode.nlink != 0 && (inode.flags & format::kInodeFlagOrphan)) {
+    OrphanTx tx(*this, "append closed");
+    NVFS_TRY(OrphanRemove(tx, ino));
+    NVFS_TRY(tx.Commit());
+  }
   return Status::Ok();
 }
 
@@ -161,7 +164,7 @@ bool FsImpl::AppendGraceOver() {
 }
 
 Status FsImpl::SettleAppend(CachedInode* ci) {
-  if (WordOf(*ci->media).load(std::memory_order_acquire) == 0) return Status::Ok();
+  if (AppendWordOf(*ci->media) == 0) return Status::Ok();
   std::unique_lock lock(ci->lock);
   return CloseAppend(ci);
 }
@@ -319,10 +322,12 @@ Result<Filesystem::DirectMapping> FsImpl::DirectCommit(uint64_t ino, uint64_t st
   DirectMapping m;
   if (open_word && (inode.flags & format::kInodeFlagOrphan)) {
     const uint64_t tag = append_tags_.fetch_add(1, std::memory_order_relaxed) % 0xffff + 1;
-    WordOf(inode).store(format::AppendWord(tag, inode.size), std::memory_order_release);
-    media_->Persist(static_cast<uint64_t>(reinterpret_cast<const std::byte*>(&inode.append_end) -
-                                          media_->base()),
-                    sizeof inode.append_end);
+    const uint64_t at = static_cast<uint64_t>(
+        reinterpret_cast<const std::byte*>(&inode.append_end) - media_->base());
+    // Closed (CloseAppend above, under this lock): no writer's swap can
+    // match 0, so a plain store opens it.
+    media_->Store64(at, format::AppendWord(tag, inode.size));
+    media_->Persist(at, sizeof inode.append_end);
     m.append_opened = true;
   }
   m.slot = static_cast<uint32_t>(slot - cache_->direct_table());
@@ -347,16 +352,8 @@ Status FsImpl::DirectTrim(uint64_t ino) {
   NVFS_TRY(CloseAppend(ci));
   const uint32_t shift = geometry_->block_shift();
   const uint64_t from = (inode.size + geometry_->block_size() - 1) >> shift;
-  // A linked file on the orphan list for its append word leaves it here
-  // (an unlinked one stays there until it is freed).
-  const auto leave_list = [&]() -> Status {
-    if (inode.nlink == 0 || !(inode.flags & format::kInodeFlagOrphan)) return Status::Ok();
-    OrphanTx tx(*this, "direct trim");
-    NVFS_TRY(OrphanRemove(tx, ino));
-    return tx.Commit();
-  };
   if (from >= bmap_->max_blocks() || bmap_->NextMapped(inode, from, bmap_->max_blocks()) >= bmap_->max_blocks()) {
-    return leave_list();
+    return Status::Ok();
   }
   const MappingChange change(ci);
   // Past the size: each transaction leaves a consistent file, so no orphan
@@ -366,7 +363,7 @@ Status FsImpl::DirectTrim(uint64_t ino) {
     Result<bool> done = bmap_->Truncate(tx, inode, from);
     if (!done.ok()) return done.take_error();
     NVFS_TRY(tx.Commit());
-    if (*done) return leave_list();
+    if (*done) return Status::Ok();
   }
 }
 

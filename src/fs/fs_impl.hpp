@@ -136,6 +136,10 @@ class FsImpl final : public Filesystem {
   Status SettleAppend(CachedInode* ci);
   // True once no section begun before the latest close can still run.
   bool AppendGraceOver();
+  // The fold and the close of CloseAppend (and of mount's orphan pass): a
+  // compare-and-swap loop through the media; with `leave_list`, a linked
+  // file leaves the orphan list it was put on for the word.
+  Status FoldAppend(uint64_t ino, const format::Inode& inode, bool leave_list);
   bool read_only() const override { return read_only_.load(std::memory_order_relaxed); }
   bool recorded_errors() const override { return recorded_errors_; }
   bool damage_found() const override;

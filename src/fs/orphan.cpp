@@ -165,20 +165,7 @@ Status FsImpl::ProcessOrphans() {
       // An append word first (direct.cpp): what it committed is the file's.
       // A writer of the daemon before may still move it (this mount waits
       // for those before it serves: direct_writers.hpp), hence the loop.
-      std::atomic_ref<uint64_t> word(const_cast<uint64_t&>(inode.append_end));
-      for (uint64_t w = word.load(std::memory_order_acquire); w != 0;) {
-        if (const uint64_t size = SizeWithWord(inode, w, bmap_->max_size()); size > inode.size) {
-          OrphanTx tx(*this, "append fold");
-          tx.Set(inode.size, size);
-          NVFS_TRY(tx.Commit());
-        }
-        if (word.compare_exchange_strong(w, 0, std::memory_order_acq_rel)) {
-          media_->Persist(static_cast<uint64_t>(reinterpret_cast<const std::byte*>(&inode.append_end) -
-                                                media_->base()),
-                          sizeof inode.append_end);
-          break;
-        }
-      }
+      NVFS_TRY(FoldAppend(ino, inode, /*leave_list=*/false));
       // The size is within the largest file's (CheckIno: ValidateInode), so
       // rounding it up to a block cannot wrap; written so that it cannot
       // wrap anyway.

@@ -54,6 +54,16 @@ class Pmem2Media final : public Media {
     __atomic_store_n(reinterpret_cast<uint64_t*>(base_ + offset), value, __ATOMIC_RELAXED);
     CountStored(8);
   }
+  bool CompareExchange64(uint64_t offset, uint64_t* expected, uint64_t desired) override {
+    CheckWrite(offset, 8);
+    if (offset % 8 != 0) {
+      std::fprintf(stderr, "nvfs: BUG: unaligned 8-byte compare-and-swap at %" PRIu64 "\n", offset);
+      std::abort();
+    }
+    CountStored(8);
+    return __atomic_compare_exchange_n(reinterpret_cast<uint64_t*>(base_ + offset), expected,
+                                       desired, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+  }
   void Fill(uint64_t offset, int byte, size_t len) override {
     CheckWrite(offset, len);
     std::memset(base_ + offset, byte, len);

@@ -121,6 +121,20 @@ void ArenaMedia::Store64(uint64_t offset, uint64_t value) {
   if (hook_) hook_();
 }
 
+bool ArenaMedia::CompareExchange64(uint64_t offset, uint64_t* expected, uint64_t desired) {
+  if (offset % 8 != 0) {
+    std::fprintf(stderr, "fuzz: BUG: unaligned 8-byte compare-and-swap at %" PRIu64 "\n", offset);
+    std::abort();
+  }
+  bool swapped = false;
+  if (Admit(offset, 8)) {
+    swapped = __atomic_compare_exchange_n(reinterpret_cast<uint64_t*>(base_ + offset), expected,
+                                          desired, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+  }
+  if (hook_) hook_();
+  return swapped;
+}
+
 void ArenaMedia::Fill(uint64_t offset, int byte, size_t len) {
   if (Admit(offset, len)) std::memset(base_ + offset, byte, len);
   if (hook_) hook_();

@@ -95,6 +95,7 @@ class ArenaMedia final : public Media {
 
   void Store(uint64_t offset, const void* src, size_t len) override;
   void Store64(uint64_t offset, uint64_t value) override;
+  bool CompareExchange64(uint64_t offset, uint64_t* expected, uint64_t desired) override;
   void Fill(uint64_t offset, int byte, size_t len) override;
   void Flush(uint64_t offset, size_t len) override;
   void Drain() override {}

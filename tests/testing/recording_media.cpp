@@ -206,6 +206,26 @@ void RecordingMedia::Store64(uint64_t offset, uint64_t value) {
   if (options_.record) RecordStore(offset, reinterpret_cast<const std::byte*>(&value), 8);
 }
 
+bool RecordingMedia::CompareExchange64(uint64_t offset, uint64_t* expected, uint64_t desired) {
+  CheckWrite(offset, 8);
+  if (offset % 8 != 0) {
+    std::fprintf(stderr, "nvfs: BUG: unaligned 8-byte compare-and-swap at %" PRIu64 "\n", offset);
+    std::abort();
+  }
+  Gate();
+  std::lock_guard lock(mu_);
+  Unprotect(offset, 8);
+  const bool swapped = __atomic_compare_exchange_n(reinterpret_cast<uint64_t*>(base_ + offset),
+                                                   expected, desired, false, __ATOMIC_ACQ_REL,
+                                                   __ATOMIC_ACQUIRE);
+  Protect(offset, 8);
+  if (swapped) {
+    CountStored(8);
+    if (options_.record) RecordStore(offset, reinterpret_cast<const std::byte*>(&desired), 8);
+  }
+  return swapped;
+}
+
 void RecordingMedia::Fill(uint64_t offset, int byte, size_t len) {
   CheckWrite(offset, len);
   Gate();

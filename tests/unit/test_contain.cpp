@@ -429,6 +429,9 @@ class BadBlockMedia final : public Media {
     target_->Store(offset, src, len);
   }
   void Store64(uint64_t offset, uint64_t value) override { target_->Store64(offset, value); }
+  bool CompareExchange64(uint64_t offset, uint64_t* expected, uint64_t desired) override {
+    return target_->CompareExchange64(offset, expected, desired);
+  }
   void Fill(uint64_t offset, int byte, size_t len) override { target_->Fill(offset, byte, len); }
   void Flush(uint64_t offset, size_t len) override { target_->Flush(offset, len); }
   void Drain() override { target_->Drain(); }
