@@ -208,6 +208,10 @@ void StepContext::AllowPartialAllocation(const std::string& path) {
   mixed_ = MixedRange{MixedRange::kAllocation, path, 0, 0};
 }
 
+void StepContext::AllowReserveFreed(const std::string& path) {
+  mixed_ = MixedRange{MixedRange::kReserveFreed, path, 0, 0, fs().block_size()};
+}
+
 void StepContext::CrashAndRemount() { runner_->Remount(*this, /*clean=*/false); }
 void StepContext::CleanRemount() { runner_->Remount(*this, /*clean=*/true); }
 void StepContext::CleanRemount(const std::function<void(StepContext&, Media&)>& offline) {

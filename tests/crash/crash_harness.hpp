@@ -165,6 +165,9 @@ class StepContext {
   void AllowPrivilegesFirst(const std::string& path, uint64_t offset, uint64_t len);
   // The step allocates in several transactions: a crash may leave part of it.
   void AllowPartialAllocation(const std::string& path);
+  // The file is on the orphan list with blocks past its size (an open
+  // append word's): a mount after a crash frees them.
+  void AllowReserveFreed(const std::string& path);
   // Simulates a power failure now (everything durable survives) and mounts
   // again; the new mount's fences are crash points of this step.
   void CrashAndRemount();

@@ -9,11 +9,14 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 #include <vector>
 
 #include "crash_harness.hpp"
 #include "nvfs/direct_abi.hpp"
+#include "nvfs/epoch.hpp"
+#include "nvfs/format.hpp"
 
 namespace nvfs::test::ops {
 
@@ -150,15 +153,34 @@ inline void EnableDirect(StepContext& c) {
   c.fs().SetDirectTable(table, 64);
 }
 
-// The runs of a grant, as (file offset, namespace offset or kDirectHole, len).
+// The runs of a grant, as (file offset, namespace offset or kDirectHole, len),
+// and the file's append word as the grant read it (namespace offset, value;
+// 0: closed).
 struct DirectGrant {
   uint64_t seq = 0;
   uint64_t start = 0;
   std::vector<DirectRun> runs;
+  uint64_t append_at = 0;
+  uint64_t append_word = 0;
 };
 
 inline DirectGrant ToGrant(const Filesystem::DirectMapping& m, const DirectRun* runs) {
-  return DirectGrant{m.seq, m.start, std::vector<DirectRun>(runs, runs + m.run_count)};
+  return DirectGrant{m.seq, m.start, std::vector<DirectRun>(runs, runs + m.run_count),
+                     m.append_at, m.append_word};
+}
+
+// Appends by word (Filesystem::SetAppendWords): a grace whose every period
+// is over at once (no direct writer runs outside the step), left to the end
+// of the process as EnableDirect's table is. A setup step's: not a crash
+// point. After EnableDirect.
+inline void EnableAppendWords(StepContext& c) {
+  struct Immediate final : epoch::ExternalGrace {
+    uint64_t n = 0;
+    uint64_t Start() override { return ++n; }
+    uint64_t Completed() override { return n; }
+  };
+  c.fs().SetExternalGrace(new Immediate);
+  c.fs().SetAppendWords(true);
 }
 
 // kOpAllocate: blocks for [offset, offset + len) and a reserve to
@@ -203,6 +225,31 @@ inline DirectGrant DirectCommit(StepContext& c, const std::string& name, uint64_
   return ToGrant(c.Expect(c.fs().DirectCommit(ino, start, end, seq, map_end, runs, 128),
                           "direct commit"),
                  runs);
+}
+
+// The client's append by word (src/direct/write.cpp StoreChunk): `data`
+// stored at `offset`, the grant's word's end, into the blocks past the size
+// and flushed; then the word moved to the new end with one aligned 8-byte
+// store, flushed. The word must still be the grant's at `offset` (the
+// client's compare-and-swap; no other writer runs here), else the step
+// fails. Returns the grant with the new word, for the next append.
+inline DirectGrant DirectAppendByWord(StepContext& c, DirectGrant g, uint64_t offset,
+                                      const std::string& data) {
+  Media& media = c.fs().media();
+  const uint64_t tag = format::AppendTag(g.append_word);
+  if (g.append_word == 0) c.Fail("an append by word with the word closed");
+  DirectStore(c, g, offset, data);
+  uint64_t on_media = 0;
+  std::memcpy(&on_media, media.base() + g.append_at, sizeof on_media);
+  if (on_media != format::AppendWord(tag, offset)) {
+    c.Fail("the append word is " + std::to_string(on_media) + ", not the grant's at " +
+           std::to_string(offset));
+  }
+  const uint64_t w = format::AppendWord(tag, offset + data.size());
+  media.StoreFlush(g.append_at, &w, sizeof w);
+  media.Drain();
+  g.append_word = w;
+  return g;
 }
 
 }  // namespace nvfs::test::ops

@@ -60,11 +60,18 @@ struct MixedRange {
     // kBytes. A state may hold the new privileges with the old bytes, but
     // never a new byte under the old privileges.
     kPrivilegesFirst,
+    // The file keeps blocks past its size that a mount after a crash may
+    // have freed (it is on the orphan list: an open append word's): its
+    // block count may be anything down to the data blocks its size needs,
+    // the file having no hole (`block_size` is the filesystem's); its size
+    // and bytes, and everything else, are the tree before or after.
+    kReserveFreed,
   };
   Kind kind = kBytes;
   std::string path;
   uint64_t offset = 0;
   uint64_t len = 0;
+  uint32_t block_size = 0;  // kReserveFreed
 };
 
 // True if `actual` is `before`, `after`, or in between as `mixed` allows.

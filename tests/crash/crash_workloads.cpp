@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <memory>
 
 #include "crash_ops.hpp"
 #include "nvfs/format.hpp"
@@ -482,6 +483,64 @@ std::vector<Workload> DirectWriteWorkloads() {
                   EnableDirect(c);
                   OpenKeep(c, "e", "/d1/f2");
                 }));
+  return w;
+}
+
+std::vector<Workload> AppendWordWorkloads() {
+  std::vector<Workload> w;
+  // /d1/f1 has 10000 bytes. The setup's commit leaves the reserve past the
+  // new end, so it opens the word (the file on the orphan list); each
+  // append then stores its bytes into the reserve and moves the word, with
+  // no call of the core. A crash shows the size before or after the word's
+  // store: the mount folds the word, then frees the reserve
+  // (AllowReserveFreed). The steps share the grant through `grant`, set
+  // again by each run's setup.
+  const auto open_word = [](std::shared_ptr<DirectGrant> grant) {
+    return [grant](StepContext& c) {
+      EnableDirect(c);
+      OpenKeep(c, "f", "/d1/f1");
+      EnableAppendWords(c);
+      const DirectGrant g = DirectAllocate(c, "f", 10000, 2388, 12388 + 65536);
+      DirectStore(c, g, 10000, Bytes(2388, 32));
+      *grant = DirectCommit(c, "f", 10000, 12388, g.seq, 12388 + 65536);
+      if (grant->append_word == 0) c.Fail("the commit left a reserve but opened no append word");
+    };
+  };
+  const auto append_by_word = [](std::shared_ptr<DirectGrant> grant, uint64_t offset,
+                                 uint64_t len, char seed) {
+    return [=](StepContext& c) {
+      c.AllowReserveFreed("/d1/f1");
+      *grant = DirectAppendByWord(c, *grant, offset, Bytes(len, seed));
+      const Attr attr = c.Expect(c.fs().GetAttr(c.Ino("/d1/f1")), "getattr /d1/f1");
+      if (attr.size != offset + len || !attr.size_moving) {
+        c.Fail("after the word's store the size is " + std::to_string(attr.size) +
+               (attr.size_moving ? "" : ", not moving"));
+      }
+    };
+  };
+  {
+    auto grant = std::make_shared<DirectGrant>();
+    w.push_back(W("direct-append-by-word",
+                  {S("append 4000 bytes by word", append_by_word(grant, 12388, 4000, 33)),
+                   S("append 3000 more by word", append_by_word(grant, 16388, 3000, 36))},
+                  open_word(grant)));
+  }
+  // The word folded and closed by the next change of the file (here a
+  // truncation): the fold's transaction, the word's store of 0, then the
+  // truncation's.
+  {
+    auto grant = std::make_shared<DirectGrant>();
+    w.push_back(W("direct-append-word-closed-by-truncate",
+                  {S("append 4000 bytes by word", append_by_word(grant, 12388, 4000, 33)),
+                   S("truncate /d1/f1 to 5000", [grant](auto& c) {
+                     c.AllowReserveFreed("/d1/f1");
+                     Truncate(c, "/d1/f1", 5000);
+                     uint64_t word = 0;
+                     std::memcpy(&word, c.fs().media().base() + grant->append_at, sizeof word);
+                     if (word != 0) c.Fail("the truncation left the append word open");
+                   })},
+                  open_word(grant)));
+  }
   return w;
 }
 

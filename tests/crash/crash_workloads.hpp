@@ -26,6 +26,12 @@ std::vector<Workload> LongWorkloads();
 // bytes stored from the client's mapping, then the commit; a hole filled;
 // an append through a reserve; a reserve left unused and given back.
 std::vector<Workload> DirectWriteWorkloads();
+// Direct writers' appends by word (src/fs/direct.cpp): the word opened by a
+// commit, moved by the client's stores alone, folded by the mount after a
+// crash, closed by a truncation. A group of their own: the core stores the
+// word directly in the mapping, past the media layer, and the recording
+// media's write protection stops the process there (their setup's commit).
+std::vector<Workload> AppendWordWorkloads();
 // A few of the above on 64 KiB blocks.
 std::vector<Workload> LargeBlockWorkloads();
 // 48 seeded two-operation sequences.

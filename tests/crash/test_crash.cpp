@@ -333,6 +333,10 @@ TEST_CASE("crash: direct writers' writes", "[crash][dwrite]") {
   Report(RunWorkloads("direct writes", DirectWriteWorkloads()));
 }
 
+TEST_CASE("crash: direct writers' appends by word", "[crash][words]") {
+  Report(RunWorkloads("appends by word", AppendWordWorkloads()));
+}
+
 TEST_CASE("crash: 64 KiB blocks", "[crash][data]") {
   Report(RunWorkloads("64 KiB blocks", LargeBlockWorkloads()));
 }
