@@ -189,9 +189,6 @@ TEST_CASE("direct write: overwrites, appends and holes, seen through the kernel 
 
 TEST_CASE("direct write: appends by word ask the daemon nothing, and every reader sees them",
           "[mount][direct][write][word]") {
-#ifdef __SANITIZE_THREAD__
-  NVFS_SKIP("a ThreadSanitizer build cannot preload into an uninstrumented program");
-#endif
   NVFS_REQUIRE_FUSE();
   if (!RootDaemon()) NVFS_SKIP("the direct socket needs a root daemon");
   if (nvfs::test::RunProgram({"sh", "-c", "command -v strace"}) != 0) {
@@ -204,6 +201,9 @@ TEST_CASE("direct write: appends by word ask the daemon nothing, and every reade
     for (int i = 0; i < count; ++i) model += std::string(4096, static_cast<char>('a' + i % 26));
     return model;
   };
+#ifndef __SANITIZE_THREAD__
+  // (Not in a ThreadSanitizer build: its library, preloaded into a program
+  // built without it, does not start.)
   {
     // An unmodified program's 2,000 appends under the preload: a request
     // for a reserve now and then (and one a second, when the daemon folds
@@ -221,6 +221,7 @@ TEST_CASE("direct write: appends by word ask the daemon nothing, and every reade
     CHECK(requests < 200);
     CHECK(ReadAll(m.path("appends")) == letters(2000));
   }
+#endif
   std::string model;
   {
     Attached f(m.path("f"));
@@ -274,7 +275,9 @@ TEST_CASE("direct write: appends by word ask the daemon nothing, and every reade
   REQUIRE(stat(m.path("f").c_str(), &st) == 0);
   CHECK(st.st_size == static_cast<off_t>(model.size()));
   CHECK(ReadAll(m.path("f")) == model);
+#ifndef __SANITIZE_THREAD__
   CHECK(ReadAll(m.path("appends")) == letters(2000));
+#endif
   StopAndCheck(m);
 }
 
