@@ -18,7 +18,9 @@
 // end or into a hole: one request for the blocks (kOpAllocate, which keeps
 // a reserve past the end for the appends that follow), the store, and one
 // request that exposes what was stored (kOpCommit: the size, the times,
-// in one transaction). An append into the reserve costs the commit alone.
+// in one transaction). An append into the reserve costs the commit alone,
+// and the ones after it nothing: the commit opened the file's append word,
+// which they move themselves (StoreChunk; src/fs/direct.cpp says why).
 #include <errno.h>
 #include <limits.h>
 #include <linux/membarrier.h>
