@@ -475,6 +475,9 @@ class Filesystem {
     uint64_t append_at = 0;
     uint64_t append_word = 0;
     bool append_opened = false;
+    // This call folded appends by word into the size (it grew): the caller
+    // moves the kernel's size of the file, as after a commit that stored.
+    bool append_folded = false;
   };
   // The runs of regular file `ino` from the block holding `offset` on (at
   // most `max_runs`, none if `offset` is at or past EOF) as byte ranges of

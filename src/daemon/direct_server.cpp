@@ -908,7 +908,14 @@ void Server::State::Times(Clock::time_point now) {
   }
   DirectRun run;
   writers->TakeDirty([&](uint64_t ino) {
-    if (fs->DirectCommit(ino, 0, 0, 0, 0, &run, 1).ok()) stale_attrs.insert(ino);
+    Result<Filesystem::DirectMapping> m = fs->DirectCommit(ino, 0, 0, 0, 0, &run, 1);
+    if (!m.ok()) return;
+    stale_attrs.insert(ino);
+    // Appends by word folded: the kernel's size moves (a map through the
+    // mount faults past it otherwise), within kTimesMilliseconds.
+    if (m->append_folded && options.size_changed) {
+      options.size_changed(ino, m->size, LastByte(ino, m->size));
+    }
   });
   ForgetStaleAttrs();
 }
@@ -923,7 +930,11 @@ void Server::State::ForgetStaleAttrs() {
 void Server::State::Committed(uint64_t ino, bool stored, const Filesystem::DirectMapping& m,
                               const DirectRun* runs) {
   if (!stored) {
-    // fsync, close: the writer's next stat must see the times.
+    // fsync, close: the writer's next stat must see the times, and a map
+    // through the mount the size its appends by word made.
+    if (m.append_folded && options.size_changed) {
+      options.size_changed(ino, m.size, LastByte(ino, m.size));
+    }
     if (options.attrs_changed) options.attrs_changed(ino);
     return;
   }

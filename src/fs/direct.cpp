@@ -272,7 +272,9 @@ Result<Filesystem::DirectMapping> FsImpl::DirectCommit(uint64_t ino, uint64_t st
   // not be here) stores again into fresh runs. First of all: the daemon's
   // pass for the times folds the word of a file no longer open too (its
   // writer killed after an append).
+  const uint64_t size_before = ci->media->size;
   NVFS_TRY(CloseAppend(ci));
+  const bool folded = ci->media->size > size_before;
   NVFS_TRY(DirectWritable(*this, *cache_, ci));
   const format::Inode& inode = *ci->media;
   DirectSlot* slot = cache_->AssignSlot(ci);
@@ -320,6 +322,7 @@ Result<Filesystem::DirectMapping> FsImpl::DirectCommit(uint64_t ino, uint64_t st
     NVFS_TRY(tx.Commit());
   }
   DirectMapping m;
+  m.append_folded = folded;
   if (open_word && (inode.flags & format::kInodeFlagOrphan)) {
     const uint64_t tag = append_tags_.fetch_add(1, std::memory_order_relaxed) % 0xffff + 1;
     const uint64_t at = static_cast<uint64_t>(

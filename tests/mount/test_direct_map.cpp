@@ -292,6 +292,52 @@ TEST_CASE("direct map: another process's direct appends show in a map within mil
   StopAndCheck(m);
 }
 
+TEST_CASE("direct map: a kernel map through the mount follows appends by word at the writer's "
+          "fsync, and within a second without", "[mount][direct][map][word]") {
+  NVFS_REQUIRE_FUSE();
+  if (!RootDaemon()) NVFS_SKIP("the direct socket needs a root daemon");
+  MountedFs m(64ull << 20);
+  m.Start();
+  WriteKernel(m.path("k"), std::string(4096, 'k'), 0);
+  const int fd = open(m.path("k").c_str(), O_RDWR);
+  REQUIRE(fd >= 0);
+  nvfs_direct* d = nvfs_direct_attach(fd);
+  REQUIRE(d != nullptr);
+  const auto append = [&](char c, off_t at) {
+    const std::string page(4096, c);
+    REQUIRE(nvfs_direct_pwrite(d, page.data(), page.size(), at) == 4096);
+  };
+  // The first append commits by request (the kernel's size moves with it)
+  // and opens the word; the next two move the word alone.
+  append('a', 4096);
+  const int kfd = open(m.path("k").c_str(), O_RDONLY);
+  REQUIRE(kfd >= 0);
+  // This process does not preload the library: the kernel's map.
+  void* p = mmap(nullptr, 16 * 4096, PROT_READ, MAP_SHARED, kfd, 0);
+  REQUIRE(p != MAP_FAILED);
+  auto* k = static_cast<volatile char*>(p);
+  CHECK(k[4096] == 'a');
+  append('b', 8192);
+  append('c', 12288);
+  REQUIRE(nvfs_direct_write_why(d) == NVFS_DIRECT_ACTIVE);
+  // The writer's fsync folds the word and moves the kernel's size.
+  REQUIRE(nvfs_direct_fsync(d) == 0);
+  REQUIRE(!Faults(k + 12288));
+  CHECK(k[8192] == 'b');
+  CHECK(k[12288] == 'c');
+  // Without one: the daemon's pass for the times, within a second.
+  append('d', 16384);  // by request (the fsync closed the word); opens it again
+  append('e', 20480);
+  const bool seen = Eventually([&] { return !Faults(k + 20480) && k[20480] == 'e'; }, 3);
+  CHECK(seen);
+  CHECK(k[16384] == 'd');
+  munmap(p, 16 * 4096);
+  close(kfd);
+  nvfs_direct_detach(d);
+  close(fd);
+  StopAndCheck(m);
+}
+
 TEST_CASE("direct map: holes read as zeros, a page past the end is SIGBUS, and both follow the file",
           "[mount][direct][map]") {
   NVFS_REQUIRE_FUSE();
