@@ -132,7 +132,7 @@ struct Mapper {
 // REQUIRES: maps_mu.
 void CountWritable(Mapper* m, int64_t delta) {
   m->writable = static_cast<uint64_t>(static_cast<int64_t>(m->writable) + delta);
-  if (DirectWriterPage* page = m->session->writer_page) {
+  if (DirectWriterPage* page = m->session->writer_page.load(std::memory_order_acquire)) {
     page->maps.store(m->writable, std::memory_order_seq_cst);
   }
 }
@@ -992,6 +992,13 @@ void MapsToKernel() {
   std::lock_guard lock(maps_mu);
   for (auto& [addr, r] : ranges) ToKernel(*r, r->file->fd);
   for (Mapper* m : mappers) {
+    {
+      // A mapper that ended (an earlier change, or its daemon gone) has no
+      // file left, and its listener gave its session back: that session
+      // may be freed.
+      std::lock_guard io(m->io_mu);
+      if (m->dead) continue;
+    }
     for (auto& [ino, f] : m->files) {
       SendOneWay(m, kOpMunmap, ino, 0);
       for (Range* r : f->ranges) delete r;

@@ -672,7 +672,8 @@ int Session::WriteProveLocked() {
   }
   flush = flush_kind;
   writable_size.store(size, std::memory_order_release);
-  if (writer_page != nullptr && reply.page_offset == writer_page_offset_ &&
+  if (writer_page.load(std::memory_order_relaxed) != nullptr &&
+      reply.page_offset == writer_page_offset_ &&
       static_cast<uint64_t>(wst.st_dev) == writers_dev_ &&
       static_cast<uint64_t>(wst.st_ino) == writers_ino_) {
     // The daemon gave the process its own page again: the threads keep
@@ -681,7 +682,7 @@ int Session::WriteProveLocked() {
   } else {
     // The old page (an earlier mount's, or a fork's parent's) stays
     // mapped: a thread may be between loading it and its store.
-    writer_page = static_cast<DirectWriterPage*>(page);
+    writer_page.store(static_cast<DirectWriterPage*>(page), std::memory_order_release);
     writer_page_offset_ = reply.page_offset;
     writers_dev_ = static_cast<uint64_t>(wst.st_dev);
     writers_ino_ = static_cast<uint64_t>(wst.st_ino);
@@ -923,7 +924,7 @@ void SessionsChildAfterFork() {
     // The parent's page is the parent's: the child proves itself for
     // writing on its own, and gets its own.
     s->writable.store(false, std::memory_order_relaxed);
-    s->writer_page = nullptr;
+    s->writer_page.store(nullptr, std::memory_order_relaxed);
     writers_asymmetric.store(false, std::memory_order_relaxed);
     s->write_why_ = NVFS_DIRECT_ACTIVE;
     s->writer_generation.fetch_add(1, std::memory_order_relaxed);

@@ -66,7 +66,9 @@ class Session {
   // is now, and `writer_page` is its page of the writers' file. Cleared by
   // a new proof (which maps it read-only again) and in a child of fork().
   std::atomic<bool> writable{false};
-  DirectWriterPage* writer_page = nullptr;  // mapped while the library lives
+  // Mapped while the library lives. Set under mu, read without it (the
+  // write path, the maps' count of writable ranges).
+  std::atomic<DirectWriterPage*> writer_page{nullptr};
   uint32_t flush = kDirectFlushPage;        // DirectFlush, the daemon's
   // Bytes of the namespace mapped writable (a grow maps more read-only).
   std::atomic<uint64_t> writable_size{0};

@@ -279,7 +279,7 @@ Step StoreChunk(nvfs_direct* f, Source& src, uint64_t offset, size_t len, Snapsh
   if (!s->writable || !session->writable.load(std::memory_order_acquire) || session->Revoked()) {
     return Step::kRefresh;
   }
-  DirectWriterPage* page = session->writer_page;
+  DirectWriterPage* page = session->writer_page.load(std::memory_order_acquire);
   const uint64_t writable_size = session->writable_size.load(std::memory_order_acquire);
   uint64_t gap;
   bool inside = true;
