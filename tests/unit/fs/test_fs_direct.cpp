@@ -33,6 +33,20 @@ struct ImmediateGrace final : epoch::ExternalGrace {
   uint64_t Completed() override { return n; }
 };
 
+// A filesystem whose commits open append words: a slot table and a grace
+// period (both outlive it: declared first), as the daemon's direct server
+// gives them.
+struct WordsImage {
+  std::unique_ptr<DirectSlot[]> table{new DirectSlot[64]()};
+  ImmediateGrace grace;
+  FsImage img;
+  WordsImage() {
+    img.fs().SetDirectTable(table.get(), 64);
+    img.fs().SetExternalGrace(&grace);
+    img.fs().SetAppendWords(true);
+  }
+};
+
 std::string Pattern(size_t len, char seed) {
   std::string out(len, '\0');
   for (size_t i = 0; i < len; ++i) out[i] = static_cast<char>('a' + (seed + i * 7 + i / 13) % 26);
@@ -68,14 +82,9 @@ std::atomic_ref<uint64_t> WordAt(Filesystem& fs, uint64_t append_at) {
 
 TEST_CASE("appends by word: a client's stale compare-and-swap fails after a truncation closed the word",
           "[fs]") {
-  // Both outlive the filesystem (SetDirectTable, SetExternalGrace).
-  std::unique_ptr<DirectSlot[]> table(new DirectSlot[64]());
-  ImmediateGrace grace;
-  FsImage img;
+  WordsImage words;
+  FsImage& img = words.img;
   Filesystem& fs = img.fs();
-  fs.SetDirectTable(table.get(), 64);
-  fs.SetExternalGrace(&grace);
-  fs.SetAppendWords(true);
   const uint64_t ino = MustCreate(fs, kRoot, "f");
   auto file = fs.Open(ino, O_RDWR);
   REQUIRE(file.ok());
@@ -165,16 +174,11 @@ TEST_CASE("appends by word: a client's stale compare-and-swap fails after a trun
   RequireFsckClean(img, "appends by word, a truncation, a word opened again");
 }
 
-}  // namespace
 TEST_CASE("appends by word: a word closed by a chmod leaves the orphan list; fallocated blocks "
           "survive the next mount", "[fs]") {
-  std::unique_ptr<DirectSlot[]> table(new DirectSlot[64]());
-  ImmediateGrace grace;
-  FsImage img;
+  WordsImage words;
+  FsImage& img = words.img;
   Filesystem& fs = img.fs();
-  fs.SetDirectTable(table.get(), 64);
-  fs.SetExternalGrace(&grace);
-  fs.SetAppendWords(true);
   const uint64_t ino = MustCreate(fs, kRoot, "f");
   {
     auto file = fs.Open(ino, O_RDWR);
@@ -212,4 +216,5 @@ TEST_CASE("appends by word: a word closed by a chmod leaves the orphan list; fal
   CHECK(after->blocks == before->blocks);
 }
 
+}  // namespace
 }  // namespace nvfs::test
