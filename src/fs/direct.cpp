@@ -133,7 +133,14 @@ Status FsImpl::FoldAppend(uint64_t ino, const format::Inode& inode, bool leave_l
       static_cast<uint64_t>(reinterpret_cast<const std::byte*>(&inode.append_end) - media_->base());
   uint64_t w = AppendWordOf(inode);
   if (w == 0) return Status::Ok();
-  for (;;) {
+  // Honest writers move a word whose close began at most once per thread
+  // inside a store (their seq check fails after); a process that keeps
+  // moving it (it may write the namespace: it can write anything) must not
+  // hold a daemon thread here. After kMaxSwaps the last value seen is
+  // folded and the word stored closed: a move made in between is lost, and
+  // only such a process makes one.
+  constexpr int kMaxSwaps = 1024;
+  for (int tries = 0;; ++tries) {
     // A regular file's only (ValidateInode); bounded again here, as the
     // word moves under the daemon.
     const uint64_t size = S_ISREG(inode.mode) ? SizeWithWord(inode, w, bmap_->max_size()) : 0;
@@ -141,6 +148,10 @@ Status FsImpl::FoldAppend(uint64_t ino, const format::Inode& inode, bool leave_l
       OrphanTx tx(*this, "append fold");
       tx.Set(inode.size, size);
       NVFS_TRY(tx.Commit());
+    }
+    if (tries == kMaxSwaps) {
+      media_->Store64(at, 0);
+      break;
     }
     if (media_->CompareExchange64(at, &w, 0)) break;
   }

@@ -20,6 +20,7 @@
 #include "nvfs/epoch.hpp"
 #include "nvfs/format.hpp"
 #include "nvfs/fs.hpp"
+#include "nvfs/media.hpp"
 #include "test_fs.hpp"
 
 namespace nvfs::test {
@@ -214,6 +215,83 @@ TEST_CASE("appends by word: a word closed by a chmod leaves the orphan list; fal
   REQUIRE(after.ok());
   CHECK(after->size == 8192);
   CHECK(after->blocks == before->blocks);
+}
+
+// The real mapping, with a writer that always wins the race: every
+// compare-and-swap of the daemon's finds the word moved by one just before
+// it (up to kCap times, so that a close with no bound ends too).
+class MovingWordMedia final : public Media {
+ public:
+  static constexpr int kCap = 100000;
+  explicit MovingWordMedia(std::unique_ptr<Media> target) : target_(std::move(target)) {
+    base_ = const_cast<std::byte*>(target_->base());
+    size_ = target_->size();
+    read_only_ = target_->read_only();
+    granularity_ = target_->granularity();
+    path_ = target_->path();
+  }
+  std::atomic<int> swaps{0};
+  void Store(uint64_t offset, const void* src, size_t len) override {
+    target_->Store(offset, src, len);
+  }
+  void Store64(uint64_t offset, uint64_t value) override { target_->Store64(offset, value); }
+  bool CompareExchange64(uint64_t offset, uint64_t* expected, uint64_t desired) override {
+    if (swaps.fetch_add(1) < kCap) {
+      auto* word = reinterpret_cast<uint64_t*>(base_ + offset);
+      const uint64_t now = __atomic_load_n(word, __ATOMIC_ACQUIRE);
+      if (now != 0) target_->Store64(offset, now + 1);
+    }
+    return target_->CompareExchange64(offset, expected, desired);
+  }
+  void Fill(uint64_t offset, int byte, size_t len) override { target_->Fill(offset, byte, len); }
+  void Flush(uint64_t offset, size_t len) override { target_->Flush(offset, len); }
+  void Drain() override { target_->Drain(); }
+  void StoreFlush(uint64_t offset, const void* src, size_t len) override {
+    target_->StoreFlush(offset, src, len);
+  }
+
+ private:
+  std::unique_ptr<Media> target_;
+};
+
+TEST_CASE("appends by word: a process that keeps moving the word holds no close", "[fs]") {
+  std::unique_ptr<DirectSlot[]> table(new DirectSlot[64]());
+  ImmediateGrace grace;
+  FsImage img;
+  img.Unmount();
+  auto opened = OpenMedia(img.path(), MediaOptions{});
+  REQUIRE(opened.ok());
+  auto moving = std::make_unique<MovingWordMedia>(std::move(*opened));
+  MovingWordMedia& media = *moving;
+  auto mounted = Filesystem::Mount(std::move(moving), MountOptions{});
+  REQUIRE(mounted.ok());
+  Filesystem& fs = **mounted;
+  fs.SetDirectTable(table.get(), 64);
+  fs.SetExternalGrace(&grace);
+  fs.SetAppendWords(true);
+  const uint64_t ino = MustCreate(fs, kRoot, "f");
+  auto file = fs.Open(ino, O_RDWR);
+  REQUIRE(file.ok());
+  DirectRun runs[64];
+  auto alloc = fs.DirectAllocate(ino, 0, 4096, 1ull << 20, runs, 64);
+  REQUIRE(alloc.ok());
+  StoreIntoRuns(fs, *alloc, runs, 0, Pattern(4096, 5));
+  auto commit = fs.DirectCommit(ino, 0, 4096, alloc->seq, 1ull << 20, runs, 64);
+  REQUIRE(commit.ok());
+  REQUIRE(commit->append_opened);
+  media.swaps = 0;
+  SetAttrRequest truncate;
+  truncate.valid = kSetSize;
+  truncate.size = 0;
+  REQUIRE(fs.SetAttr(ino, truncate).ok());
+  // The close gave up after its bound, and closed the word anyway.
+  CHECK(media.swaps.load() <= 1100);
+  CHECK(WordAt(fs, commit->append_at).load() == 0);
+  auto attr = fs.GetAttr(ino);
+  REQUIRE(attr.ok());
+  CHECK(attr->size == 0);
+  fs.Release(*file);
+  REQUIRE(fs.Unmount().ok());
 }
 
 }  // namespace
