@@ -20,6 +20,7 @@
 #include "direct/libc.hpp"
 #include "direct/map.hpp"
 #include "direct/preload.hpp"
+#include "direct/proof_fds.hpp"
 #include "direct/session.hpp"
 #include "nvfs/direct.h"
 
@@ -91,6 +92,7 @@ void ParentAfterFork() {
   MapsParentAfterFork();
 }
 void ChildAfterFork() {
+  ProofFdsChildAfterFork();  // a take-out of the parent's did not come along
   MapsChildAfterFork();  // its direct maps become the kernel's: it has no listener
   CredentialsChildAfterFork();  // before the child runs any code of its own
   WritersChildAfterFork();

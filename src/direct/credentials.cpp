@@ -11,8 +11,11 @@
 #include <stdarg.h>
 #include <string.h>
 #include <sys/fsuid.h>
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <linux/sched.h>
@@ -24,14 +27,17 @@
 #include "direct/fd_table.hpp"
 #include "direct/libc.hpp"
 #include "direct/map.hpp"
+#include "direct/proof_fds.hpp"
 #include "direct/session.hpp"
 
 namespace nvfs::direct {
 
 namespace {
 
-// Two per session (its namespace and its table).
-constexpr int kMaxRevocable = 2 * 64;
+// Three per session (its namespace, its table and its writers' page), and
+// a writers' page of an earlier mount or of a fork's parent, which stays
+// registered while it stays mapped.
+constexpr int kMaxRevocable = 4 * 64;
 Revocable ranges[kMaxRevocable];
 
 // Changes of credentials under way, and their generation (credentials.hpp).
@@ -92,10 +98,115 @@ void RevokeAll(bool other_threads) {
   walking.fetch_sub(1, std::memory_order_seq_cst);
 }
 
+bool RegisteredFile(uint64_t dev, uint64_t ino) {
+  for (Revocable& r : ranges) {
+    if (r.base.load(std::memory_order_seq_cst) != 0 &&
+        r.file_ino.load(std::memory_order_relaxed) == ino &&
+        r.file_dev.load(std::memory_order_relaxed) == dev && ino != 0) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// One mapping of a registered file that is not a registered range (a
+// direct map, a private map's own pages, a map being made right now): its
+// bytes copied into anonymous memory that takes its place in one mremap,
+// so the process keeps what it could see and no page of the file.
+void TakeOutVma(uintptr_t start, uintptr_t end, const char* perms) {
+  const size_t len = end - start;
+  const int prot = (perms[0] == 'r' ? PROT_READ : 0) | (perms[1] == 'w' ? PROT_WRITE : 0) |
+                   (perms[2] == 'x' ? PROT_EXEC : 0);
+  void* at = reinterpret_cast<void*>(start);
+  if ((prot & PROT_READ) != 0) {
+    void* copy = libc::Mmap(nullptr, len, PROT_READ | PROT_WRITE,
+                            MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (copy != MAP_FAILED) {
+      memcpy(copy, at, len);
+      if ((prot == (PROT_READ | PROT_WRITE) || mprotect(copy, len, prot) == 0) &&
+          libc::Get(&libc::Table::mremap)(copy, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, at) == at) {
+        return;
+      }
+      libc::Munmap(copy, len);
+    }
+  }
+  // Not readable (or no memory for the copy): nothing of it is kept.
+  if (libc::Mmap(at, len, PROT_NONE, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1,
+                 0) == MAP_FAILED) {
+    Die("cannot take a map of the namespace out of the process before a change of credentials");
+  }
+}
+
+uint64_t Hex(const char*& p, const char* end) {
+  uint64_t v = 0;
+  for (; p < end; ++p) {
+    const char c = *p;
+    const int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+    if (d < 0) break;
+    v = v * 16 + static_cast<uint64_t>(d);
+  }
+  return v;
+}
+
+// Takes every mapping of a registered file out of the process, as the
+// kernel lists them (/proc/self/maps: read with plain system calls, no
+// allocation, async-signal-safe). A line is `start-end perms offset
+// major:minor inode path`.
+void TakeOutFileMaps() {
+  const int fd = libc::Get(&libc::Table::open)("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) Die("cannot read /proc/self/maps before a change of credentials");
+  char buf[8192];
+  size_t have = 0;
+  for (;;) {
+    const ssize_t n = read(fd, buf + have, sizeof buf - have);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    have += static_cast<size_t>(n);
+    const char* line = buf;
+    const char* stop = buf + have;
+    for (;;) {
+      const char* nl = static_cast<const char*>(memchr(line, '\n', stop - line));
+      if (nl == nullptr) break;
+      const char* p = line;
+      const uint64_t start = Hex(p, nl);
+      ++p;  // '-'
+      const uint64_t end = Hex(p, nl);
+      char perms[5] = {};
+      if (p + 6 < nl) memcpy(perms, p + 1, 4);
+      p += 6;
+      Hex(p, nl);  // offset
+      ++p;
+      const uint64_t major = Hex(p, nl);
+      ++p;  // ':'
+      const uint64_t minor = Hex(p, nl);
+      ++p;
+      uint64_t ino = 0;
+      for (; p < nl && *p >= '0' && *p <= '9'; ++p) ino = ino * 10 + static_cast<uint64_t>(*p - '0');
+      if (ino != 0 && end > start && RegisteredFile(makedev(major, minor), ino)) {
+        TakeOutVma(start, end, perms);
+      }
+      line = nl + 1;
+    }
+    have = static_cast<size_t>(stop - line);
+    memmove(buf, line, have);
+    if (have == sizeof buf) have = 0;  // a line longer than the buffer: a path, skipped
+  }
+  libc::Get(&libc::Table::close)(fd);
+}
+
+// Everything a proof gave, out of the process (CredentialChange).
+void TakeOutAll(bool in_child) {
+  RevokeAll(/*other_threads=*/!in_child);
+  walking.fetch_add(1, std::memory_order_seq_cst);
+  TakeOutFileMaps();
+  walking.fetch_sub(1, std::memory_order_seq_cst);
+  ProofFdsTakeOut(in_child);
+}
+
 void Begin() {
   changing.fetch_add(1, std::memory_order_seq_cst);
   generation.fetch_add(1, std::memory_order_seq_cst);
-  RevokeAll(/*other_threads=*/true);
+  TakeOutAll(/*in_child=*/false);
 }
 
 void End() {
@@ -105,10 +216,14 @@ void End() {
 
 }  // namespace
 
-Revocable* RevocableRegister(const void* base, uint64_t size) {
+Revocable* RevocableRegister(const void* base, uint64_t size, int fd) {
+  struct stat st {};
+  if (fd >= 0 && fstat(fd, &st) != 0) return nullptr;
   for (Revocable& r : ranges) {
     bool expected = false;
     if (!r.claimed.compare_exchange_strong(expected, true, std::memory_order_acq_rel)) continue;
+    r.file_dev.store(fd >= 0 ? st.st_dev : 0, std::memory_order_relaxed);
+    r.file_ino.store(fd >= 0 ? st.st_ino : 0, std::memory_order_relaxed);
     r.revoked.store(false, std::memory_order_relaxed);
     r.revocations.store(0, std::memory_order_relaxed);
     r.size.store(size, std::memory_order_release);
@@ -173,7 +288,10 @@ void CredentialsChildAfterFork() {
   changing.store(0, std::memory_order_relaxed);
   walking.store(0, std::memory_order_relaxed);
   generation.fetch_add(2, std::memory_order_seq_cst);
+  // The sessions' and mappers' descriptors are closed by their own
+  // handlers (session.cpp, map.cpp), which run first.
   RevokeAll(/*other_threads=*/false);
+  TakeOutFileMaps();
 }
 
 }  // namespace nvfs::direct
@@ -287,7 +405,17 @@ bool ChangesCredentials(long number, long arg0, long arg1) {
 #endif
       return true;
     case SYS_unshare:
+    case SYS_clone:  // x86-64: flags first
       return (arg0 & CLONE_NEWUSER) != 0;
+    case SYS_clone3: {
+      // struct clone_args: flags first. A child in a new user namespace
+      // has other credentials and the parent's memory: everything is taken
+      // out before, here, and the parent proves itself again.
+      if (arg0 == 0 || static_cast<unsigned long>(arg1) < sizeof(uint64_t)) return false;
+      uint64_t flags;
+      memcpy(&flags, reinterpret_cast<const void*>(arg0), sizeof flags);
+      return (flags & CLONE_NEWUSER) != 0;
+    }
     case SYS_setns:
       return arg1 == 0 || (arg1 & CLONE_NEWUSER) != 0;
     default:
@@ -298,10 +426,13 @@ bool ChangesCredentials(long number, long arg0, long arg1) {
 }  // namespace
 
 // The same system calls made through syscall(3) (libcap's and libpsx's
-// way, and programs' own), on the calling thread only. Only the mappings
-// are taken here (async-signal-safe): libpsx makes the call from a signal
-// handler on every thread. As glibc's own syscall(), six arguments are
-// passed on whatever the call takes.
+// way, and programs' own), and clone/clone3 of a child in a new user
+// namespace. Everything a proof gave is taken out, as for the libc calls;
+// a thread inside the library (a signal handler that interrupted it: libpsx
+// makes the call from one on every thread) may hold its locks, so there the
+// direct maps are copied instead of handed to the kernel (credentials.hpp).
+// As glibc's own syscall(), six arguments are passed on whatever the call
+// takes.
 NVFS_DIRECT_EXPORT long syscall(long number, ...) noexcept {
   va_list ap;
   va_start(ap, number);
@@ -310,6 +441,20 @@ NVFS_DIRECT_EXPORT long syscall(long number, ...) noexcept {
   va_end(ap);
   auto* real = libc::Get(&libc::Table::syscall);
   if (!ChangesCredentials(number, a[0], a[1])) return real(number, a[0], a[1], a[2], a[3], a[4], a[5]);
-  CredentialChange change(false);
+  CredentialChange change(/*tidy=*/tls.depth == 0);
   return real(number, a[0], a[1], a[2], a[3], a[4], a[5]);
+}
+
+// glibc's clone(): a child in a new user namespace (above).
+NVFS_DIRECT_EXPORT int clone(int (*fn)(void*), void* stack, int flags, void* arg, ...) noexcept {
+  va_list ap;
+  va_start(ap, arg);
+  void* parent_tid = va_arg(ap, void*);
+  void* tls_arg = va_arg(ap, void*);
+  void* child_tid = va_arg(ap, void*);
+  va_end(ap);
+  auto* real = libc::Get(&libc::Table::clone);
+  if ((flags & CLONE_NEWUSER) == 0) return real(fn, stack, flags, arg, parent_tid, tls_arg, child_tid);
+  CredentialChange change(/*tidy=*/tls.depth == 0);
+  return real(fn, stack, flags, arg, parent_tid, tls_arg, child_tid);
 }

@@ -44,11 +44,19 @@ struct Revocable {
   // the range's bytes gone and the mark cleared (a new proof mapped it
   // again after its copy) tells the zeros from a remount by this.
   std::atomic<uint64_t> revocations{0};
+  // The file the range maps (st_dev, st_ino; 0: none known): a change of
+  // credentials also takes every other mapping of that file out of the
+  // process (a direct map is the namespace's pages, and mremap can grow it
+  // over any of them).
+  std::atomic<uint64_t> file_dev{0};
+  std::atomic<uint64_t> file_ino{0};
 };
 
-// Registers `size` bytes at `base`: from now on a change of credentials
-// maps zeros over them. Null when every entry is taken.
-Revocable* RevocableRegister(const void* base, uint64_t size);
+// Registers `size` bytes at `base`, a mapping of `fd` (or of no file, -1):
+// from now on a change of credentials maps zeros over them, and takes
+// every mapping of that file out of the process. Null when every entry is
+// taken.
+Revocable* RevocableRegister(const void* base, uint64_t size, int fd);
 // Gives the range back to its owner, which may then unmap it: no change
 // of credentials touches it once this returns.
 void RevocableUnregister(Revocable* r);
@@ -68,15 +76,20 @@ bool CredentialsChanging();
 // have missed the new mapping, and the session takes it out itself.
 bool CredentialsUnchangedSince(uint64_t generation);
 
-// Around a change of credentials made through libc (the interposed calls,
-// credentials.cpp): the constructor takes every registered mapping out;
+// Around a change of credentials (the interposed calls, credentials.cpp):
+// the constructor takes out of the process everything a proof gave it —
+// the direct maps (handed to the kernel when `tidy`), every registered
+// mapping (zeros), every other mapping of a registered file (copied into
+// anonymous memory), and the proof's descriptors (proof_fds.hpp);
 // the destructor, after the change, forgets what the preload's descriptor
 // table had found the process could not read directly (fd_table.hpp), so
 // that each descriptor is looked at again as what the process now is.
-// `tidy`: also close the sessions' connections now (their proof is over),
-// which takes the library's locks; false for a raw system call made
-// through syscall(), which may come from a signal handler (libpsx).
-// errno is kept.
+// `tidy`: the direct maps become the kernel's maps of the same files, and
+// the sessions' connections are closed now, which takes the library's
+// locks; false where the calling thread may hold them (a signal handler
+// that interrupted the library on this thread), where the direct maps are
+// copied into anonymous memory instead (a shared map's later stores then
+// reach no file) and their mapper ends. errno is kept.
 class CredentialChange {
  public:
   explicit CredentialChange(bool tidy);

@@ -12,6 +12,7 @@
 
 #include "direct/epoch.hpp"
 #include "direct/file.hpp"
+#include "direct/proof_fds.hpp"
 #include "direct/session.hpp"
 #include "nvfs/direct.h"
 
@@ -121,7 +122,7 @@ void ForgetRange(unsigned first, unsigned last) {
 // Before a call that may free `fd`: ours (a session socket) or the program's.
 void Closing(int fd) {
   if (fd < 0) return;
-  SessionsNoteClosed(static_cast<unsigned>(fd), static_cast<unsigned>(fd));
+  ProofFdsNoteClosed(static_cast<unsigned>(fd), static_cast<unsigned>(fd));
   Forget(fd);
 }
 
@@ -365,7 +366,7 @@ void FdForget(int fd) { Forget(fd); }
 void FdForgetRange(unsigned first, unsigned last) { ForgetRange(first, last); }
 void FdClosing(int fd) { Closing(fd); }
 void FdClosingRange(unsigned first, unsigned last) {
-  SessionsNoteClosed(first, last);
+  ProofFdsNoteClosed(first, last);
   ForgetRange(first, last);
 }
 int FdFresh(int fd) { return Fresh(fd); }

@@ -91,6 +91,7 @@ NVFS_DIRECT_UNINSTRUMENTED void Resolve() {
   Find(real.unshare, "unshare");
   Find(real.setns, "setns");
   Find(real.syscall, "syscall");
+  Find(real.clone, "clone");
 }
 
 }  // namespace nvfs::direct::libc

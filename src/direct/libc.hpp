@@ -99,6 +99,7 @@ struct Table {
   int (*unshare)(int);
   int (*setns)(int, int);
   long (*syscall)(long, ...);
+  int (*clone)(int (*)(void*), void*, int, void*, ...);
 };
 
 // Filled by Resolve(); a pointer is null where libc lacks the call.

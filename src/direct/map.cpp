@@ -30,6 +30,8 @@
 #include "direct/epoch.hpp"
 #include "direct/file.hpp"
 #include "direct/libc.hpp"
+#include "direct/credentials.hpp"
+#include "direct/proof_fds.hpp"
 #include "direct/protocol.hpp"
 #include "direct/session.hpp"
 #include "direct/transport.hpp"
@@ -46,6 +48,14 @@ uint64_t RoundUp(uint64_t v) { return (v + kPage - 1) & ~(kPage - 1); }
 
 void CloseFd(int fd) {
   if (fd >= 0) libc::Get(&libc::Table::close)(fd);
+}
+
+// A descriptor registered with the proof's (proof_fds.hpp), closed unless
+// the program freed its number.
+void CloseProofFd(int* fd, int* slot) {
+  if (ProofFdRemove(*slot)) CloseFd(*fd);
+  *fd = -1;
+  *slot = -1;
 }
 
 struct Mapper;
@@ -115,6 +125,8 @@ struct Mapper {
   Session* session = nullptr;  // referenced
   int sock = -1;
   int ns_fd = -1;  // the namespace, opened for reading at the proof (MAP_PRIVATE maps)
+  int sock_slot = -1;  // their entries among the proof's descriptors
+  int ns_slot = -1;
   bool write_proven = false;
   char ns_path[PATH_MAX] = {};
   std::mutex io_mu;
@@ -483,9 +495,8 @@ void Died(Mapper* m) {
     m->writable = 0;
     CountWritable(m, 0);  // the pages are off the blocks: a new mount may go on
   }
-  CloseFd(m->sock);
-  CloseFd(m->ns_fd);
-  m->sock = m->ns_fd = -1;
+  CloseProofFd(&m->sock, &m->sock_slot);
+  CloseProofFd(&m->ns_fd, &m->ns_slot);
   m->session->Unref();
 }
 
@@ -526,8 +537,8 @@ Mapper* MapperFor(Session* s, bool write, int* why) {
       return nullptr;
     }
     auto fail = [&](int w) {
-      CloseFd(m->sock);
-      CloseFd(m->ns_fd);
+      CloseProofFd(&m->sock, &m->sock_slot);
+      CloseProofFd(&m->ns_fd, &m->ns_slot);
       delete m;
       *why = w;
       return nullptr;
@@ -536,9 +547,16 @@ Mapper* MapperFor(Session* s, bool write, int* why) {
     char path[PATH_MAX];
     SocketPath(path, sizeof path, s->dev(), dir);
     if (!SocketDirTrusted(dir)) return fail(NVFS_DIRECT_NO_SERVER);
+    // Credentials are part of the proof: one made across a change is not
+    // used (the descriptors are registered first, so that a change from
+    // then on takes them out).
+    const uint64_t generation = CredentialsGeneration();
+    if (CredentialsChanging()) return fail(NVFS_DIRECT_REFUSED);
     if (TransportConnect(path, TestMode() ? geteuid() : 0, &m->sock) != 0) {
       return fail(NVFS_DIRECT_NO_SERVER);
     }
+    m->sock_slot = ProofFdAdd(m->sock);
+    if (m->sock_slot < 0) return fail(NVFS_DIRECT_NO_MEMORY);
     Request req{kMagic, kVersion, kOpHello, 0, 0, 0, 0, 0};
     ReplyHeader hello{};
     if (TransportCall(m->sock, req, -1, &hello, sizeof hello, sizeof hello, nullptr) != 0 ||
@@ -549,6 +567,8 @@ Mapper* MapperFor(Session* s, bool write, int* why) {
     if (!NamespacePath(s->dev(), m->ns_path, sizeof m->ns_path)) return fail(NVFS_DIRECT_NO_NAMESPACE);
     m->ns_fd = OpenNamespace(m->ns_path, &st);
     if (m->ns_fd < 0 || !s->IsNamespace(st)) return fail(NVFS_DIRECT_NO_NAMESPACE);
+    m->ns_slot = ProofFdAdd(m->ns_fd);
+    if (m->ns_slot < 0) return fail(NVFS_DIRECT_NO_MEMORY);
     req.op = kOpProve;
     ProveReply prove{};
     if (TransportCall(m->sock, req, m->ns_fd, &prove, sizeof prove, sizeof prove, nullptr) != 0 ||
@@ -556,6 +576,7 @@ Mapper* MapperFor(Session* s, bool write, int* why) {
       return fail(NVFS_DIRECT_NO_NAMESPACE);
     }
     if (prove.mount_count != s->mount_count) return fail(NVFS_DIRECT_GONE);
+    if (!CredentialsUnchangedSince(generation)) return fail(NVFS_DIRECT_REFUSED);
     m->session = s;
     s->Ref();
     // The listener blocks every signal: the program's handlers run on its
@@ -1084,9 +1105,8 @@ void MapsChildAfterFork() {
       delete f;
     }
     m->files.clear();
-    CloseFd(m->sock);
-    CloseFd(m->ns_fd);
-    m->sock = m->ns_fd = -1;
+    CloseProofFd(&m->sock, &m->sock_slot);
+    CloseProofFd(&m->ns_fd, &m->ns_slot);
     new (&m->io_mu) std::mutex;  // its holder (a thread of the parent) is not here
     m->dead = true;
     m->closing = true;

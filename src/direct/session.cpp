@@ -17,6 +17,7 @@
 
 #include "direct/epoch.hpp"
 #include "direct/libc.hpp"
+#include "direct/proof_fds.hpp"
 #include "direct/transport.hpp"
 #include "nvfs/direct.h"
 #include "nvfs/format.hpp"
@@ -38,16 +39,6 @@ constexpr int kMaxSessions = 64;
 std::mutex registry_mu;
 Session* registry[kMaxSessions];  // protected by registry_mu; the usable sessions by mount
 Session* all_sessions = nullptr;  // protected by registry_mu; listed or not, until freed
-
-// The library's own long-lived descriptors (session sockets), so that a
-// program closing them (closefrom, a dup2 onto one) is noticed.
-constexpr int kMaxInternal = kMaxSessions;
-struct InternalFd {
-  std::atomic<int> fd{-1};
-  std::atomic<bool> stolen{false};
-};
-InternalFd internal[kMaxInternal];
-std::atomic<int> internal_count{0};
 
 int64_t NowSeconds() {
   timespec ts;
@@ -232,6 +223,12 @@ Session::~Session() {
   if (fault != nullptr) FaultUnregisterMapping(fault);
   RevocableUnregister(ns_range);
   RevocableUnregister(table_range_);
+  if (writer_page_range_ != nullptr) {
+    // Every store through the session is over (the epoch freed it): the
+    // page goes as a change of credentials would take it.
+    RevocableZero(writer_page_range_);
+    RevocableUnregister(writer_page_range_);
+  }
   if (ns_base != nullptr) libc::Munmap(const_cast<std::byte*>(ns_base), ns_reserved_);
   if (table != nullptr) libc::Munmap(const_cast<DirectSlot*>(table), table_bytes_);
   DropSocketLocked();
@@ -263,17 +260,10 @@ void FreeDeadSessions() {
 }
 
 void Session::DropSocketLocked() {
-  if (internal_index_ >= 0) {
-    InternalFd& e = internal[internal_index_];
-    // A socket the program closed is not ours to close again.
-    if (!e.stolen.load(std::memory_order_acquire)) CloseFd(sock_);
-    e.fd.store(-1, std::memory_order_release);
-    e.stolen.store(false, std::memory_order_relaxed);
-    internal_count.fetch_sub(1, std::memory_order_relaxed);
-    internal_index_ = -1;
-  } else {
-    CloseFd(sock_);
-  }
+  // A socket the program closed (or a change of credentials took out and
+  // the program then freed) is not ours to close again.
+  if (ProofFdRemove(proof_fd_)) CloseFd(sock_);
+  proof_fd_ = -1;
   sock_ = -1;
 }
 
@@ -292,14 +282,13 @@ int Session::ConnectLocked() {
     // Still our socket: a close the library did not see (a raw system
     // call) may have given its number to another descriptor, which a
     // request must not be written into, nor closed.
-    InternalFd& e = internal[internal_index_];
     struct stat st;
-    if (!e.stolen.load(std::memory_order_acquire) &&
+    if (!ProofFdStolen(proof_fd_) &&
         (fstat(sock_, &st) != 0 || !S_ISSOCK(st.st_mode) || st.st_ino != sock_ino_ ||
          st.st_dev != sock_dev_)) {
-      e.stolen.store(true, std::memory_order_release);
+      ProofFdMarkStolen(proof_fd_);
     }
-    if (!e.stolen.load(std::memory_order_acquire)) return NVFS_DIRECT_ACTIVE;
+    if (!ProofFdStolen(proof_fd_)) return NVFS_DIRECT_ACTIVE;
     DropSocketLocked();
   }
   const char* dir = SocketDir();
@@ -328,29 +317,15 @@ int Session::ConnectLocked() {
   if (!sock_exists || !S_ISSOCK(sock_st.st_mode) || !SocketDirTrusted(dir)) {
     return fail(NVFS_DIRECT_NO_SERVER);
   }
-  int slot = -1;
-  for (int i = 0; i < kMaxInternal && slot < 0; ++i) {
-    int expected = -1;
-    // Claimed with a placeholder until the socket's number is known.
-    if (internal[i].fd.compare_exchange_strong(expected, -2, std::memory_order_acq_rel)) slot = i;
-  }
-  if (slot < 0) return fail(NVFS_DIRECT_NO_MEMORY);
   const uid_t peer = TestMode() ? geteuid() : 0;
   int sock = -1;
   int err = TransportConnect(path, peer, &sock);
-  if (err != 0) {
-    internal[slot].fd.store(-1, std::memory_order_release);
-    return fail(WhyOfConnectError(err));
-  }
-  internal[slot].stolen.store(false, std::memory_order_relaxed);
-  internal[slot].fd.store(sock, std::memory_order_release);
-  internal_count.fetch_add(1, std::memory_order_relaxed);
+  if (err != 0) return fail(WhyOfConnectError(err));
   sock_ = sock;
   struct stat sock_fd_st {};
   fstat(sock, &sock_fd_st);
   sock_dev_ = sock_fd_st.st_dev;
   sock_ino_ = sock_fd_st.st_ino;
-  internal_index_ = slot;
 
   write_connection_ = false;
   Request req{kMagic, kVersion, kOpHello, 0, 0, 0, 0, 0};
@@ -435,6 +410,7 @@ int Session::ConnectLocked() {
       gone.store(true, std::memory_order_release);  // a new session maps it whole
       return fail(NVFS_DIRECT_GONE);
     }
+    if (!RegisterSocketLocked(generation)) return NVFS_DIRECT_REFUSED;
     proved_generation_ = generation;
     why_ = NVFS_DIRECT_ACTIVE;
     return NVFS_DIRECT_ACTIVE;
@@ -478,8 +454,8 @@ int Session::ConnectLocked() {
     return fail(errno == ENOMEM ? NVFS_DIRECT_NO_MEMORY : NVFS_DIRECT_NO_NAMESPACE);
   }
   FaultMapping* fm = FaultRegisterMapping(static_cast<std::byte*>(n), prove.namespace_size);
-  Revocable* ns_r = RevocableRegister(n, prove.namespace_size);
-  Revocable* table_r = RevocableRegister(t, prove.table_bytes);
+  Revocable* ns_r = RevocableRegister(n, prove.namespace_size, ns.fd);
+  Revocable* table_r = RevocableRegister(t, prove.table_bytes, -1);
   auto undo = [&] {
     if (fm != nullptr) FaultUnregisterMapping(fm);
     RevocableUnregister(ns_r);
@@ -529,8 +505,21 @@ int Session::ConnectLocked() {
   table_dev_ = static_cast<uint64_t>(table_st.st_dev);
   table_ino_ = static_cast<uint64_t>(table_st.st_ino);
   mapped_ = true;
+  if (!RegisterSocketLocked(generation)) return NVFS_DIRECT_REFUSED;
   why_ = NVFS_DIRECT_ACTIVE;
   return NVFS_DIRECT_ACTIVE;
+}
+
+bool Session::RegisterSocketLocked(uint64_t generation) {
+  // A proof is finished before its connection is registered (a change of
+  // credentials while it is under way is seen here, and the prover holds
+  // the session's lock, so the connection is dropped at once rather than
+  // left for the next use); from now on a change takes it out of the
+  // process, whatever thread makes it (proof_fds.hpp).
+  proof_fd_ = ProofFdAdd(sock_);
+  if (proof_fd_ >= 0 && CredentialsUnchangedSince(generation)) return true;
+  DropSocketLocked();  // this time only: nothing is remembered
+  return false;
 }
 
 bool Session::RemapLocked(int ns_fd, int table_fd) {
@@ -627,10 +616,34 @@ int Session::WriteProveLocked() {
     DropSocketLocked();
     return fail(NVFS_DIRECT_NO_WRITES);
   }
-  void* page = libc::Mmap(nullptr, sizeof(DirectWriterPage), PROT_READ | PROT_WRITE, MAP_SHARED,
-                    writers_fd, static_cast<off_t>(reply.page_offset));
-  CloseFd(writers_fd);
-  if (page == MAP_FAILED) return fail(NVFS_DIRECT_NO_MEMORY);
+  struct WritersFd {
+    int fd;
+    ~WritersFd() { CloseFd(fd); }
+  } const writers{writers_fd};
+  const bool same_page = writer_page.load(std::memory_order_relaxed) != nullptr &&
+                         reply.page_offset == writer_page_offset_ &&
+                         static_cast<uint64_t>(wst.st_dev) == writers_dev_ &&
+                         static_cast<uint64_t>(wst.st_ino) == writers_ino_;
+  // The daemon gave the process its own page again: the threads keep their
+  // slots at the addresses they have, mapped again if a change of
+  // credentials put zeros there.
+  void* page = nullptr;
+  Revocable* page_range = nullptr;
+  if (!same_page) {
+    page = libc::Mmap(nullptr, sizeof(DirectWriterPage), PROT_READ | PROT_WRITE, MAP_SHARED,
+                      writers.fd, static_cast<off_t>(reply.page_offset));
+    if (page == MAP_FAILED) return fail(NVFS_DIRECT_NO_MEMORY);
+    page_range = RevocableRegister(page, sizeof(DirectWriterPage), writers.fd);
+    if (page_range == nullptr) {
+      libc::Munmap(page, sizeof(DirectWriterPage));
+      return fail(NVFS_DIRECT_NO_MEMORY);
+    }
+  }
+  auto drop_page = [&] {
+    if (page_range == nullptr) return;
+    RevocableUnregister(page_range);
+    libc::Munmap(page, sizeof(DirectWriterPage));
+  };
   // The namespace, shared and writable, over the read-only mapping at the
   // same addresses (snapshots point there). On persistent memory behind a
   // DAX file system, MAP_SYNC: the file's blocks are durable before a
@@ -641,8 +654,19 @@ int Session::WriteProveLocked() {
   const uint64_t size = ns_size;
   void* n = MAP_FAILED;
   if (!CredentialsUnchangedSince(generation)) {
-    libc::Munmap(page, sizeof(DirectWriterPage));
+    drop_page();
     return NVFS_DIRECT_REFUSED;
+  }
+  if (same_page && writer_page_range_->revoked.load(std::memory_order_seq_cst)) {
+    void* at = writer_page.load(std::memory_order_relaxed);
+    if (libc::Mmap(at, sizeof(DirectWriterPage), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
+                   writers.fd, static_cast<off_t>(reply.page_offset)) == MAP_FAILED) {
+      RevocableZero(writer_page_range_);
+      return fail(NVFS_DIRECT_NO_MEMORY);
+    }
+    // Cleared after the page is back (seq_cst): a change that walks after
+    // this puts zeros there again; one that walked before is seen below.
+    writer_page_range_->revoked.store(false, std::memory_order_seq_cst);
   }
   if (cpu_flush && S_ISREG(st.st_mode)) {
     n = libc::Mmap(base, size, PROT_READ | PROT_WRITE, MAP_SHARED_VALIDATE | MAP_SYNC | MAP_FIXED, ns.fd, 0);
@@ -655,13 +679,14 @@ int Session::WriteProveLocked() {
     if (libc::Mmap(base, size, PROT_READ, MAP_SHARED | MAP_FIXED, ns.fd, 0) == MAP_FAILED) {
       RevocableZero(ns_range);
     }
-    libc::Munmap(page, sizeof(DirectWriterPage));
+    drop_page();
     return fail(NVFS_DIRECT_NO_MEMORY);
   }
   if (!CredentialsUnchangedSince(generation)) {
     // A change walked past meanwhile: its zeros again.
     RevocableZero(ns_range);
-    libc::Munmap(page, sizeof(DirectWriterPage));
+    if (same_page) RevocableZero(writer_page_range_);
+    drop_page();
     return NVFS_DIRECT_REFUSED;
   }
   // Before any store: the daemon's barriers reach this process's threads
@@ -672,17 +697,12 @@ int Session::WriteProveLocked() {
   }
   flush = flush_kind;
   writable_size.store(size, std::memory_order_release);
-  if (writer_page.load(std::memory_order_relaxed) != nullptr &&
-      reply.page_offset == writer_page_offset_ &&
-      static_cast<uint64_t>(wst.st_dev) == writers_dev_ &&
-      static_cast<uint64_t>(wst.st_ino) == writers_ino_) {
-    // The daemon gave the process its own page again: the threads keep
-    // their slots in the mapping they have.
-    libc::Munmap(page, sizeof(DirectWriterPage));
-  } else {
+  if (!same_page) {
     // The old page (an earlier mount's, or a fork's parent's) stays
-    // mapped: a thread may be between loading it and its store.
+    // mapped, and registered: a thread may be between loading it and its
+    // store.
     writer_page.store(static_cast<DirectWriterPage*>(page), std::memory_order_release);
+    writer_page_range_ = page_range;
     writer_page_offset_ = reply.page_offset;
     writers_dev_ = static_cast<uint64_t>(wst.st_dev);
     writers_ino_ = static_cast<uint64_t>(wst.st_ino);
@@ -887,16 +907,6 @@ Session* SessionFor(dev_t dev, int* why) {
     return nullptr;
   }
   return s;
-}
-
-void SessionsNoteClosed(unsigned first, unsigned last) {
-  if (internal_count.load(std::memory_order_relaxed) == 0) return;
-  for (InternalFd& e : internal) {
-    const int fd = e.fd.load(std::memory_order_acquire);
-    if (fd >= 0 && static_cast<unsigned>(fd) >= first && static_cast<unsigned>(fd) <= last) {
-      e.stolen.store(true, std::memory_order_release);
-    }
-  }
 }
 
 void SessionsDropConnections() {

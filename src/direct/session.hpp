@@ -173,7 +173,10 @@ class Session {
 
   // protected by mu:
   int sock_ = -1;
-  int internal_index_ = -1;  // its entry among the library's descriptors
+  int proof_fd_ = -1;  // its entry among the proof's descriptors (proof_fds.hpp)
+  // Registers sock_ among them once its proof of `generation` is made;
+  // false (the connection dropped) if a change of credentials came since.
+  bool RegisterSocketLocked(uint64_t generation);
   dev_t sock_dev_ = 0;       // the socket's identity, checked before each use
   ino_t sock_ino_ = 0;
   uint64_t ns_dev_ = 0, ns_ino_ = 0, ns_rdev_ = 0;  // what was mapped
@@ -191,6 +194,10 @@ class Session {
   bool write_connection_ = false;   // this connection made a proof for writing
   uint64_t writer_page_offset_ = 0;  // writer_page's, in the writers' file
   uint64_t writers_dev_ = 0, writers_ino_ = 0;  // that file
+  // writer_page's entry among the ranges a change of credentials takes out
+  // (zeros in its place: a process that dropped its credentials, or a child
+  // of fork, keeps no page it could mark).
+  Revocable* writer_page_range_ = nullptr;
   int write_why_ = 0;               // why the last proof for writing failed
   int no_writes_why_ = 0;           // why the last kMapNoWrites
   uint64_t write_why_generation_ = 0;  // ... as the process was then
@@ -223,11 +230,6 @@ bool WritersAsymmetric();
 // mount serves this process no direct reads. A failure is remembered for
 // some seconds, or until the mount's socket is made anew.
 Session* SessionFor(dev_t dev, int* why);
-
-// The program closed descriptors first..last (close, dup2 onto, close_range):
-// a session socket among them is no longer the library's; the session
-// reconnects instead of using the number again. Async-signal-safe.
-void SessionsNoteClosed(unsigned first, unsigned last);
 
 // Test-only (tests/mount/test_direct.cpp): the socket directory given by
 // NVFS_DIRECT_SOCKET_DIR (secure_getenv: ignored for setuid programs) is

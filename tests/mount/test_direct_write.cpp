@@ -611,10 +611,13 @@ TEST_CASE("direct write: threads writing through changes of credentials lose no 
   while (ready < 2) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   // The same credentials, over and over: each change takes the namespace
   // out of the process and the next write proves it again.
+  // (A change takes out a proof under way too: the gaps leave room for
+  // new proofs, and the writers go on a while after the last change.)
   for (int i = 0; i < 200; ++i) {
     REQUIRE(setresuid(0, 0, 0) == 0);
-    std::this_thread::sleep_for(std::chrono::microseconds(500));
+    std::this_thread::sleep_for(std::chrono::milliseconds(3));
   }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
   stop = true;
   t1.join();
   t2.join();
