@@ -59,6 +59,36 @@ bool Maps::Stale(const Mapper& m) const {
   return false;
 }
 
+void Maps::BeginRegister(uint64_t id) {
+  std::lock_guard lock(mu_);
+  Mapper& m = mappers_[id];
+  ++m.registering;
+  // Tickets up to scanned_ were looked at before these runs are read: the
+  // blocks they free left their files before, so the runs cannot name
+  // them. Every later ticket waits.
+  if (m.owe == 0) {
+    m.owe = scanned_ + 1;
+    m.owe_for_register = true;
+  }
+}
+
+void Maps::EndRegister(uint64_t id) {
+  std::lock_guard lock(mu_);
+  auto it = mappers_.find(id);
+  if (it == mappers_.end()) return;
+  Mapper& m = it->second;
+  if (--m.registering > 0 || !m.owe_for_register) return;
+  m.owe_for_register = false;
+  // Still at the seqs its runs were given at: nothing of what was freed
+  // meanwhile is in them. Else the mapper is told, and holds until Done.
+  if (!m.orphan && !Stale(m)) {
+    m.owe = 0;
+  } else if (!m.orphan && !m.told) {
+    m.tell = true;
+    Wake();
+  }
+}
+
 bool Maps::Register(uint64_t id, uint64_t ino, uint32_t slot, uint64_t seq) {
   if (slot == 0 || slot >= slot_count_) return false;
   std::lock_guard lock(mu_);

@@ -47,9 +47,17 @@ class Maps final : public epoch::ExternalGrace {
   uint64_t Completed() override;
 
   // The server thread's calls.
+  // Before the runs of a map are read: mapper `id` holds back every ticket
+  // not yet looked at until EndRegister, so that no block its runs may
+  // name goes to another file between the read and Register (a ticket
+  // completed meanwhile would not have seen it). Paired with EndRegister.
+  void BeginRegister(uint64_t id);
   // Mapper `id` maps file `ino` (slot `slot`), given runs at seq `seq`.
   // False if the slot is out of the table.
   bool Register(uint64_t id, uint64_t ino, uint32_t slot, uint64_t seq);
+  // After Register (or its failure): what BeginRegister held back is let
+  // go if every file of the mapper is still at the seq it was given.
+  void EndRegister(uint64_t id);
   // Whether `id` maps `ino` (its maps of it were registered).
   bool Holds(uint64_t id, uint64_t ino) const;
   // Mapper `id` maps no part of `ino` any more.
@@ -84,6 +92,8 @@ class Maps final : public epoch::ExternalGrace {
     bool tell = false;   // to be told
     bool told = false;   // a kOpNotify not yet answered by kOpMapDone
     bool orphan = false;
+    int registering = 0;  // BeginRegister calls not yet ended
+    bool owe_for_register = false;  // `owe` was set by BeginRegister
   };
   // Whether some file of `m` is not at its validated seq. REQUIRES: mu_.
   bool Stale(const Mapper& m) const;

@@ -72,7 +72,28 @@ struct Connection {
   // passed, kept open until kOpMunmap or the connection's end.
   std::map<uint64_t, int> mapped;
   uint64_t start_time = 0;  // its process's, at its first kOpMmap
+  // Files it passed a descriptor open for writing of (kOpMap for writing,
+  // or a write request with the descriptor): the only ones a later write
+  // request may name by inode alone, and the only ones its page's list of
+  // written files is believed for.
+  std::set<uint64_t> writable;
+  uint64_t page = 0;  // its page of the writers' file (kOpWriteProve), 0: none
 };
+
+// Files a connection may name by inode: beyond this, a write request
+// passes the descriptor again each time (it is checked, and served).
+constexpr size_t kMaxWritableNames = 65536;
+
+// The tests' way to widen a race window on the server thread: sleeps for
+// the milliseconds the environment variable `name` gives (read once in a
+// daemon; never set outside tests).
+void TestPause(const char* name) {
+  static const long ms = [name] {
+    const char* v = secure_getenv(name);
+    return v != nullptr ? std::strtol(v, nullptr, 10) : 0L;
+  }();
+  if (ms > 0 && ms <= 10000) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+}
 
 // A mapper whose connection closed while its process lived: it may still
 // map the files, so what they free is held (Maps::Orphan) until the process
@@ -587,7 +608,10 @@ void Server::State::Map(Connection& c) {
       FillReply(&reply, stx.stx_ino, *m);
       // Looked at after the runs: a change of mode or owner after them
       // moves the seq they are valid for.
-      if (for_write && MayWriteDirectly(stx.stx_ino)) reply.flags = kMapWritable;
+      if (for_write && MayWriteDirectly(stx.stx_ino)) {
+        reply.flags = kMapWritable;
+        if (c.writable.size() < kMaxWritableNames) c.writable.insert(stx.stx_ino);
+      }
     }
   }
   Send(c, &reply, sizeof reply);
@@ -663,6 +687,7 @@ void Server::State::WriteProve(Connection& c) {
       reply.h.error = EUSERS;
     } else {
       c.write_proven = true;
+      c.page = page;
       reply.page_offset = page;
       reply.flush = FlushOf(fs->media().granularity());
     }
@@ -727,6 +752,9 @@ void Server::State::MmapOp(Connection& c) {
     return;
   }
   InstallGrace();
+  // Held before the runs are read, let go once they are registered: no
+  // block they name goes to another file in between.
+  maps->BeginRegister(c.id);
   Result<Filesystem::DirectMapping> m = Error(EIO);
   if (for_write) {
     if (!MayWriteDirectly(ino)) {
@@ -744,6 +772,7 @@ void Server::State::MmapOp(Connection& c) {
   } else {
     m = fs->DirectMap(ino, r.offset, reply.runs, kMaxRuns);
   }
+  TestPause("NVFS_TEST_MMAP_PAUSE_MS");
   if (!m.ok()) {
     reply.h.error = m.code();
   } else if (!maps->Register(c.id, ino, m->slot, m->seq)) {
@@ -752,6 +781,7 @@ void Server::State::MmapOp(Connection& c) {
     FillReply(&reply, ino, *m);
     if (for_write) reply.flags = kMapWritable;
   }
+  maps->EndRegister(c.id);
   if (reply.h.error != 0 && fresh) {
     // Refused: the client maps nothing of it, and says nothing more of it.
     descriptors.Release(c.mapped[ino], c.uid);
@@ -846,7 +876,14 @@ uint64_t Server::State::WriterFile(Connection& c, int* error) {
   if (!c.write_proven) {
     *error = EACCES;
   } else if (c.passed < 0 && c.request.ino != 0) {
-    return c.request.ino;  // named: the core checks it is an open regular file
+    // Named: only a file this connection passed a descriptor open for
+    // writing of (the kernel checked that open); EBADF asks the client for
+    // the descriptor. The core checks it is an open regular file.
+    if (c.writable.count(c.request.ino) == 0) {
+      *error = EBADF;
+      return 0;
+    }
+    return c.request.ino;
   } else if (c.passed < 0 || !StatFd(c.passed, &stx) ||
              makedev(stx.stx_dev_major, stx.stx_dev_minor) != mount_dev) {
     *error = EXDEV;
@@ -858,7 +895,9 @@ uint64_t Server::State::WriterFile(Connection& c, int* error) {
   // Ours goes first, as in Map: the client's keeps the inode open.
   descriptors.Release(c.passed, c.uid);
   c.passed = -1;
-  return *error == 0 ? stx.stx_ino : 0;
+  if (*error != 0) return 0;
+  if (c.writable.size() < kMaxWritableNames) c.writable.insert(stx.stx_ino);
+  return stx.stx_ino;
 }
 
 void Server::State::WriteOp(Connection& c) {
@@ -907,7 +946,14 @@ void Server::State::Times(Clock::time_point now) {
     header->write_state.store(kDirectWritesStopped, std::memory_order_seq_cst);
   }
   DirectRun run;
-  writers->TakeDirty([&](uint64_t ino) {
+  writers->TakeDirty([&](uint64_t page, uint64_t ino) {
+    // Believed only for a file a connection of the page's process passed
+    // a descriptor open for writing of: a process's page lists what it
+    // likes.
+    const bool given = std::any_of(connections.begin(), connections.end(), [&](const Connection& c) {
+      return c.fd >= 0 && c.page == page && c.writable.count(ino) != 0;
+    });
+    if (!given) return;
     Result<Filesystem::DirectMapping> m = fs->DirectCommit(ino, 0, 0, 0, 0, &run, 1);
     if (!m.ok()) return;
     stale_attrs.insert(ino);

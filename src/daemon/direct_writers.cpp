@@ -24,6 +24,7 @@
 #include <cinttypes>
 #include <cstddef>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <new>
 
@@ -79,6 +80,26 @@ bool ProcessAlive(uint64_t pid, uint64_t start_time) {
   const uint64_t now = ProcessStartTime(pid);
   return now != 0 && now == start_time;
 }
+
+// DIR/writers-UUID.owners: who each page was given to, by which mount. The
+// daemons' own (root's, 0600, never passed to a client), so that no
+// process can make a page seem another's: a page's own pid, start time and
+// mount count are written too, but only for a daemon of an earlier build,
+// and never believed.
+struct OwnersFile {
+  uint64_t magic;  // kOwnersMagic
+  uint32_t version;
+  uint32_t page_count;  // kDirectWriterPages
+  struct Owner {
+    uint64_t pid;  // 0: never given
+    uint64_t start_time;
+    uint64_t mount_count;
+  } owner[kDirectWriterPages];
+};
+constexpr uint64_t kOwnersMagic = 0x73726e776f2d766eULL;  // "nv-ownrs"
+constexpr uint32_t kOwnersVersion = 1;
+constexpr size_t kOwnersBytes = 4096;
+static_assert(sizeof(OwnersFile) <= kOwnersBytes);
 
 namespace {
 
@@ -145,6 +166,62 @@ DirectWriterPage* PagesOf(void* map) {
   return reinterpret_cast<DirectWriterPage*>(static_cast<std::byte*>(map) + sizeof(DirectWriterPage));
 }
 
+std::string OwnersPath(const std::string& writers_path) { return writers_path + ".owners"; }
+
+// Opens and maps the owners' file beside `writers`: made when `create`
+// (with what the writers' pages say, once: the file of an earlier build).
+bool MapOwners(const std::string& path, bool create, const DirectWriterPage* pages, Mapped* m,
+               std::string* why) {
+  const int flags = O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY | (create ? O_CREAT : 0);
+  m->fd = open(path.c_str(), flags, 0600);
+  if (m->fd < 0) {
+    *why = path + ": " + std::strerror(errno);
+    return false;
+  }
+  struct stat st {};
+  if (fstat(m->fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
+      (st.st_mode & 077) != 0) {
+    *why = path + ": not a regular file of the daemon's user, mode 0600";
+    errno = EPERM;
+    return false;
+  }
+  const bool fresh = st.st_size == 0;
+  if ((fresh && ftruncate(m->fd, static_cast<off_t>(kOwnersBytes)) != 0) ||
+      (!fresh && static_cast<uint64_t>(st.st_size) != kOwnersBytes)) {
+    *why = path + ": not an owners' file of this version (its size)";
+    errno = EINVAL;
+    return false;
+  }
+  m->bytes = kOwnersBytes;
+  m->map = mmap(nullptr, m->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, m->fd, 0);
+  if (m->map == MAP_FAILED) {
+    *why = path + ": cannot map it: " + std::strerror(errno);
+    return false;
+  }
+  auto* owners = static_cast<OwnersFile*>(m->map);
+  if (fresh) {
+    for (uint32_t p = 0; p < kDirectWriterPages && pages != nullptr; ++p) {
+      owners->owner[p] = {pages[p].pid, pages[p].start_time, pages[p].mount_count};
+    }
+    owners->magic = kOwnersMagic;
+    owners->version = kOwnersVersion;
+    owners->page_count = kDirectWriterPages;
+  } else if (owners->magic != kOwnersMagic || owners->version != kOwnersVersion ||
+             owners->page_count != kDirectWriterPages) {
+    *why = path + ": not an owners' file of this version";
+    errno = EINVAL;
+    return false;
+  }
+  return true;
+}
+
+// Who page p is: the owners' file's record, or (no such file: a daemon of
+// an earlier build) the page's own words.
+OwnersFile::Owner OwnerOf(const OwnersFile* owners, const DirectWriterPage* pages, uint32_t p) {
+  if (owners != nullptr) return owners->owner[p];
+  return {pages[p].pid, pages[p].start_time, pages[p].mount_count};
+}
+
 // A shared lock on byte 0 while a daemon has the file open (released with
 // its descriptor): RemoveIdleWriterFiles leaves such a file alone.
 bool HoldInUse(int fd) {
@@ -156,11 +233,20 @@ bool HoldInUse(int fd) {
   return fcntl(fd, F_OFD_SETLK, &lk) == 0;
 }
 
-bool AllGone(const DirectWriterPage* pages) {
+bool AllGone(const OwnersFile* owners, const DirectWriterPage* pages) {
   for (uint32_t p = 0; p < kDirectWriterPages; ++p) {
-    if (ProcessAlive(pages[p].pid, pages[p].start_time)) return false;
+    const OwnersFile::Owner o = OwnerOf(owners, pages, p);
+    if (ProcessAlive(o.pid, o.start_time)) return false;
   }
   return true;
+}
+
+// The owners' file beside the writers' file at `path`, mapped into `m` if
+// there is one (null if not).
+const OwnersFile* ExistingOwners(const std::string& path, Mapped* m) {
+  std::string why;
+  return MapOwners(OwnersPath(path), false, nullptr, m, &why) ? static_cast<const OwnersFile*>(m->map)
+                                                             : nullptr;
 }
 
 }  // namespace
@@ -183,7 +269,11 @@ void RemoveIdleWriterFiles() {
     // Held exclusively while it is looked at: a daemon that opens it now
     // waits for nothing (its own lock is taken after) and makes it anew.
     if (fcntl(m.fd, F_OFD_SETLK, &lk) != 0) continue;  // a daemon has it
-    if (AllGone(PagesOf(m.map))) unlink(path.c_str());
+    Mapped o;
+    if (AllGone(ExistingOwners(path, &o), PagesOf(m.map))) {
+      unlink(OwnersPath(path).c_str());
+      unlink(path.c_str());
+    }
   }
   closedir(dir);
 }
@@ -208,7 +298,12 @@ std::unique_ptr<Writers> Writers::Open(const uint8_t uuid[16], uint64_t mount_co
     m.~Mapped();
     new (&m) Mapped;
   }
+  Mapped o;
+  if (!MapOwners(OwnersPath(path), true, PagesOf(m.map), &o, why)) return nullptr;
   std::unique_ptr<Writers> w(new Writers);
+  w->owners_ = static_cast<OwnersFile*>(o.map);
+  w->owners_map_ = o.map;
+  o.map = MAP_FAILED;
   w->path_ = WritersPath(uuid);
   w->fd_ = m.fd;
   w->map_ = m.map;
@@ -222,12 +317,20 @@ std::unique_ptr<Writers> Writers::Open(const uint8_t uuid[16], uint64_t mount_co
 
 void Writers::RemoveIfIdle() {
   std::lock_guard lock(mu_);
-  if (AllGone(pages_)) unlink(path_.c_str());
+  if (AllGone(owners_, pages_)) {
+    unlink(OwnersPath(path_).c_str());
+    unlink(path_.c_str());
+  }
 }
 
 Writers::~Writers() {
+  if (owners_map_ != nullptr) munmap(owners_map_, kOwnersBytes);
   if (map_ != nullptr) munmap(map_, map_bytes_);
   if (fd_ >= 0) close(fd_);
+}
+
+bool Writers::OfThisMount(uint32_t p) const {
+  return owners_->owner[p].pid != 0 && owners_->owner[p].mount_count == mount_count_;
 }
 
 uint64_t Writers::Assign(uint64_t pid) {
@@ -238,9 +341,11 @@ uint64_t Writers::Assign(uint64_t pid) {
   // of credentials or a new connection): as it was, its threads' slots
   // and counts included. A page per proof would leave the old ones the
   // process's while it lives (150 changes of credentials took all 128).
+  // Who owns a page of this mount is the daemon's own record, never the
+  // page's words, which its process can write.
   for (uint32_t p = 0; p < kDirectWriterPages; ++p) {
-    const DirectWriterPage& page = pages_[p];
-    if (page.pid == pid && page.start_time == start && page.mount_count == mount_count_) {
+    const OwnersFile::Owner& o = owners_->owner[p];
+    if (o.pid == pid && o.start_time == start && o.mount_count == mount_count_) {
       return uint64_t{p + 1} * sizeof(DirectWriterPage);
     }
   }
@@ -248,8 +353,8 @@ uint64_t Writers::Assign(uint64_t pid) {
     DirectWriterPage& page = pages_[p];
     // A page stays its process's for as long as the process lives (it may
     // store until it exits, whatever became of its connection): pages of
-    // earlier mounts included.
-    if (page.pid != 0 && ProcessAlive(page.pid, page.start_time)) continue;
+    // earlier mounts included, as their daemons recorded them.
+    if (ProcessAlive(owners_->owner[p].pid, owners_->owner[p].start_time)) continue;
     // A pending grace that saw one of its threads inside sees the process
     // gone (Over), or the gen reset here moved.
     for (DirectWriterThread& t : page.threads) {
@@ -258,19 +363,30 @@ uint64_t Writers::Assign(uint64_t pid) {
     }
     for (auto& d : page.dirty) d.store(0, std::memory_order_relaxed);
     page.maps.store(0, std::memory_order_relaxed);
+    // (The page's own words, for a daemon of an earlier build only.)
     page.pid = pid;
     page.start_time = start;
     page.mount_count = mount_count_;
+    owners_->owner[p] = {pid, start, mount_count_};
     std::atomic_thread_fence(std::memory_order_release);
     return uint64_t{p + 1} * sizeof(DirectWriterPage);
   }
   return 0;
 }
 
-void BarrierWithWriters() {
-  if (syscall(SYS_membarrier, MEMBARRIER_CMD_GLOBAL_EXPEDITED, 0, 0) != 0) {
-    std::atomic_thread_fence(std::memory_order_seq_cst);
+bool BarrierWithWriters() {
+  static const bool test_fails = [] {
+    const char* v = secure_getenv("NVFS_TEST_MEMBARRIER_FAILS");
+    return v != nullptr && std::strcmp(v, "1") == 0;
+  }();
+  if (!test_fails && syscall(SYS_membarrier, MEMBARRIER_CMD_GLOBAL_EXPEDITED, 0, 0) == 0) return true;
+  static std::atomic<bool> said{false};
+  if (!said.exchange(true)) {
+    std::fprintf(stderr,
+                 "nvfs: membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED) failed: blocks freed "
+                 "while direct writers live are held until it works\n");
   }
+  return false;
 }
 
 // A ticket records nothing: the writers are scanned when a Completed()
@@ -293,20 +409,21 @@ uint64_t Writers::Start() {
 bool Writers::Over(const Inside& i) {
   const DirectWriterPage& page = pages_[i.page];
   if (page.threads[i.thread].gen.load(std::memory_order_acquire) != i.gen) return true;
-  return !ProcessAlive(page.pid, page.start_time);
+  return !ProcessAlive(owners_->owner[i.page].pid, owners_->owner[i.page].start_time);
 }
 
 uint64_t Writers::Completed() {
   std::lock_guard lock(mu_);
-  if (scanned_ < last_ticket_) {
-    // Every change behind these tickets (a slot seq moved, stored before
-    // the ticket was taken) before the loads of the gens, here and in
-    // every writer's thread.
-    BarrierWithWriters();
+  // Every change behind these tickets (a slot seq moved, stored before
+  // the ticket was taken) before the loads of the gens, here and in every
+  // writer's thread: without the barrier, no scan (no progress).
+  if (scanned_ < last_ticket_ && BarrierWithWriters()) {
     std::vector<Inside> inside;
+    // This mount's writers: one of an earlier mount stores nothing since
+    // its guard (WaitForEarlierWriters) let this mount serve.
     for (uint32_t p = 0; p < kDirectWriterPages; ++p) {
       const DirectWriterPage& page = pages_[p];
-      if (page.pid == 0) continue;
+      if (!OfThisMount(p)) continue;
       for (uint32_t t = 0; t < kDirectWriterThreads; ++t) {
         const uint64_t gen = page.threads[t].gen.load(std::memory_order_acquire);
         if ((gen & 1) != 0) inside.push_back({p, t, gen});
@@ -335,9 +452,12 @@ bool WaitForEarlierWriters(const uint8_t uuid[16], uint64_t mount_count, int sec
   }
   // This mount's mount_count, stored before, ordered before the loads below
   // (and a barrier in every writer's thread): a writer that was not inside
-  // by now sees it and stores nothing.
-  BarrierWithWriters();
+  // by now sees it and stores nothing. Without the barrier, a live writer
+  // of an earlier mount may yet store: the mount waits for it to end.
+  const bool ordered = BarrierWithWriters();
   const DirectWriterPage* pages = PagesOf(m.map);
+  Mapped o;
+  const OwnersFile* owners = ExistingOwners(WritersPath(uuid), &o);
   timespec deadline;
   clock_gettime(CLOCK_MONOTONIC, &deadline);
   deadline.tv_sec += seconds;
@@ -349,14 +469,27 @@ bool WaitForEarlierWriters(const uint8_t uuid[16], uint64_t mount_count, int sec
   };
   for (uint32_t p = 0; p < kDirectWriterPages; ++p) {
     const DirectWriterPage& page = pages[p];
-    if (page.pid == 0 || page.mount_count == mount_count) continue;
+    const OwnersFile::Owner owner = OwnerOf(owners, pages, p);
+    if (owner.pid == 0 || owner.mount_count == mount_count) continue;
     // Writable direct maps: their pages stay on the files' blocks until the
     // process's listener, finding its daemon gone, takes them off.
-    while (page.maps.load(std::memory_order_acquire) != 0 && ProcessAlive(page.pid, page.start_time)) {
+    while (page.maps.load(std::memory_order_acquire) != 0 && ProcessAlive(owner.pid, owner.start_time)) {
       if (past()) {
-        *why = "process " + std::to_string(page.pid) +
+        *why = "process " + std::to_string(owner.pid) +
                ", which maps files of an earlier mount of this namespace for writing, is "
                "stopped: end it (or let it go on) before mounting";
+        return false;
+      }
+      const timespec pause{0, 1000000};
+      nanosleep(&pause, nullptr);
+    }
+    // Without the barrier, a writer that lives may be about to store.
+    while (!ordered && ProcessAlive(owner.pid, owner.start_time)) {
+      if (past()) {
+        *why = "process " + std::to_string(owner.pid) +
+               ", a direct writer of an earlier mount of this namespace, still runs and the "
+               "kernel refused the barrier that orders its stores (membarrier): end it before "
+               "mounting";
         return false;
       }
       const timespec pause{0, 1000000};
@@ -367,14 +500,11 @@ bool WaitForEarlierWriters(const uint8_t uuid[16], uint64_t mount_count, int sec
       if ((gen & 1) == 0) continue;
       for (;;) {
         if (page.threads[t].gen.load(std::memory_order_acquire) != gen ||
-            !ProcessAlive(page.pid, page.start_time)) {
+            !ProcessAlive(owner.pid, owner.start_time)) {
           break;
         }
-        timespec now;
-        clock_gettime(CLOCK_MONOTONIC, &now);
-        if (now.tv_sec > deadline.tv_sec ||
-            (now.tv_sec == deadline.tv_sec && now.tv_nsec >= deadline.tv_nsec)) {
-          *why = "process " + std::to_string(page.pid) +
+        if (past()) {
+          *why = "process " + std::to_string(owner.pid) +
                  ", a direct writer of an earlier mount of this namespace, is stopped inside a "
                  "store: end it (or let it go on) before mounting";
           return false;

@@ -36,6 +36,8 @@ bool ProcessAlive(uint64_t pid, uint64_t start_time);
 // Process `pid`'s start time, 0 if it is gone.
 uint64_t ProcessStartTime(uint64_t pid);
 
+struct OwnersFile;  // direct_writers.cpp
+
 class Writers final : public epoch::ExternalGrace {
  public:
   // Opens the namespace's writers' file (made, 0600, if there is none) and
@@ -55,17 +57,22 @@ class Writers final : public epoch::ExternalGrace {
   // (after the unmount: a writer alive still needs the next mount's guard).
   void RemoveIfIdle();
 
-  // Calls fn(ino) for every inode a writer of this mount listed as
-  // written since its times were set, taking the entry.
+  // Calls fn(page, ino) for every inode a writer of this mount listed as
+  // written since its times were set, taking the entry; `page` is the
+  // writer's page (its offset, as Assign gave it). The entry is the
+  // process's word: fn checks it against what the process's connection
+  // was given before it acts on it.
   template <class Fn>
   void TakeDirty(Fn&& fn) {
     for (uint32_t p = 0; p < kDirectWriterPages; ++p) {
-      DirectWriterPage& page = pages_[p];
-      if (page.pid == 0 || page.mount_count != mount_count_) continue;
-      for (auto& entry : page.dirty) {
+      {
+        std::lock_guard lock(mu_);
+        if (!OfThisMount(p)) continue;
+      }
+      for (auto& entry : pages_[p].dirty) {
         if (entry.load(std::memory_order_relaxed) == 0) continue;
         const uint64_t ino = entry.exchange(0, std::memory_order_acq_rel);
-        if (ino != 0) fn(ino);
+        if (ino != 0) fn(uint64_t{p + 1} * sizeof(DirectWriterPage), ino);
       }
     }
   }
@@ -105,6 +112,12 @@ class Writers final : public epoch::ExternalGrace {
   uint64_t mount_count_ = 0;
 
   std::mutex mu_;                 // a leaf lock (taken under the allocator's)
+  // Who each page was given to, by which mount (direct_writers.cpp): the
+  // daemons' own file, never a page's words. Protected by mu_.
+  OwnersFile* owners_ = nullptr;
+  void* owners_map_ = nullptr;
+  // Page p was given by this mount. REQUIRES: mu_ held.
+  bool OfThisMount(uint32_t p) const;
   uint64_t last_ticket_ = 0;      // protected by mu_
   uint64_t scanned_ = 0;          // protected by mu_; tickets up to this have a scan
   std::deque<Pending> pending_;   // protected by mu_; tickets ascending
@@ -114,8 +127,13 @@ class Writers final : public epoch::ExternalGrace {
 // thread of a writer that registered for it (the library does, at its
 // proof for writing), a full barrier, and one here
 // (MEMBARRIER_CMD_GLOBAL_EXPEDITED); a writer that could not register
-// fences on its own. A full fence here only, where membarrier fails.
-void BarrierWithWriters();
+// fences on its own. False when the kernel refuses: then no writer's store
+// is known ordered, and nothing that waits for writers may go on (a grace
+// makes no progress; a new mount waits for every live writer of the
+// earlier one). A plain fence here would order nothing in their threads.
+// The environment variable NVFS_TEST_MEMBARRIER_FAILS=1 makes it fail
+// (the tests' way to see that rule; it can only hold frees back).
+[[nodiscard]] bool BarrierWithWriters();
 
 // Removes the writers' files of namespaces no daemon has open (each daemon
 // holds a shared lock on its own) whose every page's process is gone: what

@@ -39,6 +39,14 @@ NVFS_DIRECT_UNINSTRUMENTED void Resolve() {
   Find(real.dup2, "dup2");
   Find(real.dup3, "dup3");
   Find(real.fcntl, "fcntl");
+  Find(real.ftruncate, "ftruncate");
+  Find(real.ftruncate64, "ftruncate64");
+  Find(real.truncate, "truncate");
+  Find(real.truncate64, "truncate64");
+  Find(real.fallocate, "fallocate");
+  Find(real.fallocate64, "fallocate64");
+  Find(real.posix_fallocate, "posix_fallocate");
+  Find(real.posix_fallocate64, "posix_fallocate64");
   Find(real.fcntl64, "fcntl64");
   Find(real.open, "open");
   Find(real.open64, "open64");

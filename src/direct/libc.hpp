@@ -44,6 +44,14 @@ struct Table {
   int (*dup2)(int, int);
   int (*dup3)(int, int, int);
   int (*fcntl)(int, int, ...);
+  int (*ftruncate)(int, off_t);
+  int (*ftruncate64)(int, off_t);
+  int (*truncate)(const char*, off_t);
+  int (*truncate64)(const char*, off_t);
+  int (*fallocate)(int, int, off_t, off_t);
+  int (*fallocate64)(int, int, off_t, off_t);
+  int (*posix_fallocate)(int, off_t, off_t);
+  int (*posix_fallocate64)(int, off_t, off_t);
   int (*fcntl64)(int, int, ...);
   int (*open)(const char*, int, ...);
   int (*open64)(const char*, int, ...);

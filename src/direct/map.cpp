@@ -264,6 +264,18 @@ bool MapPastEnd(uintptr_t at, uint64_t len, int prot) {
   return ok;
 }
 
+// Takes `len` bytes of a map at `at` off whatever blocks they were on:
+// pages past the end of a file (SIGBUS, as the kernel's), or, where no
+// descriptor can be had for those (RLIMIT_NOFILE), an inaccessible
+// anonymous mapping (SIGSEGV). False if neither could be made: the pages
+// may still be on the old blocks, and the caller must not say they moved
+// (an acknowledgement, a count of writable maps).
+bool TakeOff(uintptr_t at, uint64_t len, int prot) {
+  if (MapPastEnd(at, len, prot)) return true;
+  return libc::Mmap(reinterpret_cast<void*>(at), len, PROT_NONE,
+                    MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0) != MAP_FAILED;
+}
+
 // `len` bytes of the namespace at `ns_offset`, at `at`.
 bool MapBlocks(Mapper* m, const Range& r, uintptr_t at, uint64_t len, uint64_t ns_offset) {
   Session* s = m->session;
@@ -430,17 +442,20 @@ int Gather(Mapper* m, int fd, uint64_t ino, bool write, uint64_t offset, uint64_
 void Refresh(Mapper* m, MappedFile* f, bool from_listener) {
   for (Range* r : f->ranges) {
     Runs runs;
+    // The seq is read before the runs: the range is said to be at it only
+    // once none of its pages can be on a block freed before it.
+    const uint64_t now = m->session->table[f->slot].seq.load(std::memory_order_acquire);
     if (Gather(m, -1, f->ino, f->write, r->offset, r->len, &runs, from_listener) != 0) {
       // No runs (the daemon refused, or is gone): nothing of the old
       // blocks stays reachable.
-      MapPastEnd(r->addr, r->len, r->prot);
-      r->seq = m->session->table[f->slot].seq.load(std::memory_order_acquire);
+      if (TakeOff(r->addr, r->len, r->prot)) r->seq = now;
       continue;
     }
     std::vector<bool> keep;
     if (!r->shared) keep = OwnPages(*r);
-    if (!Install(m, *r, runs, r->offset, r->offset + r->len, r->shared ? nullptr : &keep)) {
-      MapPastEnd(r->addr, r->len, r->prot);
+    if (!Install(m, *r, runs, r->offset, r->offset + r->len, r->shared ? nullptr : &keep) &&
+        !TakeOff(r->addr, r->len, r->prot)) {
+      continue;  // still at its old seq: acknowledged as such, and held
     }
     r->seq = runs.seq;
     f->slot = runs.slot;
@@ -481,9 +496,12 @@ void Died(Mapper* m) {
   }
   std::lock_guard lock(maps_mu);
   if (!closing) {
+    // Writable maps whose pages could not be taken off the blocks stay
+    // counted: a new mount waits for them (the restart guard).
+    uint64_t stuck = 0;
     for (auto& [ino, f] : m->files) {
       for (Range* r : f->ranges) {
-        MapPastEnd(r->addr, r->len, r->prot);
+        if (!TakeOff(r->addr, r->len, r->prot) && Writable(*r)) ++stuck;
         ranges.erase(r->addr);
         range_count.fetch_sub(1, std::memory_order_relaxed);
         delete r;
@@ -492,7 +510,7 @@ void Died(Mapper* m) {
       delete f;
     }
     m->files.clear();
-    m->writable = 0;
+    m->writable = stuck;
     CountWritable(m, 0);  // the pages are off the blocks: a new mount may go on
   }
   CloseProofFd(&m->sock, &m->sock_slot);
@@ -694,7 +712,9 @@ void ToKernel(const Range& r, int fd) {
                        : libc::Mmap(reinterpret_cast<void*>(r.addr + at), end - at, r.prot,
                                     (r.shared ? MAP_SHARED : MAP_PRIVATE) | MAP_FIXED, fd,
                                     static_cast<off_t>(r.offset + at));
-    if (got == MAP_FAILED) MapPastEnd(r.addr + at, end - at, r.prot);
+    // (Where even TakeOff fails, a change of credentials' walk of the
+    // process's maps, credentials.cpp, takes the pages out.)
+    if (got == MAP_FAILED) (void)TakeOff(r.addr + at, end - at, r.prot);
     at = end;
   }
 }
@@ -1061,10 +1081,21 @@ void MapsRelease(nvfs_direct* h) {
 
 bool MapsAny() { return range_count.load(std::memory_order_relaxed) != 0; }
 
-void MapsAfterWrite(nvfs_direct* h) {
-  if (!MapsAny() || h->session == nullptr) return;
-  // A signal handler that interrupted the library (which may hold the
-  // lock) only tries.
+namespace {
+
+// Maps the file's ranges again if its slot seq moved since they were made.
+// REQUIRES: maps_mu held.
+void RefreshIfStale(Mapper* m, MappedFile* f) {
+  const uint64_t now = m->session->table[f->slot].seq.load(std::memory_order_acquire);
+  bool stale = false;
+  for (const Range* r : f->ranges) stale |= r->seq != now;
+  if (stale) Refresh(m, f, /*from_listener=*/false);
+}
+
+// Every mapper of mount `dev` (or of `session`, if given) whose file `ino`
+// is mapped: RefreshIfStale. A signal handler that interrupted the library
+// (which may hold the lock) only tries.
+void RefreshFile(const Session* session, dev_t dev, uint64_t ino) {
   std::unique_lock lock(maps_mu, std::defer_lock);
   if (tls.depth > 1) {
     if (!lock.try_lock()) return;
@@ -1072,22 +1103,33 @@ void MapsAfterWrite(nvfs_direct* h) {
     lock.lock();
   }
   for (Mapper* m : mappers) {
-    if (m->session != h->session) continue;
+    if (session != nullptr ? m->session != session : m->session->dev() != dev) continue;
     {
       std::lock_guard io(m->io_mu);
       if (m->dead) continue;
     }
-    auto it = m->files.find(h->ino);
-    if (it == m->files.end()) continue;
-    MappedFile* f = it->second;
-    const uint64_t now = m->session->table[f->slot].seq.load(std::memory_order_acquire);
-    bool stale = false;
-    for (const Range* r : f->ranges) stale |= r->seq != now;
-    // The write filled a hole or moved the end: this process's maps show
-    // it before the write returns, as the kernel's do. (Another process's
-    // follow when their listener hears of it.)
-    if (stale) Refresh(m, f, /*from_listener=*/false);
+    auto it = m->files.find(ino);
+    if (it != m->files.end()) RefreshIfStale(m, it->second);
   }
+}
+
+}  // namespace
+
+void MapsAfterWrite(nvfs_direct* h) {
+  if (!MapsAny() || h->session == nullptr) return;
+  // The write filled a hole or moved the end: this process's maps show
+  // it before the write returns, as the kernel's do. (Another process's
+  // follow when their listener hears of it.)
+  RefreshFile(h->session, 0, h->ino);
+}
+
+void MapsAfterChange(dev_t dev, uint64_t ino) {
+  if (!MapsAny() || tls.depth != 0) return;
+  DepthGuard depth;
+  // A truncation, a punched hole, O_TRUNC: a load past the new end through
+  // this process's maps faults (SIGBUS) once the call returns, as the
+  // kernel's maps do; a punched range reads zeros.
+  RefreshFile(nullptr, dev, ino);
 }
 
 void MapsPrepareFork() { maps_mu.lock(); }

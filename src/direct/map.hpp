@@ -62,6 +62,12 @@ bool MapsAny();
 // mapping or size changed (a hole filled, the end moved), so that the
 // writer's next load through them sees what it wrote.
 void MapsAfterWrite(nvfs_direct* h);
+// After a change of file `ino` of the mount `dev` (st_dev) by this process
+// through the kernel that may take blocks or size from it (truncate,
+// ftruncate, fallocate, an open with O_TRUNC): its maps of the file are
+// mapped again before the call returns, so a load past the new end faults
+// at once. Nothing if the process has no direct map.
+void MapsAfterChange(dev_t dev, uint64_t ino);
 
 // A handle that mapped its file is closed (or freed): the file is
 // unregistered once no open handle mapped it and no map of it is left.

@@ -22,6 +22,7 @@
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -257,6 +258,80 @@ NVFS_DIRECT_EXPORT int madvise(void* addr, size_t length, int advice) {
   return libc::Get(&libc::Table::madvise)(addr, length, advice);
 }
 
+// --- changes of a file's size or blocks ------------------------------------------
+// Through the kernel, as ever; then this process's direct maps of the file
+// follow before the call returns (map.hpp), whether the library was
+// preloaded or linked: a load past a new end faults at once, as with the
+// kernel's own maps.
+
+namespace {
+
+void AfterChange(int fd) {
+  if (!MapsAny() || fd < 0) return;
+  const int saved = errno;
+  struct stat st {};
+  if (fstat(fd, &st) == 0) MapsAfterChange(st.st_dev, st.st_ino);
+  errno = saved;
+}
+
+void AfterChangeAt(const char* path) {
+  if (!MapsAny() || path == nullptr) return;
+  const int saved = errno;
+  struct stat st {};
+  if (stat(path, &st) == 0) MapsAfterChange(st.st_dev, st.st_ino);
+  errno = saved;
+}
+
+}  // namespace
+
+NVFS_DIRECT_EXPORT int ftruncate(int fd, off_t length) noexcept {
+  const int r = libc::Get(&libc::Table::ftruncate)(fd, length);
+  if (r == 0) AfterChange(fd);
+  return r;
+}
+
+NVFS_DIRECT_EXPORT int ftruncate64(int fd, off_t length) noexcept {
+  const int r = libc::Get(&libc::Table::ftruncate64)(fd, length);
+  if (r == 0) AfterChange(fd);
+  return r;
+}
+
+NVFS_DIRECT_EXPORT int truncate(const char* path, off_t length) noexcept {
+  const int r = libc::Get(&libc::Table::truncate)(path, length);
+  if (r == 0) AfterChangeAt(path);
+  return r;
+}
+
+NVFS_DIRECT_EXPORT int truncate64(const char* path, off_t length) noexcept {
+  const int r = libc::Get(&libc::Table::truncate64)(path, length);
+  if (r == 0) AfterChangeAt(path);
+  return r;
+}
+
+NVFS_DIRECT_EXPORT int fallocate(int fd, int mode, off_t offset, off_t len) {
+  const int r = libc::Get(&libc::Table::fallocate)(fd, mode, offset, len);
+  if (r == 0) AfterChange(fd);
+  return r;
+}
+
+NVFS_DIRECT_EXPORT int fallocate64(int fd, int mode, off_t offset, off_t len) {
+  const int r = libc::Get(&libc::Table::fallocate64)(fd, mode, offset, len);
+  if (r == 0) AfterChange(fd);
+  return r;
+}
+
+NVFS_DIRECT_EXPORT int posix_fallocate(int fd, off_t offset, off_t len) {
+  const int r = libc::Get(&libc::Table::posix_fallocate)(fd, offset, len);
+  if (r == 0) AfterChange(fd);
+  return r;
+}
+
+NVFS_DIRECT_EXPORT int posix_fallocate64(int fd, off_t offset, off_t len) {
+  const int r = libc::Get(&libc::Table::posix_fallocate64)(fd, offset, len);
+  if (r == 0) AfterChange(fd);
+  return r;
+}
+
 // --- calls that free a number --------------------------------------------------
 
 NVFS_DIRECT_EXPORT int close(int fd) {
@@ -369,24 +444,30 @@ NVFS_DIRECT_EXPORT int fcntl64(int fd, int cmd, ...) {
     va_end(ap);                                    \
   }
 
+// An open with O_TRUNC (creat too) changes the file as ftruncate does.
+static int Opened(int fd, int flags) {
+  if ((flags & O_TRUNC) != 0) AfterChange(fd);
+  return FdFresh(fd);
+}
+
 NVFS_DIRECT_EXPORT int open(const char* path, int flags, ...) {
   NVFS_OPEN_MODE(flags);
-  return FdFresh(libc::Get(&libc::Table::open)(path, flags, mode));
+  return Opened(libc::Get(&libc::Table::open)(path, flags, mode), flags);
 }
 
 NVFS_DIRECT_EXPORT int open64(const char* path, int flags, ...) {
   NVFS_OPEN_MODE(flags);
-  return FdFresh(libc::Get(&libc::Table::open64)(path, flags, mode));
+  return Opened(libc::Get(&libc::Table::open64)(path, flags, mode), flags);
 }
 
 NVFS_DIRECT_EXPORT int openat(int dirfd, const char* path, int flags, ...) {
   NVFS_OPEN_MODE(flags);
-  return FdFresh(libc::Get(&libc::Table::openat)(dirfd, path, flags, mode));
+  return Opened(libc::Get(&libc::Table::openat)(dirfd, path, flags, mode), flags);
 }
 
 NVFS_DIRECT_EXPORT int openat64(int dirfd, const char* path, int flags, ...) {
   NVFS_OPEN_MODE(flags);
-  return FdFresh(libc::Get(&libc::Table::openat64)(dirfd, path, flags, mode));
+  return Opened(libc::Get(&libc::Table::openat64)(dirfd, path, flags, mode), flags);
 }
 
 #undef NVFS_OPEN_MODE
@@ -408,11 +489,11 @@ NVFS_DIRECT_EXPORT int __openat64_2(int dirfd, const char* path, int flags) {
 }
 
 NVFS_DIRECT_EXPORT int creat(const char* path, mode_t mode) {
-  return FdFresh(libc::Get(&libc::Table::creat)(path, mode));
+  return Opened(libc::Get(&libc::Table::creat)(path, mode), O_TRUNC);
 }
 
 NVFS_DIRECT_EXPORT int creat64(const char* path, mode_t mode) {
-  return FdFresh(libc::Get(&libc::Table::creat64)(path, mode));
+  return Opened(libc::Get(&libc::Table::creat64)(path, mode), O_TRUNC);
 }
 
 namespace {

@@ -465,6 +465,18 @@ bool Publish(nvfs_direct* f, Session* session, const MapReply& reply, Snapshot* 
   return true;
 }
 
+// A write request naming the handle's file by inode. The daemon names a
+// file only for the connection that passed its descriptor (a new
+// connection since, after a change of credentials or a reconnect, has not):
+// its EBADF asks for the descriptor, and the request goes again with it.
+// REQUIRES: session->mu held.
+int CallNamedLocked(Session* session, Request req, nvfs_direct* f, MapReply* reply) {
+  const int status = session->CallLocked(req, -1, reply);
+  if (status != EBADF || f->fd < 0) return status;
+  req.ino = 0;
+  return session->CallLocked(req, f->fd, reply);
+}
+
 // A request for the handle's file with the session's lock held: kOpMap for
 // writing, kOpAllocate or kOpCommit, its runs published. kFailed with
 // errno for an error the write returns (ENOSPC, EFBIG, EROFS, EDQUOT,
@@ -485,7 +497,8 @@ Asked Ask(nvfs_direct* f, const Request& req, Snapshot* observed) {
     named.ino = f->ino;
     fd = -1;
   }
-  const int status = session->CallLocked(named, fd, &reply);
+  const int status = fd >= 0 ? session->CallLocked(named, fd, &reply)
+                              : CallNamedLocked(session, named, f, &reply);
   if (status == Session::kMapOk) {
     if (f->ino != 0 && reply.ino != f->ino) {
       f->write_why.store(NVFS_DIRECT_NOT_NVFS, std::memory_order_release);
@@ -652,12 +665,12 @@ void Settle(nvfs_direct* f, bool closing) {
   std::lock_guard lock(session->mu);
   if (written) {
     // The times (start == end), committed before this returns.
-    (void)session->CallLocked(Request{kMagic, kVersion, kOpCommit, 0, 0, 0, 0, 0, f->ino, 0}, -1,
-                              &reply);
+    (void)CallNamedLocked(session, Request{kMagic, kVersion, kOpCommit, 0, 0, 0, 0, 0, f->ino, 0}, f,
+                          &reply);
   }
   if (reserved) {
-    (void)session->CallLocked(Request{kMagic, kVersion, kOpTrim, 0, 0, 0, 0, 0, f->ino, 0}, -1,
-                              &reply);
+    (void)CallNamedLocked(session, Request{kMagic, kVersion, kOpTrim, 0, 0, 0, 0, 0, f->ino, 0}, f,
+                          &reply);
   }
 }
 

@@ -22,6 +22,9 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <iterator>
+#include <sstream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -944,5 +947,132 @@ TEST_CASE("direct: one user's rate, over all its connections", "[mount][direct][
   INFO(sessions.size() * kRequestBurst << " requests in " << seconds << " s");
   CHECK(seconds >= least * 0.9);
   sessions.clear();
+  REQUIRE(m.Stop() == 0);
+}
+
+namespace {
+
+// A proven session, proven for writing too: the writers' page it was
+// given, mapped (shared, writable, as a writer maps it).
+struct WriterSession : Session {
+  DirectWriterPage* page = nullptr;
+  uint64_t page_offset = 0;
+  ~WriterSession() {
+    if (page != nullptr) munmap(page, sizeof *page);
+  }
+};
+
+void ProveForWriting(const MountedFs& m, WriterSession* s) {
+  Prove(m, s);
+  const int ns = open(m.image().c_str(), O_RDWR | O_CLOEXEC);
+  REQUIRE(ns >= 0);
+  REQUIRE(SendRequest(s->sock, kOpWriteProve, ns));
+  close(ns);
+  WriteProveReply wp{};
+  int writers_fd = -1;
+  REQUIRE(Receive(s->sock, &wp, sizeof wp, &writers_fd) == static_cast<ssize_t>(sizeof wp));
+  REQUIRE(wp.h.error == 0);
+  REQUIRE(writers_fd >= 0);
+  void* p = mmap(nullptr, sizeof(DirectWriterPage), PROT_READ | PROT_WRITE, MAP_SHARED, writers_fd,
+                 static_cast<off_t>(wp.page_offset));
+  close(writers_fd);
+  REQUIRE(p != MAP_FAILED);
+  s->page = static_cast<DirectWriterPage*>(p);
+  s->page_offset = wp.page_offset;
+}
+
+uint64_t StartTimeOf(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  std::istringstream rest(stat.substr(stat.rfind(')') + 2));
+  std::string field;
+  for (int i = 3; i < 22; ++i) rest >> field;  // fields 3..21
+  uint64_t start = 0;
+  rest >> start;
+  return start;
+}
+
+}  // namespace
+
+// The daemon believes nothing a client writes into shared memory that it
+// has not checked, and a request names a file only by what its own
+// connection was given (doc/integrity.md section 11).
+TEST_CASE("direct: a writer's requests and page name only what its connection was given",
+          "[mount][direct][write]") {
+  NVFS_REQUIRE_FUSE();
+  if (geteuid() != 0) NVFS_SKIP("the direct socket needs a root daemon");
+  MountedFs m;
+  m.Start();
+  WriteFile(m.path("mine"), std::string(4096, 'm'));
+  WriteFile(m.path("theirs"), std::string(100, 't'));
+  REQUIRE(chmod(m.path("theirs").c_str(), 0644) == 0);
+  struct stat theirs {};
+  REQUIRE(stat(m.path("theirs").c_str(), &theirs) == 0);
+  // Kept open (by the kernel's descriptor of someone), as a file in use.
+  const int theirs_fd = open(m.path("theirs").c_str(), O_RDONLY);
+  REQUIRE(theirs_fd >= 0);
+
+  SECTION("an allocation naming by inode a file the connection never passed is refused") {
+    WriterSession s;
+    ProveForWriting(m, &s);
+    Request r{kMagic, kVersion, kOpAllocate, 0, 100, 1 << 20, 0, 1 << 20, theirs.st_ino, 0};
+    REQUIRE(SendRaw(s.sock, &r, sizeof r));
+    MapReply reply{};
+    REQUIRE(Receive(s.sock, &reply, sizeof reply) == static_cast<ssize_t>(sizeof reply));
+    CHECK(reply.h.error == EBADF);
+    Request c{kMagic, kVersion, kOpCommit, 0, 0, 1 << 20, 0, 1 << 20, theirs.st_ino, 0};
+    REQUIRE(SendRaw(s.sock, &c, sizeof c));
+    REQUIRE(Receive(s.sock, &reply, sizeof reply) == static_cast<ssize_t>(sizeof reply));
+    CHECK(reply.h.error == EBADF);
+    struct stat after {};
+    REQUIRE(stat(m.path("theirs").c_str(), &after) == 0);
+    CHECK(after.st_size == 100);
+    // A file it passed a descriptor open for writing of may be named.
+    const int mine = open(m.path("mine").c_str(), O_RDWR | O_CLOEXEC);
+    REQUIRE(mine >= 0);
+    MapReply mapped = MapFile(s.sock, mine, 0, kMapForWrite);
+    REQUIRE(mapped.h.error == 0);
+    REQUIRE((mapped.flags & kMapWritable) != 0);
+    Request ok{kMagic, kVersion, kOpCommit, 0, 0, 0, 0, 0, mapped.ino, 0};
+    REQUIRE(SendRaw(s.sock, &ok, sizeof ok));
+    REQUIRE(Receive(s.sock, &reply, sizeof reply) == static_cast<ssize_t>(sizeof reply));
+    CHECK(reply.h.error == 0);
+    close(mine);
+  }
+  SECTION("a file listed in a writer's page that it was never given keeps its times") {
+    WriterSession s;
+    ProveForWriting(m, &s);
+    s.page->dirty[0].store(theirs.st_ino);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // two of the daemon's passes
+    struct stat after {};
+    REQUIRE(stat(m.path("theirs").c_str(), &after) == 0);
+    CHECK(after.st_mtim.tv_sec == theirs.st_mtim.tv_sec);
+    CHECK(after.st_mtim.tv_nsec == theirs.st_mtim.tv_nsec);
+    CHECK(after.st_ctim.tv_nsec == theirs.st_ctim.tv_nsec);
+  }
+  SECTION("a page that names another process holds back no later mount") {
+    // A writer (which then exits) marks its page as pid 1's, inside a
+    // store, with writable maps.
+    const pid_t child = fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+      WriterSession s;
+      ProveForWriting(m, &s);
+      s.page->pid = 1;
+      s.page->start_time = StartTimeOf(1);
+      s.page->threads[0].gen.store(1);
+      s.page->maps.store(1);
+      _exit(0);
+    }
+    REQUIRE(nvfs::test::WaitForExit(child, 30) == 0);
+    close(theirs_fd);
+    REQUIRE(m.Stop() == 0);
+    const auto before = std::chrono::steady_clock::now();
+    m.Start();
+    CHECK(std::chrono::steady_clock::now() - before < std::chrono::seconds(5));
+    REQUIRE(m.Stop() == 0);
+    return;
+  }
+  close(theirs_fd);
   REQUIRE(m.Stop() == 0);
 }

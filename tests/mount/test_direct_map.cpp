@@ -10,8 +10,10 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -711,5 +713,232 @@ TEST_CASE("direct map: an unmodified libpmem2 program under the preload maps the
   // libpmem2 may persist with the CPU (MAP_SYNC accepted), not by msync.
   CHECK(got.find("\"granularity\": \"PAGE\"") == std::string::npos);
   nvfs::test::RunProgram({"rm", "-rf", dir});
+  StopAndCheck(m);
+}
+
+TEST_CASE("direct map: a truncation is in the truncating process's own maps when the call returns",
+          "[mount][direct][map][truncate]") {
+  NVFS_REQUIRE_FUSE();
+  if (!RootDaemon()) NVFS_SKIP("the direct socket needs a root daemon");
+  MountedFs m(64ull << 20);
+  m.Start();
+  constexpr size_t kSize = 16384;
+  WriteKernel(m.path("t"), std::string(kSize, 't'), 0);
+  Mapped w(m.path("t"), O_RDWR, kSize, PROT_READ | PROT_WRITE, MAP_SHARED);
+  REQUIRE(w.Direct());
+  REQUIRE(!Faults(w.p + 12288));
+  // No pause between the call and the load: the kernel's maps fault at
+  // once, and so must these.
+  SECTION("ftruncate") {
+    REQUIRE(ftruncate(w.fd, 4096) == 0);
+    CHECK(Faults(w.p + 8192));
+    CHECK(Faults(w.p + 4096, true));
+    CHECK(!Faults(w.p + 100));
+    // Grown again: the pages inside the new size are the file's (zeros).
+    REQUIRE(ftruncate(w.fd, kSize) == 0);
+    CHECK(!Faults(w.p + 12288));
+    CHECK(w.p[12288] == 0);
+  }
+  SECTION("truncate by path") {
+    REQUIRE(truncate(m.path("t").c_str(), 100) == 0);
+    CHECK(Faults(w.p + 4096));
+  }
+  SECTION("an open with O_TRUNC") {
+    const int fd = open(m.path("t").c_str(), O_RDWR | O_TRUNC);
+    REQUIRE(fd >= 0);
+    CHECK(Faults(w.p));
+    close(fd);
+  }
+  SECTION("a hole punched") {
+    REQUIRE(fallocate(w.fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 4096, 4096) == 0);
+    CHECK(w.p[4096] == 0);
+    CHECK(w.p[4095] == 't');
+  }
+  w.Unmap();
+  w.Close();
+  StopAndCheck(m);
+}
+
+TEST_CASE("direct map: another process's map faults past a new end within milliseconds",
+          "[mount][direct][map][truncate]") {
+  NVFS_REQUIRE_FUSE();
+  if (!RootDaemon()) NVFS_SKIP("the direct socket needs a root daemon");
+  MountedFs m(64ull << 20);
+  m.Start();
+  constexpr size_t kSize = 16384;
+  WriteKernel(m.path("o"), std::string(kSize, 'o'), 0);
+  // The child maps the file, says so, and loads past 4096 until the load
+  // faults; it reports when (CLOCK_MONOTONIC), the parent when its
+  // truncation returned.
+  int ready[2], report[2];
+  REQUIRE(pipe(ready) == 0);
+  REQUIRE(pipe(report) == 0);
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    const int fd = open(m.path("o").c_str(), O_RDONLY);
+    nvfs_direct* d = fd < 0 ? nullptr : nvfs_direct_attach(fd);
+    void* p = d == nullptr ? MAP_FAILED : nvfs_direct_mmap(d, nullptr, kSize, PROT_READ, MAP_SHARED, 0);
+    const char ok = p != MAP_FAILED && nvfs_direct_mmap_why(d) == NVFS_DIRECT_ACTIVE ? 'y' : 'n';
+    if (write(ready[1], &ok, 1) != 1 || ok != 'y') _exit(20);
+    const auto start = std::chrono::steady_clock::now();
+    while (!Faults(static_cast<char*>(p) + 8192)) {
+      if (std::chrono::steady_clock::now() - start > std::chrono::seconds(10)) _exit(21);
+    }
+    timespec at;
+    clock_gettime(CLOCK_MONOTONIC, &at);
+    if (write(report[1], &at, sizeof at) != sizeof at) _exit(22);
+    _exit(0);
+  }
+  char ok = 0;
+  REQUIRE(read(ready[0], &ok, 1) == 1);
+  REQUIRE(ok == 'y');
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  REQUIRE(truncate(m.path("o").c_str(), 4096) == 0);
+  timespec returned;
+  clock_gettime(CLOCK_MONOTONIC, &returned);
+  CHECK(nvfs::test::WaitForExit(child, 30) == 0);
+  timespec faulted{};
+  REQUIRE(read(report[0], &faulted, sizeof faulted) == sizeof faulted);
+  const long us = (faulted.tv_sec - returned.tv_sec) * 1000000L +
+                  (faulted.tv_nsec - returned.tv_nsec) / 1000L;
+  // Negative: the map followed before the call had returned.
+  std::fprintf(stderr, "another process's map faulted past the new end %ld us after the truncation returned\n",
+               us);
+  CHECK(us < 1000000);
+  close(ready[0]);
+  close(ready[1]);
+  close(report[0]);
+  close(report[1]);
+  StopAndCheck(m);
+}
+
+// A map's runs are read, then registered with the maps' grace. A block the
+// file gives up in between must not go to another file before the client
+// has mapped the file again: the daemon holds every later free from before
+// it reads the runs (Maps::BeginRegister). The daemon's test hook widens
+// the window: it pauses 600 ms after reading the runs.
+TEST_CASE("direct map: blocks freed while a map's runs are being registered go to no other file",
+          "[mount][direct][map][race]") {
+  NVFS_REQUIRE_FUSE();
+  if (!RootDaemon()) NVFS_SKIP("the direct socket needs a root daemon");
+  MountedFs m(64ull << 20);
+  REQUIRE(setenv("NVFS_TEST_MMAP_PAUSE_MS", "600", 1) == 0);
+  m.Start();
+  REQUIRE(unsetenv("NVFS_TEST_MMAP_PAUSE_MS") == 0);
+  const size_t kSize = 1 << 20;
+  WriteKernel(m.path("a"), std::string(kSize, 'a'), 0);
+  Fill(m.path("filler"));
+  // While the map is being made: a gives its blocks up, and b wants every
+  // free block (a child: nothing of this process's library in its way).
+  const pid_t taker = fork();
+  REQUIRE(taker >= 0);
+  if (taker == 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    if (syscall(SYS_truncate, m.path("a").c_str(), 0L) != 0) _exit(10);
+    const int b = open(m.path("b").c_str(), O_WRONLY | O_CREAT, 0644);
+    if (b < 0) _exit(11);
+    const std::string bytes(kSize, 'b');
+    for (int i = 0; i < 500; ++i) {
+      if (pwrite(b, bytes.data(), bytes.size(), 0) == static_cast<ssize_t>(bytes.size())) _exit(0);
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    _exit(12);
+  }
+  Mapped w(m.path("a"), O_RDWR, kSize, PROT_READ | PROT_WRITE, MAP_SHARED);
+  REQUIRE(w.Direct());
+  // At once, before the listener hears of the truncation: stores through
+  // every page. Each lands in a block of a's (held) or faults.
+  for (size_t at = 0; at < kSize; at += 4096) (void)Faults(w.p + at, true, 'W');
+  CHECK(nvfs::test::WaitForExit(taker, 30) == 0);
+  const std::string got = ReadAll(m.path("b"));
+  CHECK(got.find('W') == std::string::npos);
+  CHECK(got == std::string(kSize, 'b'));
+  w.Unmap();
+  w.Close();
+  REQUIRE(unlink(m.path("filler").c_str()) == 0);
+  StopAndCheck(m);
+}
+
+namespace {
+
+sigjmp_buf* any_jump_to = nullptr;
+void OnAnyFault(int) { siglongjmp(*any_jump_to, 1); }
+
+// A store at `p`; true if it faulted (SIGBUS or SIGSEGV).
+bool StoreFaults(volatile char* p, char value) {
+  struct sigaction sa {}, old_bus{}, old_segv{};
+  sa.sa_handler = OnAnyFault;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGBUS, &sa, &old_bus);
+  sigaction(SIGSEGV, &sa, &old_segv);
+  sigjmp_buf jb;
+  any_jump_to = &jb;
+  bool faulted = false;
+  if (sigsetjmp(jb, 1) == 0) {
+    *p = value;
+  } else {
+    faulted = true;
+  }
+  sigaction(SIGBUS, &old_bus, nullptr);
+  sigaction(SIGSEGV, &old_segv, nullptr);
+  return faulted;
+}
+
+}  // namespace
+
+// A mapper that cannot take its pages off a file's freed blocks the usual
+// way (no descriptor for the past-the-end pages: RLIMIT_NOFILE) takes them
+// off another way, or does not acknowledge: the blocks go to no other file
+// while a page of it is on them.
+TEST_CASE("direct map: a replacement that fails is never acknowledged", "[mount][direct][map][race]") {
+  NVFS_REQUIRE_FUSE();
+  if (!RootDaemon()) NVFS_SKIP("the direct socket needs a root daemon");
+  MountedFs m(64ull << 20);
+  m.Start();
+  const size_t kSize = 1 << 20;
+  WriteKernel(m.path("a"), std::string(kSize, 'a'), 0);
+  Fill(m.path("filler"));
+  int ready[2], go[2];
+  REQUIRE(pipe(ready) == 0);
+  REQUIRE(pipe(go) == 0);
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    const int fd = open(m.path("a").c_str(), O_RDWR);
+    nvfs_direct* d = fd < 0 ? nullptr : nvfs_direct_attach(fd);
+    void* p = d == nullptr ? MAP_FAILED
+                           : nvfs_direct_mmap(d, nullptr, kSize, PROT_READ | PROT_WRITE, MAP_SHARED, 0);
+    char ok = p != MAP_FAILED && nvfs_direct_mmap_why(d) == NVFS_DIRECT_ACTIVE ? 'y' : 'n';
+    // No new descriptor from now on (0, 1 and 2 are open): memfd_create
+    // fails.
+    const rlimit none{3, 3};
+    if (setrlimit(RLIMIT_NOFILE, &none) != 0) ok = 'r';
+    if (write(ready[1], &ok, 1) != 1 || ok != 'y') _exit(20);
+    char word;
+    if (read(go[0], &word, 1) != 1) _exit(21);
+    for (size_t at = 0; at < kSize; at += 4096) (void)StoreFaults(static_cast<char*>(p) + at, 'W');
+    _exit(0);
+  }
+  char ok = 0;
+  REQUIRE(read(ready[0], &ok, 1) == 1);
+  REQUIRE(ok == 'y');
+  REQUIRE(truncate(m.path("a").c_str(), 0) == 0);
+  const int b = open(m.path("b").c_str(), O_WRONLY | O_CREAT, 0644);
+  REQUIRE(b >= 0);
+  const std::string bytes(kSize, 'b');
+  // Given once the mapper let them go, if it does.
+  const bool given = Eventually(
+      [&] { return pwrite(b, bytes.data(), bytes.size(), 0) == static_cast<ssize_t>(bytes.size()); },
+      3);
+  close(b);
+  REQUIRE(write(go[1], "g", 1) == 1);
+  CHECK(nvfs::test::WaitForExit(child, 30) == 0);
+  // The pages went another way (inaccessible), and the blocks with them.
+  CHECK(given);
+  const std::string got = ReadAll(m.path("b"));
+  CHECK(got.find('W') == std::string::npos);
+  for (int fd : {ready[0], ready[1], go[0], go[1]}) close(fd);
+  REQUIRE(unlink(m.path("filler").c_str()) == 0);
   StopAndCheck(m);
 }
