@@ -412,12 +412,25 @@ bool Writers::Over(const Inside& i) {
   return !ProcessAlive(owners_->owner[i.page].pid, owners_->owner[i.page].start_time);
 }
 
+bool Writers::AnyLiveWriter() const {
+  for (uint32_t p = 0; p < kDirectWriterPages; ++p) {
+    if (OfThisMount(p) && ProcessAlive(owners_->owner[p].pid, owners_->owner[p].start_time)) {
+      return true;
+    }
+  }
+  return false;
+}
+
 uint64_t Writers::Completed() {
   std::lock_guard lock(mu_);
   // Every change behind these tickets (a slot seq moved, stored before
   // the ticket was taken) before the loads of the gens, here and in every
-  // writer's thread: without the barrier, no scan (no progress).
-  if (scanned_ < last_ticket_ && BarrierWithWriters()) {
+  // writer's thread: without the barrier, no scan (no progress) while a
+  // process that owns a page of this mount lives. With none, there is no
+  // writer to order: one given a page later (Assign, under mu_, after
+  // this) learns of it through the daemon's reply, after every change
+  // behind these tickets.
+  if (scanned_ < last_ticket_ && (BarrierWithWriters() || !AnyLiveWriter())) {
     std::vector<Inside> inside;
     // This mount's writers: one of an earlier mount stores nothing since
     // its guard (WaitForEarlierWriters) let this mount serve.

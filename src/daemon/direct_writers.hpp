@@ -118,6 +118,8 @@ class Writers final : public epoch::ExternalGrace {
   void* owners_map_ = nullptr;
   // Page p was given by this mount. REQUIRES: mu_ held.
   bool OfThisMount(uint32_t p) const;
+  // Whether a process that owns a page of this mount lives (mu_ held).
+  bool AnyLiveWriter() const;
   uint64_t last_ticket_ = 0;      // protected by mu_
   uint64_t scanned_ = 0;          // protected by mu_; tickets up to this have a scan
   std::deque<Pending> pending_;   // protected by mu_; tickets ascending

@@ -502,6 +502,79 @@ TEST_CASE("direct write: a store never lands in a block another file was given (
   StopAndCheck(m);
 }
 
+// Whether statfs counts at least `free` blocks within `within` (it counts
+// no block a grace still holds back).
+bool FreeWithin(const std::string& dir, uint64_t free, std::chrono::milliseconds within) {
+  const auto end = std::chrono::steady_clock::now() + within;
+  for (;;) {
+    if (FreeBlocks(dir) >= free) return true;
+    if (std::chrono::steady_clock::now() > end) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+TEST_CASE("direct write: without the daemon's barrier, frees wait for every live writer and for "
+          "nothing else",
+          "[mount][direct][write][race]") {
+  NVFS_REQUIRE_FUSE();
+  if (!RootDaemon()) NVFS_SKIP("the direct socket needs a root daemon");
+  // The tests' switch: the daemon's membarrier fails, so no writer's store
+  // is known ordered against its changes.
+  REQUIRE(setenv("NVFS_TEST_MEMBARRIER_FAILS", "1", 1) == 0);
+  MountedFs m(64ull << 20);
+  m.Start();
+  REQUIRE(unsetenv("NVFS_TEST_MEMBARRIER_FAILS") == 0);
+  const size_t kSize = 8 << 20;
+  const uint64_t blocks = kSize >> 12;
+  WriteKernel(m.path("a"), std::string(kSize, 'a'), 0);
+  const uint64_t with_a = FreeBlocks(m.dir());
+  // No writer lives: there is none to order, the blocks are free at once.
+  REQUIRE(truncate(m.path("a").c_str(), 0) == 0);
+  CHECK(FreeWithin(m.dir(), with_a + blocks, std::chrono::milliseconds(2000)));
+  WriteKernel(m.path("a"), std::string(kSize, 'a'), 0);
+  // A writer (a child proven for writing), alive and outside any store.
+  int ready[2];
+  int go[2];
+  REQUIRE(pipe(ready) == 0);
+  REQUIRE(pipe(go) == 0);
+  const std::string path = m.path("a");
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    close(ready[0]);
+    close(go[1]);
+    char ok = 0;
+    const int fd = open(path.c_str(), O_RDWR);
+    nvfs_direct* d = fd >= 0 ? nvfs_direct_attach(fd) : nullptr;
+    if (d != nullptr && nvfs_direct_pwrite(d, "x", 1, 0) == 1) ok = 1;
+    if (d != nullptr) nvfs_direct_detach(d);
+    if (fd >= 0) close(fd);
+    if (write(ready[1], &ok, 1) != 1) _exit(2);
+    char c;
+    if (read(go[0], &c, 1) < 0) _exit(3);
+    _exit(0);
+  }
+  close(ready[1]);
+  close(go[0]);
+  char ok = 0;
+  REQUIRE(read(ready[0], &ok, 1) == 1);
+  CHECK(ok == 1);
+  const uint64_t before = FreeBlocks(m.dir());
+  REQUIRE(truncate(m.path("a").c_str(), 0) == 0);
+  // Held while the writer lives: its next store may have loaded what the
+  // truncation changed before it changed, and no barrier says otherwise.
+  CHECK(!FreeWithin(m.dir(), before + blocks / 2, std::chrono::milliseconds(1000)));
+  REQUIRE(write(go[1], "g", 1) == 1);
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  CHECK(status == 0);
+  close(ready[0]);
+  close(go[1]);
+  // Gone, it stores nothing more: free again.
+  CHECK(FreeWithin(m.dir(), before + blocks, std::chrono::milliseconds(3000)));
+  StopAndCheck(m);
+}
+
 TEST_CASE("direct write: kill -9 of the daemon under a writer; the next mount waits it out",
           "[mount][direct][write][restart]") {
   NVFS_REQUIRE_FUSE();
