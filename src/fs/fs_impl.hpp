@@ -300,8 +300,12 @@ class FsImpl final : public Filesystem {
   // seen after a crash. A truncation too long for one transaction puts the
   // file on the orphan list in *first_tx, commits that (its orphan lock is
   // released) and goes on in further transactions. REQUIRES: inode lock
-  // held exclusively.
+  // held exclusively. A truncation down to inside a mapped block commits
+  // *first_tx too, and then zeroes that block past the new end.
   Status Resize(uint64_t ino, uint64_t new_size, OrphanTx* first_tx);
+  // Zeroes the bytes of block `phys` past `size` (the file's new end, in
+  // it), after the commit that made the size durable.
+  Status ZeroTail(uint64_t ino, uint64_t phys, uint64_t size);
   // Frees an unlinked inode and everything it holds, and takes it off the
   // orphan list. REQUIRES: no one else references it.
   Status Reclaim(uint64_t ino);

@@ -67,15 +67,50 @@ Status FsImpl::Resize(uint64_t ino, uint64_t new_size, OrphanTx* first_tx) {
   }
   tx.Set(inode.size, new_size);
   const uint64_t from = (new_size + g.block_size() - 1) >> g.block_shift();
+  // The new last block's bytes past the new end: zeros after the commit
+  // (ZeroTail), as the kernel's filesystems leave them, so that a map's
+  // last page shows zeros past the end as POSIX has it.
+  uint64_t tail_phys = 0;
+  if ((new_size & (g.block_size() - 1)) != 0) {
+    uint64_t run;
+    tail_phys = bmap_->Lookup(inode, new_size >> g.block_shift(), 1, &run);
+    if (tail_phys == Bmap::kCorrupt) return BadMap(ino);
+  }
   Result<bool> done = bmap_->Truncate(tx, inode, from);
   if (!done.ok()) return done.take_error();
-  if (*done) return Status::Ok();
+  if (*done) {
+    if (tail_phys == 0) return Status::Ok();
+    NVFS_TRY(tx.Commit());
+    return ZeroTail(ino, tail_phys, new_size);
+  }
   // Too much for one transaction: the rest happens in further ones, and the
   // orphan list makes a crash in between finish the job at mount. The bytes
   // past the new size are invisible from this first commit on.
   OrphanAdd(tx, ino);
   NVFS_TRY(tx.Commit());  // and orphan_mu_ is released
-  return FreeBlocksFrom(ino, from);
+  NVFS_TRY(FreeBlocksFrom(ino, from));
+  return tail_phys != 0 ? ZeroTail(ino, tail_phys, new_size) : Status::Ok();
+}
+
+// Bytes past the end are nothing the file holds once the size is durable,
+// so zeroing them needs no log: durable, not atomic, and a crash before it
+// leaves them as they were, past the end, where every read gives zeros and
+// the next size change that exposes them zeroes them first (above).
+Status FsImpl::ZeroTail(uint64_t ino, uint64_t phys, uint64_t size) {
+  const Geometry& g = *geometry_;
+  const uint64_t in_block = size & (g.block_size() - 1);
+  const uint64_t at = g.BlockOffset(phys) + in_block;
+  const uint64_t n = g.block_size() - in_block;
+  Media& media = ctx_->media;
+  if (!RunFaultGuarded([&] {
+        media.Fill(at, 0, n);
+        media.Flush(at, n);
+        media.Drain();
+      })) {
+    ReportMediaError("zeroing", ino);
+    return Error(EIO);
+  }
+  return Status::Ok();
 }
 
 // Order: L `size` = 0 and the bmap truncate from block 0 (D every block),

@@ -742,6 +742,16 @@ TEST_CASE("direct map: a truncation is in the truncating process's own maps when
   SECTION("truncate by path") {
     REQUIRE(truncate(m.path("t").c_str(), 100) == 0);
     CHECK(Faults(w.p + 4096));
+    // The last page past the new end: zeros, as POSIX and the kernel's
+    // maps have it (fsx's "non-zero data past EOF"), in this map and in
+    // a new one.
+    CHECK(w.p[99] == 't');
+    CHECK(std::string(w.p + 100, 4096 - 100) == std::string(4096 - 100, '\0'));
+    Mapped fresh(m.path("t"), O_RDONLY, 4096, PROT_READ, MAP_SHARED);
+    REQUIRE(fresh.Direct());
+    CHECK(std::string(fresh.p + 100, 4096 - 100) == std::string(4096 - 100, '\0'));
+    fresh.Unmap();
+    fresh.Close();
   }
   SECTION("an open with O_TRUNC") {
     const int fd = open(m.path("t").c_str(), O_RDWR | O_TRUNC);
