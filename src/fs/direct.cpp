@@ -34,7 +34,11 @@ Status FillRuns(FsImpl& fs, Bmap& bmap, uint32_t shift, uint64_t ino, const form
   uint64_t index = offset >> shift;
   m->start = index << shift;
   const uint64_t size_blocks = (inode.size + (uint64_t{1} << shift) - 1) >> shift;
-  const uint64_t end = std::min((limit + (uint64_t{1} << shift) - 1) >> shift, bmap.max_blocks());
+  // Rounded up without the sum: `limit` may be a client's (a commit's
+  // map_end), and limit + block - 1 wraps near 2^64 to almost nothing.
+  const uint64_t limit_blocks =
+      (limit >> shift) + ((limit & ((uint64_t{1} << shift) - 1)) != 0 ? 1 : 0);
+  const uint64_t end = std::min(limit_blocks, bmap.max_blocks());
   while (index < end && m->run_count < max_runs) {
     uint64_t run;
     const uint64_t phys = bmap.Lookup(inode, index, end - index, &run);

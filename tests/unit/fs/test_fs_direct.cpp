@@ -254,6 +254,31 @@ class MovingWordMedia final : public Media {
   std::unique_ptr<Media> target_;
 };
 
+TEST_CASE("direct commit: a map end near 2^64 gives the runs up to the file's last block",
+          "[fs]") {
+  WordsImage words;
+  Filesystem& fs = words.img.fs();
+  const uint64_t ino = MustCreate(fs, kRoot, "f");
+  auto file = fs.Open(ino, O_RDWR);
+  REQUIRE(file.ok());
+  DirectRun runs[64];
+  auto alloc = fs.DirectAllocate(ino, 0, 8192, 8192, runs, 64);
+  REQUIRE(alloc.ok());
+  StoreIntoRuns(fs, *alloc, runs, 0, Pattern(8192, 3));
+  // The client names the end of its map: any value, the largest included.
+  uint64_t seq = alloc->seq;
+  for (const uint64_t map_end : {~uint64_t{0}, ~uint64_t{0} - 100, uint64_t{1} << 63}) {
+    auto commit = fs.DirectCommit(ino, 0, 8192, seq, map_end, runs, 64);
+    REQUIRE(commit.ok());
+    seq = commit->seq;
+    // From the block holding the last byte written: it is there, mapped.
+    REQUIRE(commit->run_count >= 1);
+    CHECK(commit->start == 4096);
+    CHECK(runs[0].offset != kDirectHole);
+    CHECK(runs[0].len >= 4096);
+  }
+}
+
 TEST_CASE("appends by word: a process that keeps moving the word holds no close", "[fs]") {
   std::unique_ptr<DirectSlot[]> table(new DirectSlot[64]());
   ImmediateGrace grace;
