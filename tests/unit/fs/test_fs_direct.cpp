@@ -277,6 +277,7 @@ TEST_CASE("direct commit: a map end near 2^64 gives the runs up to the file's la
     CHECK(runs[0].offset != kDirectHole);
     CHECK(runs[0].len >= 4096);
   }
+  fs.Release(*file);
 }
 
 TEST_CASE("appends by word: a process that keeps moving the word holds no close", "[fs]") {
