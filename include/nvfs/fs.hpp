@@ -148,6 +148,9 @@ struct StatFs {
   // pointer blocks that mapping all of them would take (statfs's f_bavail,
   // so that an allocation of what df says is available succeeds).
   uint64_t blocks_avail = 0;
+  // The part of blocks_free only what must not fail may take (the
+  // allocator's reserve: doc/integrity.md, "A full filesystem").
+  uint64_t blocks_reserved = 0;
   uint64_t inodes = 0;
   uint64_t inodes_free = 0;
   uint32_t name_max = 0;
@@ -421,6 +424,17 @@ class Filesystem {
   // mode: 0, FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE.
   virtual Status Fallocate(FileHandle file, int mode, uint64_t offset, uint64_t len,
                            unsigned io_flags = 0) = 0;
+  // The kernel is filling pages of `file` (a handle open for writing) that
+  // a shared mapping may store into: gives every hole of [offset, offset +
+  // len) inside the file's size a zeroed block, from the reserve if need be
+  // (Tx::AllowReserve), so the write-back of such a store needs no space.
+  // A FUSE server cannot fail a store at its fault, as ext4 and DAX do with
+  // SIGBUS; a write-back that fails instead loses the store and fails the
+  // file's next read (the kernel reports it there). Nothing is seen to
+  // change: no time moves, no byte. Ok at once when there is no hole;
+  // ENOSPC when even the reserve is used up, EBADF for a read-only handle,
+  // EROFS on a read-only mount: the caller fills the pages all the same.
+  virtual Status BackMappedRange(FileHandle file, uint64_t offset, uint64_t len) = 0;
   // SEEK_DATA / SEEK_HOLE (and SEEK_SET/SEEK_CUR/SEEK_END for completeness).
   virtual Result<uint64_t> Lseek(FileHandle file, uint64_t offset, int whence) = 0;
   virtual uint64_t HandleIno(FileHandle file) const = 0;

@@ -191,6 +191,22 @@ Result<Extent> Allocator::AllocateIn(Tx& tx, BitmapKind kind, uint32_t first_gro
                                      uint64_t from, uint64_t want, Search search) {
   const uint32_t groups = geometry_.group_count();
   const uint64_t total_free = kind == BitmapKind::kBlocks ? free_blocks() : free_inodes();
+  if (kind == BitmapKind::kBlocks && !tx.reserve_allowed()) {
+    // The reserve is left alone (reserve_blocks): what may be taken is
+    // what can be handed out now beyond it; blocks still waiting for their
+    // grace period count once they are released (they may never be, while
+    // a direct writer holds them), so the reserve is not taken in their
+    // place.
+    if (const uint64_t reserve = reserve_blocks(); reserve != 0) {
+      uint64_t now = free_blocks_.load(std::memory_order_relaxed);
+      if (now <= reserve && deferred_blocks() != 0) {
+        ReleaseDeferred(/*wait=*/!epoch::InGuard());
+        now = free_blocks_.load(std::memory_order_relaxed);
+      }
+      if (now <= reserve) return Error(ENOSPC);
+      want = std::min(want, now - reserve);
+    }
+  }
   const uint64_t average = total_free / groups;
   // First pass: the preferred group (or, when spreading, groups with at least
   // the average free count); second pass: any group with room; a third,

@@ -28,6 +28,7 @@
 // blocks on an inode lock inside a guard (epoch::Suspend).
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -114,6 +115,18 @@ class Allocator final : public AllocationSink {
   void SetExternalGrace(epoch::ExternalGrace* grace) {
     external_.store(grace, std::memory_order_release);
   }
+  // Blocks only a transaction that allows it (Tx::AllowReserve) may take,
+  // once KeepReserve was called (a mounted filesystem: FsImpl), else none:
+  // every other allocation fails with ENOSPC once no more than these are
+  // free. 5 % of the blocks, as ext4 keeps back for root, at most 32 MiB of
+  // them (XFS keeps a pool of 8,192 blocks for what must not fail), of the
+  // geometry as it is (a grow raises it). A bound checked before each
+  // search, so allocations racing at the edge may take a few of them.
+  void KeepReserve() { keep_reserve_.store(true, std::memory_order_relaxed); }
+  uint64_t reserve_blocks() const {
+    if (!keep_reserve_.load(std::memory_order_relaxed)) return 0;
+    return std::min(geometry_.block_count() / 20, (uint64_t{32} << 20) >> geometry_.block_shift());
+  }
   // Deferred blocks whose external grace period is not over: held back by
   // a direct writer inside a store (statfs counts them as in use).
   uint64_t held_blocks();
@@ -198,6 +211,7 @@ class Allocator final : public AllocationSink {
   Media& media_;
   const Geometry& geometry_;
   const uint32_t group_capacity_;
+  std::atomic<bool> keep_reserve_{false};
   std::atomic<const Geometry*> growing_{nullptr};  // BeginGrow .. EndGrow
   std::mutex grow_mu_;              // guards grow_held_ and growing_'s clearing
   std::vector<Extent> grow_held_;   // a grow's frees, released at EndGrow

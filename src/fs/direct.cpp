@@ -235,33 +235,45 @@ Result<Filesystem::DirectMapping> FsImpl::DirectAllocate(uint64_t ino, uint64_t 
   }
   if (holes) {
     const MappingChange change(ci);
-    std::optional<OrphanTx> tx;
-    tx.emplace(*this, "direct allocate");
+    const uint64_t mask = geometry_->block_size() - 1;
+    // The write's own blocks, then the reserve past them: only the first
+    // must be had (a full filesystem refuses a write that fits with
+    // ENOSPC otherwise); the reserve gets what there is.
+    const uint64_t own_end = (offset + len + mask) >> shift;
+    const uint64_t end_index = (reserve_end + mask) >> shift;
     uint64_t index = offset >> shift;
-    const uint64_t end_index = (reserve_end + geometry_->block_size() - 1) >> shift;
-    while (index < end_index) {
-      uint64_t run;
-      const uint64_t phys = bmap_->Lookup(inode, index, end_index - index, &run);
-      if (phys == Bmap::kCorrupt) return BadMap(ino);
-      if (phys == 0) {
-        // Inside the size a block's other bytes show: zeroed. Past it,
-        // every byte is undefined until a commit's size exposes it (which
-        // zeroes what the writer did not store), as for fallocate.
-        const bool zero = (index << shift) < inode.size;
-        Result<Extent> mapped = bmap_->MapForWrite(*tx, inode, index, run, zero);
-        if (!mapped.ok()) {
-          // What committed before stays; this transaction's part goes.
-          return mapped.take_error();
+    for (const uint64_t part_end : {own_end, end_index}) {
+      const bool must = part_end == own_end;
+      std::optional<OrphanTx> tx;
+      tx.emplace(*this, "direct allocate");
+      bool short_of_space = false;
+      while (index < part_end) {
+        uint64_t run;
+        const uint64_t phys = bmap_->Lookup(inode, index, part_end - index, &run);
+        if (phys == Bmap::kCorrupt) return BadMap(ino);
+        if (phys == 0) {
+          // Inside the size a block's other bytes show: zeroed. Past it,
+          // every byte is undefined until a commit's size exposes it (which
+          // zeroes what the writer did not store), as for fallocate.
+          const bool zero = (index << shift) < inode.size;
+          Result<Extent> mapped = bmap_->MapForWrite(*tx, inode, index, run, zero);
+          if (!mapped.ok()) {
+            // What committed before stays; this transaction's part goes.
+            if (must || mapped.code() != ENOSPC) return mapped.take_error();
+            short_of_space = true;
+            break;
+          }
+          run = mapped->count;
         }
-        run = mapped->count;
+        index += run;
+        if (tx->room() < 8192 && index < part_end) {
+          NVFS_TRY(tx->Commit());
+          tx.emplace(*this, "direct allocate");
+        }
       }
-      index += run;
-      if (tx->room() < 8192 && index < end_index) {
-        NVFS_TRY(tx->Commit());
-        tx.emplace(*this, "direct allocate");
-      }
+      if (short_of_space) break;  // the reserve's last transaction aborts
+      NVFS_TRY(tx->Commit());
     }
-    NVFS_TRY(tx->Commit());
   }
   DirectMapping m;
   m.slot = static_cast<uint32_t>(slot - cache_->direct_table());

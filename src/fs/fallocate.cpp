@@ -150,6 +150,57 @@ Status FsImpl::Fallocate(FileHandle file, int mode, uint64_t offset, uint64_t le
   return tx->Commit();
 }
 
+Status FsImpl::BackMappedRange(FileHandle file, uint64_t offset, uint64_t len) {
+  if (read_only_) return Error(EROFS);
+  if ((file->flags & O_ACCMODE) == O_RDONLY) return Error(EBADF);
+  CachedInode* ci = file->inode;
+  const uint32_t shift = geometry_->block_shift();
+  const uint64_t mask = geometry_->block_size() - 1;
+  // The blocks holding bytes of [offset, offset + len) below `size`.
+  const auto blocks = [&](const Inode& inode, uint64_t* first, uint64_t* limit) {
+    const uint64_t size = inode.size;
+    if (!S_ISREG(inode.mode) || offset >= size || len == 0) return false;
+    *first = offset >> shift;
+    *limit = (offset + std::min(len, size - offset) + mask) >> shift;
+    return true;
+  };
+  uint64_t index;
+  uint64_t limit;
+  {
+    // The common case: no hole, nothing to change.
+    std::shared_lock lock(ci->lock);
+    if (!blocks(*ci->media, &index, &limit)) return Status::Ok();
+    if (bmap_->NextHole(*ci->media, index, limit) >= limit) return Status::Ok();
+  }
+  std::unique_lock lock(ci->lock);
+  NVFS_TRY(CloseAppend(ci));
+  const MappingChange change(ci);
+  const Inode& inode = *ci->media;
+  if (!blocks(inode, &index, &limit)) return Status::Ok();
+  // Zeroed blocks where the holes were: the bytes read as before, so no
+  // time changes and no privilege is dropped.
+  std::optional<OrphanTx> tx;
+  tx.emplace(*this, "back mapped pages");
+  tx->AllowReserve();
+  while (index < limit) {
+    uint64_t run;
+    const uint64_t phys = bmap_->Lookup(inode, index, limit - index, &run);
+    if (phys == Bmap::kCorrupt) return BadMap(ci->ino);
+    if (phys == 0) {
+      Result<Extent> mapped = bmap_->MapForWrite(*tx, inode, index, run, /*zero=*/true);
+      if (!mapped.ok()) return mapped.take_error();  // aborts this transaction's part
+      run = mapped->count;
+    }
+    index += run;
+    if (tx->room() < 8192 && index < limit) {
+      NVFS_TRY(tx->Commit());
+      tx.emplace(*this, "back mapped pages");
+      tx->AllowReserve();
+    }
+  }
+  return tx->Commit();
+}
+
 Result<uint64_t> FsImpl::Lseek(FileHandle file, uint64_t offset, int whence) {
   CachedInode* ci = file->inode;
   std::shared_lock lock(ci->lock);

@@ -104,6 +104,7 @@ class FsImpl final : public Filesystem {
   Status Fsync(FileHandle file) override;
   Status Fallocate(FileHandle file, int mode, uint64_t offset, uint64_t len,
                    unsigned io_flags = 0) override;
+  Status BackMappedRange(FileHandle file, uint64_t offset, uint64_t len) override;
   Result<uint64_t> Lseek(FileHandle file, uint64_t offset, int whence) override;
   uint64_t HandleIno(FileHandle file) const override;
   Status SetXattr(uint64_t ino, std::string_view name, const void* value, size_t size,

@@ -183,6 +183,7 @@ Status FsImpl::MountInternal(std::unique_ptr<Media> media, const MountOptions& o
   alloc_ = std::make_unique<Allocator>(
       *media_, g, static_cast<uint32_t>(std::min<uint64_t>(capacity, UINT32_MAX)));
   alloc_->Load();
+  alloc_->KeepReserve();
   journal_->set_sink(alloc_.get());
   damage_ = std::make_unique<DamageRecorder>(*this, media_->path(), options);
   journal_->set_loss_listener([recorder = damage_.get()](const Error& e) { recorder->Damaged(e); });
@@ -315,7 +316,12 @@ Result<StatFs> FsImpl::GetStatFs() {
     overhead += level;
   }
   if (st.blocks_free > 0) overhead += 5;
-  st.blocks_avail = st.blocks_free > overhead ? st.blocks_free - overhead : 0;
+  // The reserve (Allocator::reserve_blocks) is free but not available,
+  // as ext4's blocks reserved for root are.
+  const uint64_t reserve = alloc_->reserve_blocks();
+  st.blocks_reserved = std::min(reserve, st.blocks_free);
+  const uint64_t usable = st.blocks_free - st.blocks_reserved;
+  st.blocks_avail = usable > overhead ? usable - overhead : 0;
   st.inodes = geometry_->inode_count();
   st.inodes_free = alloc_->free_inodes();
   st.name_max = format::kNameMax;

@@ -81,7 +81,13 @@ Result<size_t> FsImpl::WriteCore(FileHandle file, uint64_t offset, WriteSource& 
   Media& media = *media_;
   Bmap& bmap = *bmap_;
   std::optional<OrphanTx> tx;
-  tx.emplace(*this, "write");
+  // The write-back of a mapping's pages (kAtOffset) carries stores the
+  // kernel has accepted already: it may take the reserve.
+  const auto begin = [&] {
+    tx.emplace(*this, "write");
+    if (io_flags & kAtOffset) tx->AllowReserve();
+  };
+  begin();
   // The new size, once data up to `end` is on the media.
   const auto grow_to = [&](uint64_t end) {
     if (end <= inode.size) return;
@@ -140,7 +146,7 @@ Result<size_t> FsImpl::WriteCore(FileHandle file, uint64_t offset, WriteSource& 
       // Long writes commit as they go: write() is not atomic, only durable.
       grow_to(offset + done);
       NVFS_TRY(tx->Commit());
-      tx.emplace(*this, "write");
+      begin();
     }
   }
   if (done == 0 && failed) return failure;  // the Tx aborts: nothing happened

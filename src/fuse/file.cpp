@@ -179,6 +179,14 @@ void OpRead(fuse_req_t req, fuse_ino_t /*ino*/, size_t size, off_t off,
       fuse_reply_buf(req, nullptr, 0);
       return;
     }
+    // cache=none: a page fill is a shared mapping's, whose stores the
+    // kernel writes back later; their blocks are found now (BackMappedRange:
+    // a write-back that fails loses the stores, and the kernel fails the
+    // file's next read with its error). Ignored when they cannot be: the
+    // pages read as they are all the same.
+    if (adapter.options().cache == CacheMode::kNone && RequestFillsPages()) {
+      (void)fs.BackMappedRange(file, offset, size);
+    }
     ThreadBuffers& tb = LocalBuffers();
     tb.Reserve(size, fs.block_size());
     ReadPath path = adapter.options().read_path;

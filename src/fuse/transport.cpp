@@ -23,6 +23,7 @@ namespace {
 // on the thread that read it).
 thread_local bool request_kills_privs = false;
 thread_local bool request_writes_back = false;
+thread_local bool request_fills_pages = false;
 thread_local bool request_kills_sgid = false;
 thread_local bool request_is_tmpfile = false;
 thread_local bool request_is_statx = false;
@@ -40,6 +41,7 @@ bool ReadArg(const void* buf, size_t len, Arg* arg) {
 ssize_t ObserveRequest(void* buf, ssize_t n, void* userdata) {
   request_kills_privs = false;
   request_writes_back = false;
+  request_fills_pages = false;
   request_kills_sgid = false;
   request_is_tmpfile = false;
   request_is_statx = false;
@@ -54,6 +56,11 @@ ssize_t ObserveRequest(void* buf, ssize_t n, void* userdata) {
         request_kills_privs = arg.write_flags & FUSE_WRITE_KILL_SUIDGID;
         request_writes_back = arg.write_flags & FUSE_WRITE_CACHE;
       }
+      break;
+    }
+    case FUSE_READ: {
+      fuse_read_in arg;
+      request_fills_pages = ReadArg(buf, len, &arg) && !(arg.read_flags & FUSE_READ_LOCKOWNER);
       break;
     }
     case FUSE_OPEN: {
@@ -185,6 +192,7 @@ int InstallTransport(fuse_session* se) {
 bool RequestKillsPrivs() { return request_kills_privs; }
 
 bool RequestWritesBack() { return request_writes_back; }
+bool RequestFillsPages() { return request_fills_pages; }
 
 bool RequestKillsSgid() { return request_kills_sgid; }
 bool RequestIsTmpfile() { return request_is_tmpfile; }

@@ -92,6 +92,12 @@ bool RequestKillsPrivs();
 // pages' own, never the end of the file.
 bool RequestWritesBack();
 
+// True if the request the calling thread is serving is a FUSE_READ that
+// fills the kernel's page cache (a mapping's fault, readahead): the kernel
+// marks every read(2)-like read, the direct ones, with the caller's lock
+// owner (FUSE_READ_LOCKOWNER), and no page fill.
+bool RequestFillsPages();
+
 // True if the request the calling thread is serving is a SETXATTR the
 // kernel marked FUSE_SETXATTR_ACL_KILL_SGID: its caller is not in the
 // file's group and lacks CAP_FSETID, so setting an access ACL clears

@@ -88,6 +88,13 @@ class Tx {
 
   // Bytes left in the slot for records.
   size_t room() const;
+  // Lets this transaction's block allocations take the blocks every other
+  // allocation leaves free (Allocator::reserve_blocks): what must not fail
+  // for want of space, or must not have failed (the write-back of a store
+  // the kernel already accepted, the blocks behind a page a mapping may
+  // store into, an operation that frees space).
+  void AllowReserve() { reserve_ = true; }
+  bool reserve_allowed() const { return reserve_; }
   // True once committed or aborted.
   bool finished() const { return !open_; }
   // False once a record did not fit: later stores are skipped and Commit
@@ -128,6 +135,7 @@ class Tx {
   bool ok_ = true;
   bool open_ = true;
   bool after_loss_ = false;
+  bool reserve_ = false;
   std::vector<Extent> dirty_;  // byte ranges stored since begin
   struct Allocation {
     BitmapKind kind;

@@ -2,7 +2,7 @@
 // with LD_PRELOAD=libnvfs-direct.so, it does what unmodified programs do
 // with descriptors (close and reopen at the same number, dup2, dup3,
 // fclose, fork, exec, O_DIRECT, threads, its own SIGBUS handler, a drop of
-// privileges) and checks that every pread returns the bytes of the file
+// privileges, a full filesystem) and checks that every pread returns the bytes of the file
 // the descriptor names now.
 // It links nothing of nvfs: whether a descriptor is served directly it asks
 // the preloaded library (nvfs_direct_fd_why, found with dlsym).
@@ -12,8 +12,10 @@
 // Files DIR/a, DIR/b and DIR/c hold 64 KiB each of 'a', 'b' and 'c'
 // (written by the test). Exits 0 if every check held; otherwise prints the
 // first failure on stderr and exits 1.
+#include <dirent.h>
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <linux/falloc.h>
 #include <grp.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -22,9 +24,12 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -441,6 +446,80 @@ void Writes() {
   Say("done");
 }
 
+// A full filesystem under the preload, with a direct reader, writer and
+// map alive: DIR/fill is written directly until ENOSPC; then every call
+// that needs no space must work: reads (direct and through the map),
+// overwrites in place, stat, getxattr, readdir, open and close, fsync, a
+// truncation down, a punched hole and the unlink of the filler, after
+// which a write that needs a block works again.
+void Full() {
+  const int a = open(Path("a").c_str(), O_RDWR);
+  Check(a >= 0, "open a");
+  const int b = OpenRead("b");
+  void* map = mmap(nullptr, kFileSize, PROT_READ, MAP_SHARED, b, 0);
+  Check(map != MAP_FAILED, "mmap b");
+  const int c = OpenRead("c");
+  ExpectFile(a, 'a', "a before");
+  ExpectDirect(a, "a");
+  PwriteAll(a, std::string(4096, 'a'), 0, "a, an overwrite before");
+  const int fill = open(Path("fill").c_str(), O_RDWR | O_CREAT | O_TRUNC, 0644);
+  Check(fill >= 0, "open fill");
+  const std::string piece(64 * 1024, 'f');
+  off_t at = 0;
+  for (;;) {
+    const ssize_t n = pwrite(fill, piece.data(), piece.size(), at);
+    if (n < 0) {
+      Check(errno == ENOSPC, "fill: an error other than ENOSPC");
+      break;
+    }
+    at += n;
+    if (n < static_cast<ssize_t>(piece.size())) break;
+  }
+  Check(at > 0, "fill wrote nothing");
+  struct statvfs sv;
+  Check(statvfs(g_dir.c_str(), &sv) == 0, "statvfs");
+  Check(sv.f_bavail < 64, "not full after the fill: " + std::to_string(sv.f_bavail) + " blocks available after " + std::to_string(at) + " bytes");
+  // Reads: direct, through the map, through the kernel's descriptor path.
+  ExpectFile(a, 'a', "a at 100 %");
+  ExpectFile(c, 'c', "c at 100 %");
+  const char* bytes = static_cast<const char*>(map);
+  for (size_t i = 0; i < kFileSize; i += 4096) Check(bytes[i] == 'b', "the map of b at 100 %");
+  std::string back(static_cast<size_t>(at), '\0');
+  Check(pread(fill, back.data(), back.size(), 0) == at, "fill read back");
+  Check(back.find_first_not_of('f') == std::string::npos, "fill's bytes");
+  // An overwrite needs no block.
+  PwriteAll(a, std::string(4096, 'a'), 4096, "a, an overwrite at 100 %");
+  struct stat st;
+  Check(stat(Path("a").c_str(), &st) == 0, "stat at 100 %");
+  char value[8];
+  Check(getxattr(Path("a").c_str(), "user.none", value, sizeof value) == -1 && errno == ENODATA,
+        "getxattr at 100 %");
+  DIR* d = opendir(g_dir.c_str());
+  Check(d != nullptr, "opendir at 100 %");
+  int names = 0;
+  while (readdir(d) != nullptr) ++names;
+  closedir(d);
+  Check(names >= 6, "readdir at 100 %");
+  const int again = OpenRead("c");
+  ExpectFile(again, 'c', "c opened at 100 %");
+  Check(close(again) == 0, "close at 100 %");
+  Check(fsync(a) == 0, "fsync at 100 %");
+  Check(fallocate(fill, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 4096, 8192) == 0,
+        "punch at 100 %");
+  Check(ftruncate(fill, at / 2 + 100) == 0, "truncate down at 100 %");
+  Check(close(fill) == 0, "close fill");
+  Check(unlink(Path("fill").c_str()) == 0, "unlink at 100 %");
+  const int more = open(Path("more").c_str(), O_RDWR | O_CREAT | O_TRUNC, 0644);
+  Check(more >= 0, "create after the unlink");
+  PwriteAll(more, std::string(65536, 'm'), 0, "a write after the unlink");
+  close(more);
+  munmap(map, kFileSize);
+  close(a);
+  close(b);
+  close(c);
+  Say("done");
+}
+
 // `count` appends of 4 KiB to DIR/appends (made empty first), the i-th
 // of the letter 'a' + i % 26, each written directly; the file stays open
 // until the process ends (test_direct_write.cpp counts its requests).
@@ -485,6 +564,8 @@ int main(int argc, char** argv) {
     ForkMaps();
   } else if (scenario == "writes") {
     Writes();
+  } else if (scenario == "full") {
+    Full();
   } else if (scenario == "appends" && argc > 3) {
     Appends(std::atoi(argv[3]));
   } else if (scenario == "reader" && argc > 4) {

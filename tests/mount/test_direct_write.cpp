@@ -644,6 +644,38 @@ TEST_CASE("direct write: the preload under fork, dup2 and descriptor reuse",
   StopAndCheck(m);
 }
 
+TEST_CASE("direct write: a full filesystem fails no call that needs no space, under the preload",
+          "[mount][direct][write][full]") {
+  NVFS_REQUIRE_FUSE();
+  if (!RootDaemon()) NVFS_SKIP("the direct socket needs a root daemon");
+  MountedFs m(32ull << 20);
+  m.Start();
+  for (const char* name : {"a", "b", "c"}) nvfs::test::WriteFile(m.path(name), std::string(65536, name[0]));
+  const std::string probe = Program("NVFS_DIRECT_PROBE");
+  const std::string preload = "LD_PRELOAD=" + Program("NVFS_DIRECT_LIB");
+  char log_path[] = "/tmp/direct-full-probe-XXXXXX";
+  const int log_fd = mkstemp(log_path);
+  REQUIRE(log_fd >= 0);
+  close(log_fd);
+  const int status = nvfs::test::RunProgram({"env", preload, probe, "full", m.dir()}, log_path);
+  std::string log;
+  {
+    const int fd = open(log_path, O_RDONLY);
+    if (fd >= 0) {
+      char buf[4096];
+      ssize_t n;
+      while ((n = read(fd, buf, sizeof buf)) > 0) log.append(buf, static_cast<size_t>(n));
+      close(fd);
+    }
+    unlink(log_path);
+  }
+  INFO(log);
+  CHECK(status == 0);
+  CHECK(ReadAll(m.path("a")) == std::string(65536, 'a'));
+  CHECK(ReadAll(m.path("more")) == std::string(65536, 'm'));
+  StopAndCheck(m);
+}
+
 TEST_CASE("direct write: threads writing through changes of credentials lose no write",
           "[mount][direct][write][credentials]") {
   NVFS_REQUIRE_FUSE();

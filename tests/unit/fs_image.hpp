@@ -2,6 +2,7 @@
 // module level.
 #pragma once
 
+#include <algorithm>
 #include <functional>
 #include <memory>
 #include <stdexcept>
@@ -74,5 +75,12 @@ class FsImage {
   TempPath path_;
   std::unique_ptr<Filesystem> fs_;
 };
+
+// The blocks a mounted filesystem keeps back from ordinary allocations
+// (Allocator::reserve_blocks: 5 % of them, at most 32 MiB): free, but
+// never available to a write.
+inline uint64_t ReserveBlocks(const StatFs& s) {
+  return std::min<uint64_t>(s.blocks / 20, (uint64_t{32} << 20) / s.block_size);
+}
 
 }  // namespace nvfs::test

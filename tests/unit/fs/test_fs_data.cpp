@@ -93,6 +93,78 @@ TEST_CASE("a write at 1 TiB on a small namespace costs a few blocks", "[fs]") {
   CHECK(img->GetAttr(ino)->size == tib + 3);
 }
 
+TEST_CASE("a full filesystem keeps its reserve for a mapping's pages and their write-back",
+          "[fs]") {
+  FsImage img(16ull << 20);
+  Filesystem& fs = img.fs();
+  const uint64_t sparse = MustCreate(fs, kRoot, "sparse");
+  auto map = fs.Open(sparse, O_RDWR);
+  REQUIRE(map.ok());
+  SetAttrRequest grow;
+  grow.valid = kSetSize;
+  grow.size = 256 * 1024;  // a hole
+  REQUIRE(fs.SetAttr(sparse, grow).ok());
+  // Nothing to do without a hole; a read-only handle is refused.
+  const uint64_t plain = MustCreate(fs, kRoot, "plain", std::string(8192, 'p'));
+  auto plain_h = fs.Open(plain, O_RDONLY);
+  REQUIRE(plain_h.ok());
+  CHECK(fs.BackMappedRange(*plain_h, 0, 8192).code() == EBADF);
+  fs.Release(*plain_h);
+  // Ordinary writes stop where the reserve begins.
+  const uint64_t fill = MustCreate(fs, kRoot, "fill");
+  auto h = fs.Open(fill, O_RDWR);
+  REQUIRE(h.ok());
+  const std::string chunk(64 * 1024, 'f');
+  uint64_t at = 0;
+  for (;;) {
+    auto n = fs.Write(*h, at, chunk.data(), chunk.size());
+    if (!n.ok()) {
+      CHECK(n.code() == ENOSPC);
+      break;
+    }
+    at += *n;
+    if (*n < chunk.size()) break;
+  }
+  const StatFs full = *fs.GetStatFs();
+  CHECK(full.blocks_avail == 0);
+  const uint64_t reserve = ReserveBlocks(full);
+  INFO("free " << full.blocks_free << ", reserve " << reserve);
+  CHECK(full.blocks_free + 16 >= reserve);
+  CHECK(full.blocks_free <= reserve + 16);
+  // A page fill's blocks come out of the reserve: zeros still, no time moved.
+  const Attr before = *fs.GetAttr(sparse);
+  REQUIRE(fs.BackMappedRange(*map, 4096, 128 * 1024).ok());
+  const Attr after = *fs.GetAttr(sparse);
+  // 32 blocks of data (and a pointer block, maybe).
+  CHECK(after.blocks >= before.blocks + 128 * 1024 / 512);
+  CHECK(after.blocks <= before.blocks + 128 * 1024 / 512 + 8);
+  CHECK(after.size == before.size);
+  CHECK(after.mtime.tv_sec == before.mtime.tv_sec);
+  CHECK(after.mtime.tv_nsec == before.mtime.tv_nsec);
+  CHECK(after.ctime.tv_nsec == before.ctime.tv_nsec);
+  std::string back(256 * 1024, 'x');
+  REQUIRE(*fs.Read(*map, 0, back.data(), back.size()) == back.size());
+  CHECK(back == std::string(256 * 1024, '\0'));
+  CHECK(*fs.Lseek(*map, 0, SEEK_DATA) == 4096);
+  // The rest of the file past the size is left alone.
+  REQUIRE(fs.BackMappedRange(*map, 200 * 1024, 1 << 20).ok());
+  CHECK(fs.GetAttr(sparse)->blocks >= after.blocks + (256 - 200) * 1024 / 512);
+  CHECK(fs.GetAttr(sparse)->blocks <= after.blocks + (256 - 200) * 1024 / 512 + 8);
+  // A write-back (kAtOffset) may take the reserve; an ordinary write may not.
+  CHECK(fs.Write(*h, at + (1 << 20), "x", 1).code() == ENOSPC);
+  const uint64_t other = MustCreate(fs, kRoot, "other");
+  auto o = fs.Open(other, O_RDWR);
+  REQUIRE(o.ok());
+  auto wb = fs.Write(*o, 0, chunk.data(), 8192, kAtOffset);
+  REQUIRE(wb.ok());
+  CHECK(*wb == 8192);
+  fs.Release(*o);
+  fs.Release(*h);
+  fs.Release(*map);
+  img.Remount();
+  CHECK(img->GetAttr(sparse)->size == 256 * 1024);
+}
+
 TEST_CASE("ENOSPC leaves the filesystem consistent and recoverable", "[fs]") {
   FsImage img(16ull << 20);
   Filesystem& fs = img.fs();
