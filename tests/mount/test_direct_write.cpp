@@ -612,30 +612,40 @@ TEST_CASE("direct write: kill -9 of the daemon under a writer; the next mount wa
   StopAndCheck(m);
 }
 
-TEST_CASE("direct write: the preload under fork, dup2 and descriptor reuse",
-          "[mount][direct][write]") {
-  NVFS_REQUIRE_FUSE();
-  if (!RootDaemon()) NVFS_SKIP("the direct socket needs a root daemon");
-  MountedFs m;
-  m.Start();
+namespace {
+
+// Runs direct_probe SCENARIO DIR under the preload; its exit status, what
+// it printed in *log.
+int RunProbe(const char* scenario, const std::string& dir, std::string* log) {
   const std::string probe = Program("NVFS_DIRECT_PROBE");
   const std::string preload = "LD_PRELOAD=" + Program("NVFS_DIRECT_LIB");
   char log_path[] = "/tmp/direct-write-probe-XXXXXX";
   const int log_fd = mkstemp(log_path);
   REQUIRE(log_fd >= 0);
   close(log_fd);
-  const int status = nvfs::test::RunProgram({"env", preload, probe, "writes", m.dir()}, log_path);
-  std::string log;
-  {
-    const int fd = open(log_path, O_RDONLY);
-    if (fd >= 0) {
-      char buf[4096];
-      ssize_t n;
-      while ((n = read(fd, buf, sizeof buf)) > 0) log.append(buf, static_cast<size_t>(n));
-      close(fd);
-    }
-    unlink(log_path);
+  const int status = nvfs::test::RunProgram({"env", preload, probe, scenario, dir}, log_path);
+  log->clear();
+  const int fd = open(log_path, O_RDONLY);
+  if (fd >= 0) {
+    char buf[4096];
+    ssize_t n;
+    while ((n = read(fd, buf, sizeof buf)) > 0) log->append(buf, static_cast<size_t>(n));
+    close(fd);
   }
+  unlink(log_path);
+  return status;
+}
+
+}  // namespace
+
+TEST_CASE("direct write: the preload under fork, dup2 and descriptor reuse",
+          "[mount][direct][write]") {
+  NVFS_REQUIRE_FUSE();
+  if (!RootDaemon()) NVFS_SKIP("the direct socket needs a root daemon");
+  MountedFs m;
+  m.Start();
+  std::string log;
+  const int status = RunProbe("writes", m.dir(), &log);
   INFO(log);
   CHECK(status == 0);
   CHECK(ReadAll(m.path("w1")) == std::string(4096, '1') + "parent");
@@ -650,25 +660,11 @@ TEST_CASE("direct write: a full filesystem fails no call that needs no space, un
   if (!RootDaemon()) NVFS_SKIP("the direct socket needs a root daemon");
   MountedFs m(32ull << 20);
   m.Start();
-  for (const char* name : {"a", "b", "c"}) nvfs::test::WriteFile(m.path(name), std::string(65536, name[0]));
-  const std::string probe = Program("NVFS_DIRECT_PROBE");
-  const std::string preload = "LD_PRELOAD=" + Program("NVFS_DIRECT_LIB");
-  char log_path[] = "/tmp/direct-full-probe-XXXXXX";
-  const int log_fd = mkstemp(log_path);
-  REQUIRE(log_fd >= 0);
-  close(log_fd);
-  const int status = nvfs::test::RunProgram({"env", preload, probe, "full", m.dir()}, log_path);
-  std::string log;
-  {
-    const int fd = open(log_path, O_RDONLY);
-    if (fd >= 0) {
-      char buf[4096];
-      ssize_t n;
-      while ((n = read(fd, buf, sizeof buf)) > 0) log.append(buf, static_cast<size_t>(n));
-      close(fd);
-    }
-    unlink(log_path);
+  for (const char* name : {"a", "b", "c"}) {
+    nvfs::test::WriteFile(m.path(name), std::string(65536, name[0]));
   }
+  std::string log;
+  const int status = RunProbe("full", m.dir(), &log);
   INFO(log);
   CHECK(status == 0);
   CHECK(ReadAll(m.path("a")) == std::string(65536, 'a'));
