@@ -127,24 +127,9 @@ Status FsImpl::Fallocate(FileHandle file, int mode, uint64_t offset, uint64_t le
   if (zero_range) {
     NVFS_TRY(ZeroMapped(*ctx_, *bmap_, ci->ino, inode, offset, std::min(end, inode.size)));
   }
-  uint64_t index = offset >> shift;
   const uint64_t end_index = (end + bs - 1) >> shift;
-  while (index < end_index) {
-    uint64_t run;
-    const uint64_t phys = bmap_->Lookup(inode, index, end_index - index, &run);
-    if (phys == Bmap::kCorrupt) return BadMap(ci->ino);
-    if (phys == 0) {
-      const bool zero = !extend || (index << shift) < inode.size;
-      Result<Extent> mapped = bmap_->MapForWrite(*tx, inode, index, run, zero);
-      if (!mapped.ok()) return mapped.take_error();  // aborts this transaction's part
-      run = mapped->count;
-    }
-    index += run;
-    if (tx->room() < 8192 && index < end_index) {
-      NVFS_TRY(tx->Commit());
-      tx.emplace(*this, "fallocate");
-    }
-  }
+  NVFS_TRY(MapHoles(tx, "fallocate", /*reserve=*/false, ci->ino, offset >> shift, end_index,
+                    extend ? (inode.size + bs - 1) >> shift : end_index));
   if (extend) NVFS_TRY(Resize(ci->ino, end, &*tx));
   Touch(*tx, inode, false, true, now);
   return tx->Commit();
@@ -182,23 +167,30 @@ Status FsImpl::BackMappedRange(FileHandle file, uint64_t offset, uint64_t len) {
   std::optional<OrphanTx> tx;
   tx.emplace(*this, "back mapped pages");
   tx->AllowReserve();
-  while (index < limit) {
+  NVFS_TRY(MapHoles(tx, "back mapped pages", /*reserve=*/true, ci->ino, index, limit, limit));
+  return tx->Commit();
+}
+
+Status FsImpl::MapHoles(std::optional<OrphanTx>& tx, const char* name, bool reserve, uint64_t ino,
+                        uint64_t index, uint64_t end, uint64_t zero_below) {
+  const Inode& inode = ctx_->InodeAt(ino);
+  while (index < end) {
     uint64_t run;
-    const uint64_t phys = bmap_->Lookup(inode, index, limit - index, &run);
-    if (phys == Bmap::kCorrupt) return BadMap(ci->ino);
+    const uint64_t phys = bmap_->Lookup(inode, index, end - index, &run);
+    if (phys == Bmap::kCorrupt) return BadMap(ino);
     if (phys == 0) {
-      Result<Extent> mapped = bmap_->MapForWrite(*tx, inode, index, run, /*zero=*/true);
-      if (!mapped.ok()) return mapped.take_error();  // aborts this transaction's part
+      Result<Extent> mapped = bmap_->MapForWrite(*tx, inode, index, run, index < zero_below);
+      if (!mapped.ok()) return mapped.take_error();
       run = mapped->count;
     }
     index += run;
-    if (tx->room() < 8192 && index < limit) {
+    if (tx->room() < 8192 && index < end) {
       NVFS_TRY(tx->Commit());
-      tx.emplace(*this, "back mapped pages");
-      tx->AllowReserve();
+      tx.emplace(*this, name);
+      if (reserve) tx->AllowReserve();
     }
   }
-  return tx->Commit();
+  return Status::Ok();
 }
 
 Result<uint64_t> FsImpl::Lseek(FileHandle file, uint64_t offset, int whence) {

@@ -307,6 +307,14 @@ class FsImpl final : public Filesystem {
   // Zeroes the bytes of block `phys` past `size` (the file's new end, in
   // it), after the commit that made the size durable.
   Status ZeroTail(uint64_t ino, uint64_t phys, uint64_t size);
+  // Gives every hole of blocks [index, end) of inode `ino` a block, zeroed
+  // if below block `zero_below` (past it every byte is undefined until a
+  // size exposes it), in `tx`; commits it and begins another (`name`,
+  // allowed the reserve if `reserve`) whenever its slot runs low. An error
+  // aborts the open transaction's part; what committed before stays.
+  // REQUIRES: the inode lock held exclusively, under a MappingChange.
+  Status MapHoles(std::optional<OrphanTx>& tx, const char* name, bool reserve, uint64_t ino,
+                  uint64_t index, uint64_t end, uint64_t zero_below);
   // Frees an unlinked inode and everything it holds, and takes it off the
   // orphan list. REQUIRES: no one else references it.
   Status Reclaim(uint64_t ino);
