@@ -756,19 +756,18 @@ void Server::State::MmapOp(Connection& c) {
   // block they name goes to another file in between.
   maps->BeginRegister(c.id);
   Result<Filesystem::DirectMapping> m = Error(EIO);
-  if (for_write) {
-    if (!MayWriteDirectly(ino)) {
-      m = Error(EPERM);  // a store must drop what the kernel drops: the kernel maps it
-    } else {
-      // Every hole inside the size gets a block, committed before the
-      // reply: a store into the map needs no allocation, and what it
-      // stores lands in blocks the file has for good.
-      Result<Attr> attr = fs->GetAttr(ino);
-      const uint64_t size = attr.ok() ? attr->size : 0;
-      const uint64_t end = std::min(size, r.offset + std::min(r.length, UINT64_MAX - r.offset));
-      m = end > r.offset ? fs->DirectAllocate(ino, r.offset, end - r.offset, 0, reply.runs, kMaxRuns)
-                         : fs->DirectMap(ino, r.offset, reply.runs, kMaxRuns);
-    }
+  if (for_write && !MayWriteDirectly(ino)) {
+    m = Error(EPERM);  // a store must drop what the kernel drops: the kernel maps it
+  } else if (for_write && (r.flags & kMapAllocate) != 0) {
+    // A store into a hole of the map: the holes of a bounded range get
+    // blocks, committed before the reply, so what the client stores lands
+    // in blocks the file has for good.
+    Result<Attr> attr = fs->GetAttr(ino);
+    const uint64_t size = attr.ok() ? attr->size : 0;
+    const uint64_t want = std::min({r.length, kMaxMapAllocateBytes, UINT64_MAX - r.offset});
+    const uint64_t end = std::min(size, r.offset + want);
+    m = end > r.offset ? fs->DirectAllocate(ino, r.offset, end - r.offset, 0, reply.runs, kMaxRuns)
+                       : fs->DirectMap(ino, r.offset, reply.runs, kMaxRuns);
   } else {
     m = fs->DirectMap(ino, r.offset, reply.runs, kMaxRuns);
   }

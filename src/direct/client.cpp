@@ -18,6 +18,7 @@
 #include "direct/fd_table.hpp"
 #include "direct/file.hpp"
 #include "direct/libc.hpp"
+#include "direct/lazy.hpp"
 #include "direct/map.hpp"
 #include "direct/preload.hpp"
 #include "direct/proof_fds.hpp"
@@ -94,6 +95,7 @@ void ParentAfterFork() {
 void ChildAfterFork() {
   ProofFdsChildAfterFork();  // a take-out of the parent's did not come along
   MapsChildAfterFork();  // its direct maps become the kernel's: it has no listener
+  LazyChildAfterFork();  // nor a resolver, and the parent's userfaultfd is the parent's
   CredentialsChildAfterFork();  // before the child runs any code of its own
   WritersChildAfterFork();
   FaultAfterFork();

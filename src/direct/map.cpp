@@ -29,6 +29,7 @@
 
 #include "direct/epoch.hpp"
 #include "direct/file.hpp"
+#include "direct/lazy.hpp"
 #include "direct/libc.hpp"
 #include "direct/credentials.hpp"
 #include "direct/proof_fds.hpp"
@@ -61,6 +62,41 @@ void CloseProofFd(int* fd, int* slot) {
 struct Mapper;
 struct MappedFile;
 
+// What a stretch of a shared map is on: a block of the namespace (its
+// offset there), a hole (kDirectHole: zeros, lazy in a writable map) or
+// the past-the-end page (kOnPastEnd).
+struct Piece {
+  uint64_t len;
+  uint64_t on;
+};
+constexpr uint64_t kOnPastEnd = kDirectHole - 1;  // never a block's: those are page-aligned
+
+uint64_t Advance(uint64_t on, uint64_t by) {
+  return on == kDirectHole || on == kOnPastEnd ? on : on + by;
+}
+
+// Adds `p` to `out`, as one piece with the last where they continue.
+void Append(std::vector<Piece>* out, Piece p) {
+  if (p.len == 0) return;
+  if (!out->empty() && Advance(out->back().on, out->back().len) == p.on) {
+    out->back().len += p.len;
+  } else {
+    out->push_back(p);
+  }
+}
+
+// [from, to) of `shape` (offsets from its start).
+std::vector<Piece> Slice(const std::vector<Piece>& shape, uint64_t from, uint64_t to) {
+  std::vector<Piece> out;
+  uint64_t at = 0;
+  for (const Piece& p : shape) {
+    const uint64_t a = std::max(at, from), b = std::min(at + p.len, to);
+    if (a < b) Append(&out, {b - a, Advance(p.on, a - at)});
+    at += p.len;
+  }
+  return out;
+}
+
 // One direct map (or what is left of one after a partial munmap).
 struct Range {
   uintptr_t addr;
@@ -70,6 +106,10 @@ struct Range {
   bool shared;      // MAP_SHARED, else MAP_PRIVATE
   uint64_t seq;     // the slot seq of the runs its pages are from
   MappedFile* file;
+  // A shared map's pages, as installed ([offset, offset + len)), when
+  // known (else empty): a new mapping of its pages replaces only what
+  // differs, so pages that stay on their blocks keep their page tables.
+  std::vector<Piece> shape{};
 };
 
 struct Runs {
@@ -332,52 +372,110 @@ std::vector<bool> OwnPages(const Range& r) {
   return own;
 }
 
-// Maps [from, to) of the range (file offsets) from `runs`. `keep`: pages
-// left as they are (a private map's own copies).
-bool Install(Mapper* m, const Range& r, const Runs& runs, uint64_t from, uint64_t to,
-             const std::vector<bool>* keep) {
+void ResolveStore(uintptr_t page);
+
+// Zeros over a hole: anonymous; in a writable shared map, lazy (the first
+// store into a page asks for its block, lazy.hpp) where the process can.
+bool MapHole(const Range& r, uintptr_t at, uint64_t len) {
+  if (!MapZeros(at, len, r.prot)) return false;
+  return !Writable(r) || !LazyAvailable(ResolveStore) || LazyProtect(at, len);
+}
+
+// Maps `len` bytes at `at` onto what `on` names.
+bool Put(Mapper* m, const Range& r, uintptr_t at, uint64_t len, uint64_t on) {
+  if (on == kOnPastEnd) return MapPastEnd(at, len, r.prot);
+  if (on == kDirectHole) return r.shared ? MapHole(r, at, len) : MapZeros(at, len, r.prot);
+  return MapBlocks(m, r, at, len, on);
+}
+
+// What [from, to) (file offsets) is on by `runs`. False if they do not
+// cover it (the caller asked too little).
+bool ShapeOf(const Runs& runs, uint64_t from, uint64_t to, std::vector<Piece>* out) {
   const uint64_t end_of_file = RoundUp(runs.size);
   uint64_t pos = from;
   size_t i = 0;
   uint64_t run_at = runs.start;
   while (pos < to) {
-    const uintptr_t at = r.addr + (pos - r.offset);
-    if (keep != nullptr && (*keep)[(pos - r.offset) / kPage]) {
-      pos += kPage;
-      continue;
-    }
-    // The piece: up to the next kept page.
-    uint64_t limit = to;
-    if (keep != nullptr) {
-      for (uint64_t p = pos + kPage; p < to; p += kPage) {
-        if ((*keep)[(p - r.offset) / kPage]) {
-          limit = p;
-          break;
-        }
-      }
-    }
     if (pos >= end_of_file) {
-      if (!MapPastEnd(at, limit - pos, r.prot)) return false;
-      pos = limit;
-      continue;
+      Append(out, {to - pos, kOnPastEnd});
+      break;
     }
     while (i < runs.runs.size() && run_at + runs.runs[i].len <= pos) run_at += runs.runs[i++].len;
-    if (i == runs.runs.size() || run_at > pos) return false;  // not covered: the caller asked too little
+    if (i == runs.runs.size() || run_at > pos) return false;
     const DirectRun& run = runs.runs[i];
-    const uint64_t piece = std::min({limit, run_at + run.len, end_of_file}) - pos;
-    const bool ok = run.offset == kDirectHole
-                        ? MapZeros(at, piece, r.prot)
-                        : MapBlocks(m, r, at, piece, run.offset + (pos - run_at));
-    if (!ok) return false;
+    const uint64_t piece = std::min({to, run_at + run.len, end_of_file}) - pos;
+    Append(out, {piece, run.offset == kDirectHole ? kDirectHole : run.offset + (pos - run_at)});
     pos += piece;
   }
   return true;
 }
 
+// Maps [from, to) of the range (file offsets) from `runs`. A shared map
+// replaces only the stretches whose blocks differ from its shape's; a
+// private one leaves the pages `keep` says (its own copies).
+bool Install(Mapper* m, Range& r, const Runs& runs, uint64_t from, uint64_t to,
+             const std::vector<bool>* keep) {
+  std::vector<Piece> want;
+  if (!ShapeOf(runs, from, to, &want)) return false;
+  const uint64_t base = r.offset;
+  if (!r.shared) {
+    r.shape.clear();
+    uint64_t pos = from;
+    for (const Piece& p : want) {
+      for (uint64_t a = pos; a < pos + p.len;) {
+        if (keep != nullptr && (*keep)[(a - base) / kPage]) {
+          a += kPage;
+          continue;
+        }
+        uint64_t b = a + kPage;
+        while (b < pos + p.len && (keep == nullptr || !(*keep)[(b - base) / kPage])) b += kPage;
+        if (keep == nullptr) b = pos + p.len;
+        if (!Put(m, r, r.addr + (a - base), b - a, Advance(p.on, a - pos))) return false;
+        a = b;
+      }
+      pos += p.len;
+    }
+    return true;
+  }
+  const std::vector<Piece> old =
+      r.shape.empty() ? std::vector<Piece>{} : Slice(r.shape, from - base, to - base);
+  size_t j = 0;
+  uint64_t old_at = from;
+  uint64_t pos = from;
+  for (const Piece& p : want) {
+    for (uint64_t a = pos; a < pos + p.len;) {
+      uint64_t b = pos + p.len;
+      bool same = false;
+      while (j < old.size() && old_at + old[j].len <= a) old_at += old[j++].len;
+      if (j < old.size()) {
+        b = std::min(b, old_at + old[j].len);
+        same = Advance(old[j].on, a - old_at) == Advance(p.on, a - pos);
+      }
+      if (!same && !Put(m, r, r.addr + (a - base), b - a, Advance(p.on, a - pos))) {
+        r.shape.clear();  // part replaced: unknown from now on
+        return false;
+      }
+      a = b;
+    }
+    pos += p.len;
+  }
+  if (from == base && to == base + r.len) {
+    r.shape = std::move(want);
+  } else if (!r.shape.empty()) {
+    std::vector<Piece> shape = Slice(r.shape, 0, from - base);
+    for (const Piece& p : want) Append(&shape, p);
+    for (const Piece& p : Slice(r.shape, to - base, r.len)) Append(&shape, p);
+    r.shape = std::move(shape);
+  }
+  return true;
+}
+
 // The runs of [offset, offset + len) of a file (by `fd` the first time,
-// else by `ino`), all at one seq, up to the end of the file.
-int Gather(Mapper* m, int fd, uint64_t ino, bool write, uint64_t offset, uint64_t len, Runs* out,
-           bool from_listener) {
+// else by `ino`), all at one seq, up to the end of the file; with
+// `allocate` (and `write`), the holes of its first kMaxMapAllocateBytes
+// get blocks first.
+int Gather(Mapper* m, int fd, uint64_t ino, bool write, bool allocate, uint64_t offset,
+           uint64_t len, Runs* out, bool from_listener) {
   const uint64_t end = offset + len;
   for (int attempt = 0; attempt < 8; ++attempt) {
     out->runs.clear();
@@ -385,7 +483,8 @@ int Gather(Mapper* m, int fd, uint64_t ino, bool write, uint64_t offset, uint64_
     uint64_t pos = offset;
     bool moved = false;
     for (int guard = 0; guard < 1 << 16; ++guard) {
-      Request req{kMagic, kVersion, kOpMmap, write ? kMapForWrite : 0u, pos, end - pos, 0, 0};
+      const uint32_t flags = (write ? kMapForWrite : 0u) | (write && allocate ? kMapAllocate : 0u);
+      Request req{kMagic, kVersion, kOpMmap, flags, pos, end - pos, 0, 0};
       req.ino = fd >= 0 ? 0 : ino;
       auto* reply = new (std::nothrow) MapReply;
       if (reply == nullptr) return ENOMEM;
@@ -436,6 +535,26 @@ int Gather(Mapper* m, int fd, uint64_t ino, bool write, uint64_t offset, uint64_
   return EAGAIN;
 }
 
+// Blocks for every hole of [offset, offset + len) inside the size, in
+// requests of kMaxMapAllocateBytes (by `*fd` the first time; *ino then
+// says the file): a writable map's where holes cannot be lazy. 0 or an
+// errno.
+int AllocateHoles(Mapper* m, int fd, uint64_t* ino, uint64_t offset, uint64_t len,
+                  bool from_listener) {
+  const uint64_t end = offset + len;
+  uint64_t limit = end;
+  for (uint64_t at = offset; at < std::min(end, limit); at += kMaxMapAllocateBytes) {
+    Runs part;
+    const int err = Gather(m, fd, *ino, true, true, at, std::min(kMaxMapAllocateBytes, end - at),
+                           &part, from_listener);
+    if (err != 0) return err;
+    fd = -1;
+    *ino = part.ino;
+    limit = RoundUp(part.size);
+  }
+  return 0;
+}
+
 // --- the listener ---------------------------------------------------------------
 
 // Maps again every range of `f` from runs given now. REQUIRES: maps_mu.
@@ -445,9 +564,15 @@ void Refresh(Mapper* m, MappedFile* f, bool from_listener) {
     // The seq is read before the runs: the range is said to be at it only
     // once none of its pages can be on a block freed before it.
     const uint64_t now = m->session->table[f->slot].seq.load(std::memory_order_acquire);
-    if (Gather(m, -1, f->ino, f->write, r->offset, r->len, &runs, from_listener) != 0) {
+    uint64_t ino = f->ino;
+    int err = 0;
+    if (Writable(*r) && !LazyAvailable(ResolveStore)) {
+      err = AllocateHoles(m, -1, &ino, r->offset, r->len, from_listener);
+    }
+    if (err != 0 || Gather(m, -1, f->ino, f->write, false, r->offset, r->len, &runs, from_listener) != 0) {
       // No runs (the daemon refused, or is gone): nothing of the old
       // blocks stays reachable.
+      r->shape.clear();
       if (TakeOff(r->addr, r->len, r->prot)) r->seq = now;
       continue;
     }
@@ -680,11 +805,14 @@ void Cut(uintptr_t addr, uint64_t len) {
         tail->addr = end;
         tail->len = r_end - end;
         tail->offset = r->offset + (end - r->addr);
+        tail->shape = Slice(r->shape, end - r->addr, r_end - r->addr);
         Insert(tail);
       }
+      r->shape = Slice(r->shape, 0, addr - r->addr);
       r->len = addr - r->addr;
     } else if (r_end > end) {
       ranges.erase(r->addr);
+      r->shape = Slice(r->shape, end - r->addr, r_end - r->addr);
       r->offset += end - r->addr;
       r->len = r_end - end;
       r->addr = end;
@@ -748,6 +876,57 @@ bool OneRun(Mapper* m, const Runs& runs, uint64_t off, uint64_t len, int prot, u
     return true;
   }
   return false;
+}
+
+// What the shape says the page at `rel` (from the range's start) is on;
+// kDirectHole when the shape is not known.
+uint64_t OnAt(const Range& r, uint64_t rel) {
+  uint64_t at = 0;
+  for (const Piece& p : r.shape) {
+    if (rel < at + p.len) return Advance(p.on, rel - at);
+    at += p.len;
+  }
+  return kDirectHole;
+}
+
+// Stores into a lazy hole get blocks this many bytes at a time (aligned),
+// so that a program filling a map page by page asks once per 16 pages.
+constexpr uint64_t kLazyChunk = 16 * kPage;
+
+// The resolver thread (lazy.hpp): a store stopped at `page`. The page's
+// chunk of the map gets its blocks and is mapped onto them; where none can
+// be had, the page is mapped past the end of a file and the store gets
+// SIGBUS. A page no longer a hole of a writable direct map (mapped again
+// since, or no direct map's at all) is left as it is.
+void ResolveStore(uintptr_t page) {
+  {
+    std::lock_guard lock(maps_mu);
+    auto it = ranges.upper_bound(page);
+    Range* r = nullptr;
+    if (it != ranges.begin() && page < std::prev(it)->second->addr + std::prev(it)->second->len) {
+      r = std::prev(it)->second;
+    }
+    if (r != nullptr && Writable(*r) && OnAt(*r, page - r->addr) == kDirectHole) {
+      MappedFile* f = r->file;
+      const uint64_t off = r->offset + (page - r->addr);
+      const uint64_t aligned = off & ~(kLazyChunk - 1);
+      const uint64_t from = std::max(r->offset, aligned);
+      const uint64_t to = std::min(r->offset + r->len, aligned + kLazyChunk);
+      Runs runs;
+      const bool ok = Gather(f->mapper, -1, f->ino, true, true, from, to - from, &runs, false) == 0 &&
+                      Install(f->mapper, *r, runs, from, to, nullptr);
+      if (!ok || OnAt(*r, page - r->addr) == kDirectHole) {
+        // No block for it (ENOSPC, or the daemon is gone): SIGBUS, as
+        // ext4-DAX gives. The map's next refresh makes it a hole again.
+        std::vector<Piece> shape = Slice(r->shape, 0, page - r->addr);
+        Append(&shape, {kPage, kOnPastEnd});
+        for (const Piece& p : Slice(r->shape, page - r->addr + kPage, r->len)) Append(&shape, p);
+        r->shape = TakeOff(page, kPage, r->prot) && !r->shape.empty() ? std::move(shape)
+                                                                     : std::vector<Piece>{};
+      }
+    }
+  }
+  LazyWake(page, kPage);
 }
 
 }  // namespace
@@ -821,27 +1000,23 @@ bool MapFile(nvfs_direct* f, void* addr, size_t length, int prot, int flags, off
     if (it != m->files.end()) known = it->second;
   }
   // A file mapped for reading alone that is now mapped for writing is
-  // asked for anew (its holes get blocks).
+  // asked for anew (the daemon checks its descriptor for writing).
   const bool by_fd = known == nullptr || (write && !known->write);
+  // A writable map's holes get their blocks at the first store into them
+  // (lazy.hpp); where they cannot, when the map is made.
+  const bool eager = write && !LazyAvailable(ResolveStore);
   Runs fetched;
   const bool cached = !by_fd && known->known.have &&
                       s->table[known->slot].seq.load(std::memory_order_acquire) == known->known.seq &&
-                      known->known.Cover(off, off + len) && !(write && known->known.HoleIn(off, off + len));
+                      known->known.Cover(off, off + len) && !(eager && known->known.HoleIn(off, off + len));
   if (!cached) {
-    // A read map asks from the start of the file: the reply's runs reach
-    // on to the end (for a file of few extents, all of it), so maps of
-    // other ranges of it ask nothing while it stays as it is. A writable
-    // one asks from its offset: the range's holes get blocks, no others.
-    const uint64_t from = write ? off : 0;
-    int err = Gather(m, by_fd ? f->fd : -1, f->ino, write, from, off + len - from, &fetched, false);
-    if (err == 0 && write && from > 0) {
-      // The range has its blocks now: the file's runs from its start, for
-      // the maps of other ranges that follow.
-      Runs whole;
-      if (Gather(m, -1, fetched.ino, false, 0, off + len, &whole, false) == 0 &&
-          whole.Cover(off, off + len) && !whole.HoleIn(off, off + len)) {
-        fetched = std::move(whole);
-      }
+    // The map asks from the start of the file: the reply's runs reach on
+    // to the end (for a file of few extents, all of it), so maps of other
+    // ranges of it ask nothing while it stays as it is.
+    uint64_t ino = f->ino;
+    int err = eager ? AllocateHoles(m, by_fd ? f->fd : -1, &ino, off, len, false) : 0;
+    if (err == 0) {
+      err = Gather(m, by_fd && !eager ? f->fd : -1, ino, write, false, 0, off + len, &fetched, false);
     }
     if (err != 0) {
       *why = err == EPERM ? NVFS_DIRECT_PRIVILEGED
@@ -888,6 +1063,7 @@ bool MapFile(nvfs_direct* f, void* addr, size_t length, int prot, int flags, off
       OneRun(m, runs, off, len, prot, &at)) {
     auto* r = new (std::nothrow) Range{at, len, off, prot, shared, runs.seq, file};
     if (r != nullptr) {
+      if (!ShapeOf(runs, off, off + len, &r->shape)) r->shape.clear();
       Insert(r);
       *result = reinterpret_cast<void*>(at);
       *why = NVFS_DIRECT_ACTIVE;

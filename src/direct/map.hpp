@@ -8,8 +8,8 @@
 // MAP_PRIVATE, which the kernel makes copy-on-write), anonymous zeros over
 // holes, and a page of an empty memfd past the end of the file (SIGBUS, as
 // the kernel's mapping gives). A writable shared map is given only to a
-// process that proved it may write the namespace (write.cpp's proof), and
-// its holes inside the size get blocks first.
+// process that proved it may write the namespace (write.cpp's proof); its
+// holes get their blocks at the first store into them (lazy.hpp).
 //
 // Each mount's maps go through one connection of their own to the daemon
 // (a "mapper"), read by one thread of the library (the listener): the

@@ -65,10 +65,13 @@
 //      integrity.md section 13). The daemon keeps the descriptor (the file
 //      stays open, as the kernel's mmap keeps it) until kOpMunmap or the
 //      connection's end, and records that this connection maps the file at
-//      the reply's seq. With kMapForWrite the range's holes inside the size
-//      get blocks first, committed before the reply (MAP_SYNC: the mapped
-//      blocks' metadata is durable before the client stores). The reply is
-//      kOpMap's. A connection that maps files reads every message the
+//      the reply's seq. With kMapForWrite the file is registered as mapped
+//      for writing (the checks of 5); with kMapAllocate too, the holes of
+//      [offset, offset + length) inside the size, at most
+//      kMaxMapAllocateBytes of it, get blocks first, committed before the
+//      reply (MAP_SYNC: the mapped blocks' metadata is durable before the
+//      client stores): the client asks so at the first store into a hole
+//      (lazy.hpp). The reply is kOpMap's. A connection that maps files reads every message the
 //      daemon sends, for the daemon also sends, unasked, kOpNotify (a
 //      header alone): a file it maps changed. The client then looks at the
 //      slots of its files, maps again (kOpMmap by `ino`) those whose seq
@@ -101,7 +104,7 @@
 namespace nvfs::direct {
 
 inline constexpr uint32_t kMagic = 0x7264766eu;  // "nvdr"
-inline constexpr uint32_t kVersion = 5;
+inline constexpr uint32_t kVersion = 6;  // 6: kMapAllocate
 
 enum Op : uint32_t {
   kOpHello = 1,
@@ -124,6 +127,11 @@ inline constexpr uint32_t kMapForWrite = 1;
 // page of the writers' file (its process has one from its session's
 // proof, where it counts its writable maps).
 inline constexpr uint32_t kProveNoPage = 2;
+// kOpMmap with kMapForWrite: the range's holes get blocks (a store into
+// one of them), for at most kMaxMapAllocateBytes from the offset: no
+// request makes the daemon allocate and zero more than that.
+inline constexpr uint32_t kMapAllocate = 4;
+inline constexpr uint64_t kMaxMapAllocateBytes = uint64_t{2} << 20;
 // Files one connection may map at once (the daemon holds a descriptor of
 // each).
 inline constexpr unsigned kMaxMappedFiles = 256;
@@ -132,7 +140,7 @@ struct Request {
   uint32_t magic;    // kMagic
   uint32_t version;  // kVersion
   uint32_t op;       // Op
-  uint32_t flags;    // kOpMap: kMapForWrite
+  uint32_t flags;    // kOpMap: kMapForWrite; kOpMmap: also kMapAllocate
   uint64_t offset;   // kOpMap, kOpAllocate, kOpMmap: the file offset the runs must cover;
                      // kOpCommit: the first byte stored
   uint64_t length;   // kOpAllocate: bytes to store; kOpCommit: the end of what was stored;

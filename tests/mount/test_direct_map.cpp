@@ -47,6 +47,17 @@ void WriteKernel(const std::string& path, const std::string& bytes, off_t at) {
   close(fd);
 }
 
+// `n` bytes of `path` at `at`, read through the kernel.
+std::string ReadAt(const std::string& path, off_t at, size_t n) {
+  const int fd = open(path.c_str(), O_RDONLY);
+  REQUIRE(fd >= 0);
+  std::string out(n, '\0');
+  const ssize_t got = pread(fd, out.data(), n, at);
+  close(fd);
+  out.resize(got < 0 ? 0 : static_cast<size_t>(got));
+  return out;
+}
+
 uint64_t FreeBlocks(const std::string& dir) { return nvfs::test::StatFs(dir).f_bfree; }
 
 // Fills the filesystem with one file until a write fails ENOSPC.
@@ -950,5 +961,53 @@ TEST_CASE("direct map: a replacement that fails is never acknowledged", "[mount]
   CHECK(got.find('W') == std::string::npos);
   for (int fd : {ready[0], ready[1], go[0], go[1]}) close(fd);
   REQUIRE(unlink(m.path("filler").c_str()) == 0);
+  StopAndCheck(m);
+}
+
+TEST_CASE("direct map: a sparse writable map gets blocks at the first store into a page, not at mmap",
+          "[mount][direct][map][lazy]") {
+  NVFS_REQUIRE_FUSE();
+  if (!RootDaemon()) NVFS_SKIP("the direct socket needs a root daemon");
+  MountedFs m(64ull << 20);
+  m.Start();
+  // LMDB's MDB_WRITEMAP: a file truncated up to a map size far larger than
+  // the filesystem, mapped whole, written page by page.
+  constexpr uint64_t kSize = 1ull << 30;
+  {
+    const int fd = open(m.path("sparse").c_str(), O_RDWR | O_CREAT, 0644);
+    REQUIRE(fd >= 0);
+    REQUIRE(ftruncate(fd, kSize) == 0);
+    close(fd);
+  }
+  const uint64_t bsize = nvfs::test::StatFs(m.dir()).f_bsize;
+  const uint64_t free_before = FreeBlocks(m.dir());
+  Mapped w(m.path("sparse"), O_RDWR, kSize, PROT_READ | PROT_WRITE, MAP_SHARED);
+  REQUIRE(w.Direct());
+  // The map and loads from it allocate nothing.
+  CHECK(w.p[512ull << 20] == 0);
+  CHECK(w.p[kSize - 1] == 0);
+  CHECK((free_before - FreeBlocks(m.dir())) * bsize < (64u << 10));
+  // Stores into three far-apart pages: each gets its block (and its
+  // chunk's), and nothing else does.
+  const uint64_t at[] = {0, 100ull << 20, 900ull << 20};
+  for (uint64_t a : at) std::memcpy(w.p + a + 10, "STORED", 6);
+  for (uint64_t a : at) CHECK(std::memcmp(w.p + a + 10, "STORED", 6) == 0);
+  const uint64_t used = (free_before - FreeBlocks(m.dir())) * bsize;
+  CHECK(used >= 3 * 4096);
+  CHECK(used <= 3 * (64u << 10) + (64u << 10));
+  // Through the mount, at once.
+  for (uint64_t a : at) {
+    const std::string got = ReadAt(m.path("sparse"), static_cast<off_t>(a + 10), 6);
+    CHECK(got == "STORED");
+  }
+  // No block to be had: the store gets SIGBUS, as ext4-DAX gives; the
+  // stores before stay.
+  Fill(m.path("filler"));
+  CHECK(Faults(w.p + (700ull << 20), /*store=*/true));
+  CHECK(std::memcmp(w.p + (100ull << 20) + 10, "STORED", 6) == 0);
+  w.Unmap();
+  w.Close();
+  REQUIRE(unlink(m.path("filler").c_str()) == 0);
+  CHECK(ReadAt(m.path("sparse"), (900ll << 20) + 10, 6) == "STORED");
   StopAndCheck(m);
 }
